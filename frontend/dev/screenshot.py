@@ -1,0 +1,104 @@
+"""Screenshots of the Crash Signals tab served by dev/serve.mjs (or a real TensorBoard).
+
+    node dev/serve.mjs --port 6007 &
+    python3 dev/screenshot.py [--base http://127.0.0.1:6007] [--out /tmp/cs-shots]
+
+Uses Playwright with the system Chromium (never downloads a browser). Prints console errors,
+page errors and dialogs; exits 1 if there were any.
+"""
+
+import argparse
+import os
+import sys
+
+from playwright.sync_api import sync_playwright
+
+CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
+ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+
+
+def entry_url(base, fixture_set):
+    return f"{base}/{fixture_set}/data/plugin_entry.html?name=crash_signals"
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--base", default="http://127.0.0.1:6007")
+    ap.add_argument("--out", default="/tmp/cs-shots")
+    ap.add_argument("--width", type=int, default=1440)
+    args = ap.parse_args(argv)
+    os.makedirs(args.out, exist_ok=True)
+    problems = []
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
+        page = browser.new_page(viewport={"width": args.width, "height": 1000}, device_scale_factor=1)
+        page.on("console", lambda m: m.type == "error" and problems.append(f"console: {m.text}"))
+        page.on("pageerror", lambda e: problems.append(f"pageerror: {e}"))
+
+        def on_dialog(d):
+            problems.append(f"dialog: {d.message}")
+            d.dismiss()
+
+        page.on("dialog", on_dialog)
+
+        def shot(name, full=True):
+            path = os.path.join(args.out, f"{name}.png")
+            page.screenshot(path=path, full_page=full)
+            print(path)
+
+        def ready():
+            page.wait_for_selector("body[data-ready='1']:not([data-loading])", timeout=15000)
+            page.wait_for_timeout(250)
+
+        # The iframe page on its own, full height, one screenshot per interesting run.
+        page.goto(entry_url(args.base, "default"))
+        ready()
+        shot("01-critical")
+        page.click("[data-finding='1']")
+        page.wait_for_timeout(200)
+        shot("02-critical-zoomed")
+        page.dblclick("[data-finding='1']")
+        for i, run in enumerate(["exp7/nowarmup", "<img src=x onerror=alert(1)>", "exp1/baseline", "hparams-only"]):
+            page.locator(f"[data-run={run!r}]".replace("'", '"')).click()
+            ready()
+            shot(f"{i + 3:02d}-{run.replace('/', '_').replace('<', '').replace('>', '').replace(' ', '_')[:20]}")
+        page.fill(".cs-filter-input", "exp[")
+        shot("07-invalid-filter", full=False)
+
+        page.goto(entry_url(args.base, "config"))
+        ready()
+        shot("08-config-error-sampled", full=False)
+        page.goto(entry_url(args.base, "empty"))
+        ready()
+        shot("09-empty", full=False)
+        page.goto(entry_url(args.base, "broken"))
+        ready()
+        shot("10-broken", full=False)
+
+        # Inside the host page (TensorBoard-like frame), including a DataReloaded round trip.
+        page.set_viewport_size({"width": args.width, "height": 900})
+        page.goto(f"{args.base}/default/")
+        page.wait_for_selector("#ipc-status[data-connected='1']", timeout=15000)
+        frame = page.frame_locator("#plugin")
+        frame.locator("body[data-ready='1']").wait_for(timeout=15000)
+        page.click("#reload")
+        page.wait_for_selector("#ipc-status[data-acks='1']", timeout=5000)
+        page.wait_for_timeout(300)
+        shot("11-host", full=False)
+        browser.close()
+
+    for p_ in problems:
+        print(p_, file=sys.stderr)
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,460 @@
+// Crash Signals tab: TensorBoard imports this module in its plugin iframe and calls render().
+
+import 'uplot/dist/uPlot.min.css';
+import './style.css';
+
+import {makeApi, ApiError} from './api.js';
+import {connectToHost} from './ipc.js';
+import {el, clear} from './dom.js';
+import {ChartGroup, makeChart, updateChartData} from './charts.js';
+import {canLog, defaultSelection, filterRuns, presentCharts, rankRuns, stepExtent, zoomRange} from './model.js';
+import {fmtNum, plural} from './format.js';
+import {banner, findingsTable, noSignalsView, runHeader, runListItem} from './views.js';
+
+const CHART_HEIGHT = 180;
+
+/** Adds <link rel="stylesheet" href="./index.css"> (relative to the plugin's <base>) once. */
+function loadStylesheet() {
+  return new Promise((resolve) => {
+    if (document.querySelector('link[data-cs-style]')) return resolve();
+    const link = el('link', {attrs: {rel: 'stylesheet', href: './index.css', 'data-cs-style': '1'}});
+    const done = () => resolve();
+    link.addEventListener('load', done, {once: true});
+    link.addEventListener('error', done, {once: true});
+    setTimeout(done, 3000);
+    document.head.appendChild(link);
+  });
+}
+
+class App {
+  constructor(root) {
+    this.api = makeApi((url, init) => fetch(url, init));
+    this.root = root;
+    this.state = {
+      runs: [],
+      configError: null,
+      filter: '',
+      selected: null,
+      analysis: null,
+      analysisText: null,
+      smoothing: 0.6,
+      log: {},
+      zoom: null,
+      focus: null,
+    };
+    this.rules = null;
+    this.group = null;
+    this.seq = 0;
+    this.build();
+  }
+
+  build() {
+    this.filterInput = el('input', {
+      class: 'cs-filter-input',
+      attrs: {type: 'search', placeholder: 'Filter runs (regex)', 'aria-label': 'Filter runs (regex)', spellcheck: 'false'},
+      on: {
+        input: () => {
+          this.state.filter = this.filterInput.value;
+          this.renderRunList();
+        },
+      },
+    });
+    this.filterError = el('div', {class: 'cs-filter-error', attrs: {role: 'alert'}});
+    this.runCount = el('div', {class: 'cs-run-count'});
+    this.runList = el('ul', {class: 'cs-runs', attrs: {role: 'listbox', 'aria-label': 'Runs'}});
+    this.banners = el('div', {class: 'cs-banners'});
+    this.view = el('div', {class: 'cs-view'}, [el('div', {class: 'cs-loading', text: 'Loading runs…'})]);
+    this.root.appendChild(
+      el('div', {class: 'cs-app'}, [
+        el('aside', {class: 'cs-sidebar'}, [
+          el('div', {class: 'cs-sidebar-head'}, [this.filterInput, this.filterError, this.runCount]),
+          this.runList,
+        ]),
+        el('main', {class: 'cs-main'}, [this.banners, this.view]),
+      ]),
+    );
+    this.resizeObserver = new ResizeObserver(() => this.onResize());
+  }
+
+  setLoading(on) {
+    if (on) document.body.setAttribute('data-loading', '1');
+    else document.body.removeAttribute('data-loading');
+  }
+
+  markReady() {
+    document.body.setAttribute('data-ready', '1');
+  }
+
+  // ---- data flow ------------------------------------------------------------------------------
+
+  async refresh() {
+    const my = ++this.seq;
+    this.setLoading(true);
+    try {
+      const payload = await this.api.runs();
+      if (my !== this.seq) return;
+      this.state.runs = rankRuns(Array.isArray(payload.runs) ? payload.runs : []);
+      this.state.configError = payload.config_error || null;
+      this.state.fetchError = null;
+      this.state.selected = defaultSelection(this.state.runs, this.state.selected);
+      this.renderRunList();
+      if (this.state.selected === null) {
+        this.renderBanners();
+        this.renderNoRuns();
+      } else {
+        await this.loadRun(this.state.selected, my);
+      }
+    } catch (e) {
+      if (my !== this.seq) return;
+      this.state.fetchError = e instanceof ApiError ? e.message : String(e);
+      this.renderBanners();
+      if (!this.state.analysis) {
+        clear(this.view);
+      }
+    } finally {
+      if (my === this.seq) {
+        this.setLoading(false);
+        this.markReady();
+      }
+    }
+  }
+
+  async select(run) {
+    if (run === this.state.selected && this.state.analysis && this.state.analysis.run === run) return;
+    this.state.selected = run;
+    this.state.zoom = null;
+    this.state.focus = null;
+    this.renderRunList();
+    const my = ++this.seq;
+    this.setLoading(true);
+    try {
+      await this.loadRun(run, my);
+    } catch (e) {
+      if (my === this.seq) {
+        this.state.fetchError = e instanceof ApiError ? e.message : String(e);
+        this.renderBanners();
+      }
+    } finally {
+      if (my === this.seq) {
+        this.setLoading(false);
+        this.markReady();
+      }
+    }
+  }
+
+  async loadRun(run, my) {
+    let analysis;
+    try {
+      analysis = await this.api.analysis(run);
+    } catch (e) {
+      if (my !== this.seq) return;
+      this.state.analysis = null;
+      this.state.analysisText = null;
+      this.destroyCharts();
+      clear(this.view);
+      this.state.fetchError = `Could not analyse run: ${e instanceof ApiError ? e.message : String(e)}`;
+      this.renderBanners();
+      return;
+    }
+    if (my !== this.seq || run !== this.state.selected) return;
+    this.state.fetchError = null;
+    const text = JSON.stringify(analysis);
+    const same = this.state.analysisText === text;
+    const sameRun = this.state.analysis && this.state.analysis.run === run;
+    this.state.analysis = analysis;
+    this.state.analysisText = text;
+    this.renderBanners();
+    if (same) return; // a reload that changed nothing keeps zoom, focus and charts as they are
+    if (!sameRun) {
+      this.state.zoom = null;
+      this.state.focus = null;
+    }
+    this.renderRun();
+    this.ensureRules();
+  }
+
+  async ensureRules() {
+    if (this.rules) return;
+    this.rules = {};
+    try {
+      const payload = await this.api.rules();
+      for (const r of payload.rules || []) this.rules[r.code] = r;
+      // Re-render the findings table so codes get their descriptions.
+      if (this.state.analysis && this.findingsEl) {
+        const fresh = this.makeFindings();
+        this.findingsEl.replaceWith(fresh);
+        this.findingsEl = fresh;
+        this.highlightFocus();
+      }
+    } catch (e) {
+      // Descriptions are optional; the table works without them.
+    }
+  }
+
+  // ---- rendering ------------------------------------------------------------------------------
+
+  renderRunList() {
+    const {runs, error} = filterRuns(this.state.runs, this.state.filter);
+    this.filterError.textContent = error || '';
+    this.filterInput.classList.toggle('cs-invalid', Boolean(error));
+    clear(this.runList);
+    for (const r of runs) {
+      this.runList.appendChild(
+        runListItem(r, {selected: r.run === this.state.selected, onSelect: (name) => this.select(name)}),
+      );
+    }
+    const total = this.state.runs.length;
+    const sick = this.state.runs.filter((r) => r.health === 'critical' || r.health === 'warning').length;
+    let count = `${plural(total, 'run')} · ${sick} sick`;
+    if (runs.length !== total && !error) count = `${runs.length} of ${count}`;
+    this.runCount.textContent = total ? count : '';
+    if (total && !runs.length) this.runList.appendChild(el('li', {class: 'cs-runs-empty', text: 'No run matches the filter.'}));
+  }
+
+  renderBanners() {
+    clear(this.banners);
+    if (this.state.configError) {
+      this.banners.appendChild(banner('error', `Configuration error — rules run with defaults: ${this.state.configError}`));
+    }
+    if (this.state.fetchError) this.banners.appendChild(banner('error', this.state.fetchError));
+    const a = this.state.analysis;
+    if (a && a.sampled && a.run === this.state.selected) {
+      this.banners.appendChild(
+        banner(
+          'info',
+          'Analysed TensorBoard’s sample, not every step: short spikes may be missing. Start TensorBoard with --samples_per_plugin scalars=0 or run `tb-crash-signals scan LOGDIR` for full resolution.',
+        ),
+      );
+    }
+  }
+
+  renderNoRuns() {
+    this.destroyCharts();
+    this.state.analysis = null;
+    this.state.analysisText = null;
+    clear(this.view);
+    this.view.appendChild(
+      el('div', {class: 'cs-card cs-empty'}, [
+        el('h3', {class: 'cs-card-title', text: 'No runs'}),
+        el('p', {
+          text: 'No run with scalar data was found in the logdir. Crash Signals analyses the scalars TensorBoard loads (loss, gradient norm, learning rate, update ratio); runs appear here as their event files are written.',
+        }),
+      ]),
+    );
+  }
+
+  destroyCharts() {
+    if (this.group) this.group.destroy();
+    this.group = null;
+    this.resizeObserver.disconnect();
+  }
+
+  renderRun() {
+    const a = this.state.analysis;
+    const entry = this.state.runs.find((r) => r.run === a.run) || {};
+    this.destroyCharts();
+    clear(this.view);
+    this.view.appendChild(runHeader(a, entry));
+    if (a.health === 'no_signals' || !presentCharts(a).length) {
+      this.view.appendChild(noSignalsView(a));
+      this.findingsEl = null;
+      return;
+    }
+    this.view.appendChild(this.makeControls());
+    this.chartsEl = el('div', {class: 'cs-charts'});
+    this.view.appendChild(this.chartsEl);
+    this.findingsEl = this.makeFindings();
+    this.view.appendChild(this.findingsEl);
+    this.buildCharts();
+    this.highlightFocus();
+  }
+
+  makeControls() {
+    const value = el('span', {class: 'cs-smoothing-value', text: this.state.smoothing.toFixed(2)});
+    const slider = el('input', {
+      class: 'cs-smoothing',
+      attrs: {type: 'range', min: '0', max: '0.99', step: '0.01', value: String(this.state.smoothing), 'aria-label': 'Smoothing'},
+      on: {
+        input: () => {
+          this.state.smoothing = Number(slider.value);
+          value.textContent = this.state.smoothing.toFixed(2);
+          this.updateSmoothing();
+        },
+      },
+    });
+    return el('div', {class: 'cs-controls'}, [
+      el('label', {class: 'cs-control'}, [el('span', {class: 'cs-control-label', text: 'Smoothing'}), slider, value]),
+      el('button', {class: 'cs-button', text: 'Reset zoom', attrs: {type: 'button'}, on: {click: () => this.resetZoom()}}),
+      el('span', {class: 'cs-hint', text: 'drag on a chart to zoom · double-click to reset · markers stay on raw steps'}),
+      el('span', {class: 'cs-legend-key'}, [
+        el('span', {class: 'cs-key cs-key-warning', text: '▲'}),
+        ' warning ',
+        el('span', {class: 'cs-key cs-key-critical', text: '◆'}),
+        ' critical ',
+        el('span', {class: 'cs-key cs-key-nonfinite', text: '✕'}),
+        ' non-finite',
+      ]),
+    ]);
+  }
+
+  makeFindings() {
+    return findingsTable(this.state.analysis.episodes || [], {
+      rules: this.rules,
+      onZoom: (i) => this.zoomTo(i),
+      onReset: () => this.resetZoom(),
+    });
+  }
+
+  chartLog(spec, a) {
+    const vals = spec.signals.filter((s) => a.series[s]).map((s) => a.series[s].values);
+    const possible = canLog(vals);
+    const want = spec.id in this.state.log ? this.state.log[spec.id] : spec.log;
+    return {possible, log: possible && want};
+  }
+
+  buildCharts() {
+    const a = this.state.analysis;
+    const charts = presentCharts(a);
+    const extent = stepExtent(a);
+    this.extent = extent;
+    this.group = new ChartGroup();
+    this.group.onChange = (min, max) => {
+      const full = min <= extent.min && max >= extent.max;
+      this.state.zoom = full ? null : {min, max};
+    };
+    this.plotEls = new Map();
+    for (const spec of charts) {
+      const {possible, log} = this.chartLog(spec, a);
+      const chips = this.chartChips(spec, a);
+      const toggle = el('button', {
+        class: `cs-toggle${log ? ' cs-on' : ''}`,
+        text: log ? 'log' : 'linear',
+        title: possible ? 'toggle log / linear y axis' : 'log scale needs positive values',
+        attrs: {type: 'button', disabled: !possible, 'aria-pressed': log ? 'true' : 'false', 'data-log-toggle': spec.id},
+        on: {
+          click: () => {
+            this.state.log[spec.id] = !log;
+            this.rebuildCharts();
+          },
+        },
+      });
+      const plot = el('div', {class: 'cs-plot'});
+      const card = el('section', {class: 'cs-card cs-chart', attrs: {'data-chart': spec.id}}, [
+        el('div', {class: 'cs-card-head'}, [el('span', {class: 'cs-card-title', text: spec.title}), ...chips, el('span', {class: 'cs-spacer'}), toggle]),
+        plot,
+      ]);
+      this.chartsEl.appendChild(card);
+      const width = Math.max(plot.clientWidth, 240);
+      const u = makeChart(plot, spec, {
+        analysis: a,
+        charts,
+        extent,
+        smoothing: this.state.smoothing,
+        log,
+        width,
+        height: CHART_HEIGHT,
+        syncKey: `cs-${a.run}`,
+        group: this.group,
+        onSelectEpisode: (i) => this.zoomTo(i),
+      });
+      u._csLog = log;
+      this.group.add(u);
+      this.plotEls.set(u, plot);
+    }
+    if (this.state.zoom) this.group.setX(this.state.zoom.min, this.state.zoom.max);
+    this.resizeObserver.observe(this.chartsEl);
+  }
+
+  chartChips(spec, a) {
+    const chips = [];
+    if (spec.id === 'loss' && a.gap_band && a.gap_band.steps && a.gap_band.steps.length) {
+      chips.push(
+        el('span', {
+          class: 'cs-chip cs-chip-gap',
+          attrs: {'data-gap-band': '1'},
+          title: 'shaded where validation loss is above train loss',
+          text: 'val–train gap',
+        }),
+      );
+    }
+    const t = (a.thresholds || {})[spec.signals[0]];
+    if (t !== null && t !== undefined) chips.push(el('span', {class: 'cs-chip cs-chip-threshold', text: `threshold ${fmtNum(t)}`}));
+    const b = (a.bands || {})[spec.signals[0]];
+    if (Array.isArray(b) && b.length === 2) {
+      chips.push(el('span', {class: 'cs-chip cs-chip-band', text: `healthy ${fmtNum(b[0])}–${fmtNum(b[1])}`}));
+    }
+    const fits = (a.fits || []).filter((f) => spec.signals.includes(f.signal));
+    if (fits.length) chips.push(el('span', {class: 'cs-chip cs-chip-fit', text: 'growth fit'}));
+    let nonfinite = 0;
+    for (const s of spec.signals) nonfinite += ((a.nonfinite || {})[s] || []).length;
+    if (nonfinite) chips.push(el('span', {class: 'cs-chip cs-chip-nonfinite', text: `${nonfinite} non-finite`}));
+    return chips;
+  }
+
+  rebuildCharts() {
+    this.destroyCharts();
+    clear(this.chartsEl);
+    this.buildCharts();
+    this.highlightFocus();
+  }
+
+  updateSmoothing() {
+    if (!this.group) return;
+    for (const u of this.group.charts) {
+      updateChartData(u, this.state.analysis, u._csSpec, {smoothing: this.state.smoothing, log: u._csLog, extent: this.extent});
+    }
+  }
+
+  onResize() {
+    if (!this.group) return;
+    cancelAnimationFrame(this.resizeFrame);
+    this.resizeFrame = requestAnimationFrame(() => {
+      if (!this.group) return;
+      for (const u of this.group.charts) {
+        const w = Math.max(this.plotEls.get(u).clientWidth, 240);
+        if (Math.abs(w - u.width) > 1) u.setSize({width: w, height: CHART_HEIGHT});
+      }
+    });
+  }
+
+  zoomTo(index) {
+    const ep = (this.state.analysis.episodes || [])[index];
+    if (!ep || !this.group) return;
+    const r = zoomRange(ep, this.extent);
+    this.state.zoom = r;
+    this.state.focus = index;
+    this.group.setX(r.min, r.max);
+    this.highlightFocus();
+  }
+
+  resetZoom() {
+    this.state.zoom = null;
+    this.state.focus = null;
+    if (this.group) this.group.setX(this.extent.min, this.extent.max);
+    this.highlightFocus();
+  }
+
+  highlightFocus() {
+    const f = this.state.focus;
+    for (const node of this.view.querySelectorAll('[data-finding]')) {
+      node.classList.toggle('cs-focus', f !== null && node.getAttribute('data-finding') === String(f));
+    }
+    for (const node of this.view.querySelectorAll('[data-episode]')) {
+      node.classList.toggle('cs-focus', f !== null && node.getAttribute('data-episode') === String(f));
+    }
+  }
+}
+
+let app = null;
+
+/** Entry point: TensorBoard calls render() with no arguments once the module is imported. */
+export async function render() {
+  if (app) return;
+  document.documentElement.classList.add('cs-root');
+  const root = el('div', {class: 'cs-mount'});
+  document.body.appendChild(root);
+  await loadStylesheet();
+  app = new App(root);
+  connectToHost({onReload: () => app.refresh()});
+  await app.refresh();
+}

@@ -1,0 +1,380 @@
+// Data shaping for the Crash Signals tab. Pure: no DOM, no uPlot, no fetch.
+// Everything here is unit-tested with `node --test` (frontend/test/).
+
+import {toNum, fmtStep, plural} from './format.js';
+
+export const SIGNALS = ['train_loss', 'val_loss', 'grad_norm', 'update_ratio', 'lr'];
+
+export const HEALTH_RANK = {critical: 0, warning: 1, ok: 2, no_signals: 3};
+
+export const HEALTH_LABEL = {
+  critical: 'critical',
+  warning: 'warning',
+  ok: 'ok',
+  no_signals: 'no signals',
+};
+
+/** Shape and colour both encode severity, so markers survive greyscale and colour-blindness. */
+export const SEVERITY = {
+  critical: {glyph: '◆', label: 'critical', color: '#d32f2f'},
+  warning: {glyph: '▲', label: 'warning', color: '#e69500'},
+};
+
+export function severityOf(sev) {
+  return SEVERITY[sev] || SEVERITY.warning;
+}
+
+export const SIGNAL_LABEL = {
+  train_loss: 'train loss',
+  val_loss: 'val loss',
+  grad_norm: 'grad norm',
+  update_ratio: 'update ratio',
+  lr: 'learning rate',
+};
+
+/** The four charts of a run, in display order. `log`: default y distribution. */
+export const CHARTS = [
+  {id: 'loss', title: 'loss', signals: ['train_loss', 'val_loss'], log: false},
+  {id: 'grad_norm', title: 'grad norm', signals: ['grad_norm'], log: true},
+  {id: 'lr', title: 'learning rate', signals: ['lr'], log: false},
+  {id: 'update_ratio', title: 'update ratio', signals: ['update_ratio'], log: true},
+];
+
+// ---------------------------------------------------------------------------------------------
+// Run list
+
+/** Stable sort: critical, warning, ok, no_signals; the server's order is kept within a health. */
+export function rankRuns(runs) {
+  const rank = (r) => (r.health in HEALTH_RANK ? HEALTH_RANK[r.health] : 4);
+  return runs
+    .map((r, i) => [r, i])
+    .sort((a, b) => rank(a[0]) - rank(b[0]) || a[1] - b[1])
+    .map(([r]) => r);
+}
+
+/**
+ * Filters runs by a case-insensitive regex on the run name, like TensorBoard's run filter.
+ * An invalid pattern filters nothing and returns its error message instead of throwing.
+ */
+export function filterRuns(runs, pattern) {
+  if (!pattern) return {runs, error: null};
+  let re;
+  try {
+    re = new RegExp(pattern, 'i');
+  } catch (e) {
+    return {runs, error: `invalid regex: ${e.message}`};
+  }
+  return {runs: runs.filter((r) => re.test(r.run)), error: null};
+}
+
+/** Keeps the current selection if it still exists, else the first sick run, else the first run. */
+export function defaultSelection(runs, current) {
+  if (current !== null && current !== undefined && runs.some((r) => r.run === current)) {
+    return current;
+  }
+  const sick = runs.find((r) => r.health === 'critical' || r.health === 'warning');
+  if (sick) return sick.run;
+  return runs.length ? runs[0].run : null;
+}
+
+/** {warning, critical} counts of a run entry, from `counts` or from its episodes. */
+export function countsOf(entry) {
+  if (entry.counts) {
+    return {warning: entry.counts.warning || 0, critical: entry.counts.critical || 0};
+  }
+  const c = {warning: 0, critical: 0};
+  for (const ep of entry.episodes || []) {
+    if (ep.severity === 'critical') c.critical += 1;
+    else c.warning += 1;
+  }
+  return c;
+}
+
+/** One sentence: what happened, when, and how early. The server's headline wins. */
+export function headlineOf(entry) {
+  const h = entry.headline || (entry.summary && entry.summary.headline);
+  if (h) return h;
+  if (entry.health === 'no_signals') {
+    return 'no loss, gradient-norm, learning-rate or update-ratio tags recognised';
+  }
+  if (entry.health === 'ok') return 'no crash signals';
+  const c = countsOf(entry);
+  const first = entry.first_critical_step ?? entry.summary?.first_critical_step ?? null;
+  const parts = [];
+  if (c.critical) parts.push(plural(c.critical, 'critical finding'));
+  if (c.warning) parts.push(plural(c.warning, 'warning'));
+  let s = parts.join(', ') || entry.health;
+  if (first !== null && first !== undefined) s += `; first critical at step ${fmtStep(first)}`;
+  return s;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Series
+
+/**
+ * TensorBoard's debiased exponential moving average. Non-finite points (null) stay null and are
+ * skipped, so they neither reset nor poison the average.
+ */
+export function smoothEMA(values, weight) {
+  const w = Math.min(Math.max(Number(weight) || 0, 0), 0.999);
+  const out = new Array(values.length);
+  if (w === 0) {
+    for (let i = 0; i < values.length; i++) out[i] = toNum(values[i]);
+    return out;
+  }
+  let last = 0;
+  let n = 0;
+  for (let i = 0; i < values.length; i++) {
+    const v = toNum(values[i]);
+    if (v === null) {
+      out[i] = null;
+      continue;
+    }
+    last = last * w + (1 - w) * v;
+    n += 1;
+    out[i] = last / (1 - Math.pow(w, n));
+  }
+  return out;
+}
+
+/** Whether a log scale can show these values (every finite value > 0, at least one value). */
+export function canLog(valueLists) {
+  let any = false;
+  for (const vals of valueLists) {
+    for (const v of vals) {
+      const x = toNum(v);
+      if (x === null) continue;
+      if (x <= 0) return false;
+      any = true;
+    }
+  }
+  return any;
+}
+
+/** Sorted union of several step arrays (numbers only). */
+export function unionSteps(...lists) {
+  const set = new Set();
+  for (const l of lists) for (const s of l || []) if (toNum(s) !== null) set.add(s);
+  return Float64Array.from(set).sort();
+}
+
+/** Places values keyed by their own steps onto a shared x array; missing points are null. */
+export function alignTo(xs, steps, values) {
+  const idx = new Map();
+  for (let i = 0; i < xs.length; i++) idx.set(xs[i], i);
+  const out = new Array(xs.length).fill(null);
+  for (let i = 0; i < steps.length; i++) {
+    const j = idx.get(steps[i]);
+    if (j !== undefined) out[j] = toNum(values[i]);
+  }
+  return out;
+}
+
+/** The charts this run can draw (those with at least one non-empty series). */
+export function presentCharts(analysis) {
+  const series = analysis.series || {};
+  const has = (s) => series[s] && series[s].steps && series[s].steps.length > 0;
+  return CHARTS.filter((c) => c.signals.some(has));
+}
+
+/** The chart an episode or fit of `signal` is drawn on; falls back to the first chart. */
+export function chartIdFor(signal, charts) {
+  const own = charts.find((c) => c.signals.includes(signal));
+  if (own) return own.id;
+  return charts.length ? charts[0].id : null;
+}
+
+/** [min, max] step over everything the run draws, so all charts share one x range. */
+export function stepExtent(analysis) {
+  let lo = Infinity;
+  let hi = -Infinity;
+  const see = (s) => {
+    const x = toNum(s);
+    if (x === null) return;
+    if (x < lo) lo = x;
+    if (x > hi) hi = x;
+  };
+  for (const ser of Object.values(analysis.series || {})) {
+    const st = ser.steps || [];
+    if (st.length) {
+      see(st[0]);
+      see(st[st.length - 1]);
+    }
+  }
+  for (const ep of analysis.episodes || []) {
+    see(ep.start_step);
+    see(ep.end_step);
+  }
+  for (const f of analysis.fits || []) {
+    see(f.start_step);
+    see(f.projected_step);
+  }
+  for (const list of Object.values(analysis.nonfinite || {})) for (const p of list) see(p.step);
+  if (lo === Infinity) return {min: 0, max: 1};
+  if (lo === hi) return {min: lo - 1, max: hi + 1};
+  return {min: lo, max: hi};
+}
+
+/**
+ * uPlot data for one chart: `[xs, raw1, smooth1, raw2, smooth2, (gapVal, gapTrain)]`.
+ * Raw columns keep every point (drawn faint), smoothed ones are drawn on top. In log mode values
+ * <= 0 become gaps. `cols` says what each column is, so chart code can style it.
+ */
+export function chartData(analysis, chart, {smoothing = 0, log = false, extent = null} = {}) {
+  const series = analysis.series || {};
+  const present = chart.signals.filter((s) => series[s] && series[s].steps && series[s].steps.length);
+  const gap = chart.id === 'loss' && analysis.gap_band && analysis.gap_band.steps ? analysis.gap_band : null;
+  const stepLists = present.map((s) => series[s].steps);
+  if (gap) stepLists.push(gap.steps);
+  if (extent) stepLists.push([extent.min, extent.max]);
+  const xs = unionSteps(...stepLists);
+  const clean = (arr) => (log ? arr.map((v) => (v !== null && v > 0 ? v : null)) : arr);
+  const data = [xs];
+  const cols = [{role: 'x'}];
+  for (const s of present) {
+    const {steps, values} = series[s];
+    data.push(clean(alignTo(xs, steps, values)));
+    cols.push({role: 'raw', signal: s});
+    data.push(clean(alignTo(xs, steps, smoothEMA(values, smoothing))));
+    cols.push({role: 'smooth', signal: s});
+  }
+  let band = null;
+  if (gap) {
+    data.push(clean(alignTo(xs, gap.steps, gap.val)));
+    cols.push({role: 'gap_val', signal: 'val_loss'});
+    data.push(clean(alignTo(xs, gap.steps, gap.train)));
+    cols.push({role: 'gap_train', signal: 'train_loss'});
+    band = [data.length - 2, data.length - 1];
+  }
+  return {data, cols, band};
+}
+
+// ---------------------------------------------------------------------------------------------
+// Overlays geometry
+
+/**
+ * Points of a growth fit, value(s) = start_value * exp(growth_per_step * (s - start_step)), from
+ * its start to the projected threshold crossing (or its end if it projects none).
+ */
+export function fitLine(fit, n = 48) {
+  const s0 = toNum(fit.start_step);
+  const v0 = toNum(fit.start_value);
+  const g = toNum(fit.growth_per_step);
+  if (s0 === null || v0 === null || g === null) return {steps: [], values: []};
+  let s1 = toNum(fit.projected_step);
+  const end = toNum(fit.end_step);
+  if (s1 === null || (end !== null && s1 < end)) s1 = end ?? s0;
+  const steps = [];
+  const values = [];
+  const k = Math.max(2, n);
+  for (let i = 0; i < k; i++) {
+    const s = s0 + ((s1 - s0) * i) / (k - 1);
+    steps.push(s);
+    values.push(v0 * Math.exp(g * (s - s0)));
+  }
+  return {steps, values};
+}
+
+/** "explodes in ~35 steps" (counted from the step the fit was made), or what is known instead. */
+export function fitLabel(fit) {
+  const p = toNum(fit.projected_step);
+  const e = toNum(fit.end_step);
+  if (p !== null && e !== null) {
+    const n = Math.round(p - e);
+    if (n > 0) return `explodes in ~${n} step${n === 1 ? '' : 's'}`;
+    return 'at the threshold';
+  }
+  const d = toNum(fit.doubling_steps);
+  return d !== null ? `doubling every ~${Math.round(d)} steps` : 'growth fit';
+}
+
+/**
+ * Horizontal placement of an episode, in CSS pixels of the plot area. A run of steps wider than
+ * `minSpan` pixels is a span; a single step (or a zoomed-out short run) is a tick.
+ */
+export function episodeBox(x0, x1, plotWidth, minSpan = 4) {
+  if (!(x1 >= x0)) [x0, x1] = [x1, x0];
+  if (!Number.isFinite(x0) || !Number.isFinite(x1)) return {visible: false, kind: 'tick', left: 0, width: 0};
+  if (x1 < -0.5 || x0 > plotWidth + 0.5) return {visible: false, kind: 'tick', left: 0, width: 0};
+  const left = Math.max(0, x0);
+  const right = Math.min(plotWidth, x1);
+  if (x1 - x0 >= minSpan) return {visible: true, kind: 'span', left, width: Math.max(right - left, 1)};
+  return {visible: true, kind: 'tick', left: Math.min(Math.max(x0, 0), plotWidth), width: 0};
+}
+
+const NONFINITE_LABEL = {NaN: 'NaN', Infinity: '+Inf', '-Infinity': '-Inf', null: 'NaN'};
+
+/** Non-finite points as edge markers: -Infinity at the bottom edge, NaN and +Infinity at the top. */
+export function nonfiniteMarks(list) {
+  return (list || [])
+    .filter((p) => toNum(p.step) !== null)
+    .map((p) => ({
+      step: p.step,
+      value: String(p.value ?? 'NaN'),
+      edge: String(p.value).startsWith('-') ? 'bottom' : 'top',
+    }));
+}
+
+/** x range that shows an episode with some context; never beyond the run's extent. */
+export function zoomRange(ep, extent) {
+  const s = toNum(ep.start_step);
+  const e = toNum(ep.end_step) ?? s;
+  const total = extent.max - extent.min;
+  const width = Math.max(e - s, 0);
+  const margin = Math.max(width * 0.5, total * 0.02, 5);
+  let min = Math.max(extent.min, s - margin);
+  let max = Math.min(extent.max, e + margin);
+  if (max <= min) {
+    min = s - 5;
+    max = s + 5;
+  }
+  return {min, max};
+}
+
+/** Tooltip text of an episode: rule, severity, step span, peak, message, advice. */
+export function episodeTitle(ep) {
+  const lines = [`${ep.code} ${ep.rule} (${ep.severity})`];
+  const span =
+    ep.end_step !== null && ep.end_step !== undefined && ep.end_step !== ep.start_step
+      ? `steps ${fmtStep(ep.start_step)}–${ep.open ? '…' : fmtStep(ep.end_step)}`
+      : `step ${fmtStep(ep.start_step)}`;
+  let peak = '';
+  if (ep.peak_step !== null && ep.peak_step !== undefined) {
+    const pv = ep.peak_value === null || ep.peak_value === undefined ? 'non-finite' : String(+Number(ep.peak_value).toPrecision(4));
+    peak = ` · peak ${pv} at ${fmtStep(ep.peak_step)}`;
+  }
+  lines.push(span + peak);
+  if (ep.message) lines.push(ep.message);
+  if (ep.advice) lines.push(`→ ${ep.advice}`);
+  return lines.join('\n');
+}
+
+// ---------------------------------------------------------------------------------------------
+// Unrecognised tags
+
+/** A TOML basic string (JSON string escapes are valid TOML basic-string escapes). */
+export function tomlString(s) {
+  return JSON.stringify(String(s));
+}
+
+/** A `crash_signals.toml` snippet mapping a run's tags, guessing from names where it can. */
+export function tomlSnippet(tagsByRun) {
+  const tags = [];
+  for (const list of Object.values(tagsByRun || {})) for (const t of list) if (!tags.includes(t)) tags.push(t);
+  const guess = (re) => tags.find((t) => re.test(t));
+  const lines = ['[signals]'];
+  const train = guess(/loss|nll|objective/i);
+  lines.push(`train_loss = ${tomlString(train || 'your/loss/tag')}`);
+  const rest = [
+    ['val_loss', /val|eval|valid/i],
+    ['grad_norm', /grad|gnorm/i],
+    ['lr', /(^|[^a-z])lr|learning.?rate/i],
+    ['update_ratio', /update/i],
+  ];
+  for (const [sig, re] of rest) {
+    const t = guess(re);
+    if (t && t !== train) lines.push(`${sig} = ${tomlString(t)}`);
+    else lines.push(`# ${sig} = "your/${sig.replace('_', '/')}/tag"`);
+  }
+  return lines.join('\n');
+}

@@ -1,0 +1,306 @@
+// uPlot plugins, one per overlay kind. Each is a factory taking its data through its options and
+// returning {hooks} (uPlot.d.ts `Plugin`). Canvas overlays draw in the `draw`/`drawAxes` hooks,
+// clipped to u.bbox, in device pixels; DOM overlays live in u.over and are re-placed in
+// drawClear/setScale. Text reaches the DOM through textContent and attributes only.
+
+import {episodeBox, episodeTitle, fitLine, fitLabel, severityOf} from './model.js';
+import {fmtNum, fmtStep} from './format.js';
+
+const FONT = 'Roboto, "Helvetica Neue", Arial, sans-serif';
+
+function pxr() {
+  return (typeof devicePixelRatio === 'number' && devicePixelRatio) || 1;
+}
+
+function withClip(u, fn) {
+  const {ctx} = u;
+  const {left, top, width, height} = u.bbox;
+  ctx.save();
+  ctx.beginPath();
+  ctx.rect(left, top, width, height);
+  ctx.clip();
+  try {
+    fn(ctx, u.bbox);
+  } finally {
+    ctx.restore();
+  }
+}
+
+function plotWidth(u) {
+  return u.bbox.width / pxr();
+}
+
+/**
+ * Episodes as DOM spans/ticks with a severity glyph (▲ warning, ◆ critical) at the top edge.
+ * opts.episodes: [{ep, index}] (index into the run's episode list, exposed as data-episode);
+ * opts.onSelect(index): called when a glyph is clicked.
+ */
+export function episodesPlugin({episodes = [], onSelect = null} = {}) {
+  let items = null;
+
+  function create(u) {
+    items = episodes.map(({ep, index}) => {
+      const sev = ep.severity === 'critical' ? 'critical' : 'warning';
+      const el = document.createElement('div');
+      el.className = `cs-ep cs-ep-${sev}`;
+      el.setAttribute('data-episode', String(index));
+      el.setAttribute('data-code', String(ep.code ?? ''));
+      el.setAttribute('data-severity', sev);
+      el.setAttribute('data-start-step', String(ep.start_step));
+      el.title = episodeTitle(ep);
+      const glyph = document.createElement('span');
+      glyph.className = 'cs-ep-glyph';
+      glyph.textContent = severityOf(sev).glyph;
+      glyph.setAttribute('role', 'button');
+      glyph.setAttribute('aria-label', `${ep.code} ${ep.rule} at step ${ep.start_step}`);
+      if (onSelect) {
+        glyph.addEventListener('mousedown', (e) => e.stopPropagation());
+        glyph.addEventListener('click', (e) => {
+          e.stopPropagation();
+          onSelect(index);
+        });
+      }
+      el.appendChild(glyph);
+      u.over.appendChild(el);
+      return {ep, el};
+    });
+  }
+
+  function place(u) {
+    if (!items) create(u);
+    const w = plotWidth(u);
+    const lanes = [];
+    for (const {ep, el} of items) {
+      const x0 = u.valToPos(ep.start_step, 'x');
+      const x1 = u.valToPos(ep.end_step ?? ep.start_step, 'x');
+      const box = episodeBox(x0, x1, w);
+      el.style.display = box.visible ? '' : 'none';
+      if (!box.visible) continue;
+      el.classList.toggle('cs-ep-span', box.kind === 'span');
+      el.classList.toggle('cs-ep-tick', box.kind === 'tick');
+      el.style.left = `${box.left}px`;
+      el.style.width = `${box.width}px`;
+      // Stack glyphs that would overlap at the top edge.
+      const gx = box.kind === 'span' ? Math.max(x0, 0) : box.left;
+      let lane = 0;
+      while (lanes.some((l) => l.lane === lane && Math.abs(l.x - gx) < 11)) lane += 1;
+      lanes.push({lane, x: gx});
+      el.style.setProperty('--lane', String(lane));
+    }
+  }
+
+  return {
+    hooks: {
+      ready: [place],
+      drawClear: [place],
+      setScale: [(u, key) => key === 'x' && items && place(u)],
+    },
+  };
+}
+
+/**
+ * Growth fits: the fitted window solid, its extension to the projected threshold crossing dashed,
+ * and a DOM label "explodes in ~N steps" (data-fit, data-projected-step) at the crossing.
+ */
+export function fitPlugin({fits = [], color = '#c62828', scale = 'y'} = {}) {
+  const lines = fits.map((fit) => ({fit, line: fitLine(fit)}));
+  let labels = null;
+
+  function draw(u) {
+    const r = pxr();
+    withClip(u, (ctx) => {
+      for (const {fit, line} of lines) {
+        if (!line.steps.length) continue;
+        ctx.strokeStyle = color;
+        ctx.lineWidth = 2 * r;
+        const seg = (a, b) => {
+          const out = [];
+          for (let i = 0; i <= 24; i++) {
+            const st = a + ((b - a) * i) / 24;
+            const v = fit.start_value * Math.exp(fit.growth_per_step * (st - fit.start_step));
+            out.push([u.valToPos(st, 'x', true), u.valToPos(v, scale, true)]);
+          }
+          return out;
+        };
+        const s0 = line.steps[0];
+        const s1 = line.steps[line.steps.length - 1];
+        const mid = Math.min(Math.max(fit.end_step ?? s1, s0), s1);
+        for (const [part, dash] of [[seg(s0, mid), []], [seg(mid, s1), [5 * r, 4 * r]]]) {
+          if (part[0][0] === part[part.length - 1][0]) continue;
+          ctx.setLineDash(dash);
+          ctx.beginPath();
+          part.forEach(([x, y], i) => (i ? ctx.lineTo(x, y) : ctx.moveTo(x, y)));
+          ctx.stroke();
+        }
+        ctx.setLineDash([]);
+        if (fit.projected_step !== null && fit.projected_step !== undefined) {
+          const last = line.steps.length - 1;
+          const x = u.valToPos(line.steps[last], 'x', true);
+          const y = u.valToPos(line.values[last], scale, true);
+          ctx.fillStyle = '#fff';
+          ctx.beginPath();
+          ctx.arc(x, y, 4 * r, 0, 2 * Math.PI);
+          ctx.fill();
+          ctx.stroke();
+        }
+      }
+    });
+  }
+
+  function place(u) {
+    if (!labels) {
+      labels = lines.map(({fit}) => {
+        const el = document.createElement('div');
+        el.className = 'cs-fit-label';
+        el.setAttribute('data-fit', String(fit.code ?? ''));
+        el.setAttribute('data-projected-step', String(fit.projected_step ?? ''));
+        el.textContent = fitLabel(fit);
+        const parts = [
+          `${fit.code ?? ''} growth fit over steps ${fmtStep(fit.start_step)}–${fmtStep(fit.end_step)}`,
+        ];
+        if (fit.doubling_steps != null) parts.push(`doubling every ${fmtNum(fit.doubling_steps)} steps`);
+        if (fit.r2 != null) parts.push(`r² ${fmtNum(fit.r2)}`);
+        if (fit.projected_step != null) {
+          parts.push(`projected to cross ${fmtNum(fit.threshold)} at step ${fmtStep(fit.projected_step)}`);
+        }
+        el.title = parts.join('\n');
+        u.over.appendChild(el);
+        return el;
+      });
+    }
+    const w = plotWidth(u);
+    lines.forEach(({line}, i) => {
+      const el = labels[i];
+      if (!line.steps.length) {
+        el.style.display = 'none';
+        return;
+      }
+      const last = line.steps.length - 1;
+      const x = u.valToPos(line.steps[last], 'x');
+      const y = u.valToPos(line.values[last], scale);
+      const visible = x >= -1 && x <= w + 1;
+      el.style.display = visible ? '' : 'none';
+      const right = x > w - 140;
+      el.style.left = `${right ? x - 8 : x + 8}px`;
+      el.style.top = `${Math.max(0, y)}px`;
+      el.classList.toggle('cs-fit-label-left', right);
+    });
+  }
+
+  return {
+    hooks: {
+      draw: [draw],
+      ready: [place],
+      drawClear: [place],
+    },
+  };
+}
+
+/** A horizontal reference line (e.g. the explosion threshold) with a label at its right end. */
+export function thresholdPlugin({value, label = '', color = '#c62828', scale = 'y'} = {}) {
+  return {
+    hooks: {
+      draw: [
+        (u) => {
+          if (value === null || value === undefined) return;
+          const r = pxr();
+          withClip(u, (ctx, bb) => {
+            const y = Math.round(u.valToPos(value, scale, true)) + 0.5;
+            ctx.strokeStyle = color;
+            ctx.lineWidth = 1 * r;
+            ctx.setLineDash([2 * r, 3 * r]);
+            ctx.beginPath();
+            ctx.moveTo(bb.left, y);
+            ctx.lineTo(bb.left + bb.width, y);
+            ctx.stroke();
+            ctx.setLineDash([]);
+            if (label) {
+              ctx.font = `${10 * r}px ${FONT}`;
+              ctx.fillStyle = color;
+              ctx.textAlign = 'left';
+              const below = y - bb.top < 14 * r;
+              ctx.textBaseline = below ? 'top' : 'bottom';
+              ctx.fillText(label, bb.left + 4 * r, below ? y + 2 * r : y - 2 * r);
+            }
+          });
+        },
+      ],
+    },
+  };
+}
+
+/** A shaded horizontal band between two values (e.g. the healthy update-ratio range). */
+export function hbandPlugin({lo, hi, fill = 'rgba(46, 125, 50, 0.08)', edge = 'rgba(46, 125, 50, 0.35)', scale = 'y'} = {}) {
+  return {
+    hooks: {
+      drawAxes: [
+        (u) => {
+          if (lo == null || hi == null) return;
+          const r = pxr();
+          withClip(u, (ctx, bb) => {
+            const y0 = u.valToPos(hi, scale, true);
+            const y1 = u.valToPos(lo, scale, true);
+            ctx.fillStyle = fill;
+            ctx.fillRect(bb.left, y0, bb.width, y1 - y0);
+            ctx.strokeStyle = edge;
+            ctx.lineWidth = r;
+            ctx.setLineDash([4 * r, 4 * r]);
+            for (const y of [y0, y1]) {
+              ctx.beginPath();
+              ctx.moveTo(bb.left, Math.round(y) + 0.5);
+              ctx.lineTo(bb.left + bb.width, Math.round(y) + 0.5);
+              ctx.stroke();
+            }
+            ctx.setLineDash([]);
+          });
+        },
+      ],
+    },
+  };
+}
+
+/**
+ * Non-finite values (they have no y): a red cross at the plot's top edge (NaN, +Inf) or bottom
+ * edge (-Inf) at each step, drawn on the canvas because a crashed run can have thousands.
+ */
+export function nonfinitePlugin({marks = [], color = '#d32f2f'} = {}) {
+  return {
+    hooks: {
+      draw: [
+        (u) => {
+          if (!marks.length) return;
+          const r = pxr();
+          const s = 3.5 * r;
+          withClip(u, (ctx, bb) => {
+            ctx.strokeStyle = color;
+            ctx.lineWidth = 1.5 * r;
+            let lastX = {top: -Infinity, bottom: -Infinity};
+            let firstX = null;
+            ctx.beginPath();
+            for (const m of marks) {
+              const x = u.valToPos(m.step, 'x', true);
+              if (x < bb.left - s || x > bb.left + bb.width + s) continue;
+              if (x - lastX[m.edge] < 2 * s) continue;
+              lastX[m.edge] = x;
+              if (firstX === null) firstX = {x, edge: m.edge, value: m.value};
+              const y = m.edge === 'top' ? bb.top + s + 1 : bb.top + bb.height - s - 1;
+              ctx.moveTo(x - s, y - s);
+              ctx.lineTo(x + s, y + s);
+              ctx.moveTo(x + s, y - s);
+              ctx.lineTo(x - s, y + s);
+            }
+            ctx.stroke();
+            if (firstX) {
+              ctx.font = `bold ${10 * r}px ${FONT}`;
+              ctx.fillStyle = color;
+              ctx.textAlign = 'right';
+              ctx.textBaseline = firstX.edge === 'top' ? 'top' : 'bottom';
+              const y = firstX.edge === 'top' ? bb.top + 1 : bb.top + bb.height - 1;
+              ctx.fillText(firstX.value, firstX.x - s - 3 * r, y);
+            }
+          });
+        },
+      ],
+    },
+  };
+}

@@ -1,0 +1,177 @@
+// DOM views (no uPlot, no fetch). Every data string goes through textContent or an attribute.
+
+import {el} from './dom.js';
+import {fmtNum, fmtSpan, fmtStep, plural} from './format.js';
+import {countsOf, headlineOf, HEALTH_LABEL, severityOf, SIGNAL_LABEL, tomlSnippet} from './model.js';
+
+const HEALTH_GLYPH = {critical: '◆', warning: '▲', ok: '●', no_signals: '○'};
+
+function healthClass(h) {
+  return `cs-h-${HEALTH_LABEL[h] ? h : 'no_signals'}`;
+}
+
+/** Health pill: glyph + word, coloured; the glyph keeps it readable in greyscale. */
+export function healthBadge(health) {
+  return el('span', {class: `cs-badge ${healthClass(health)}`}, [
+    el('span', {class: 'cs-badge-glyph', text: HEALTH_GLYPH[health] || '○', attrs: {'aria-hidden': 'true'}}),
+    HEALTH_LABEL[health] || String(health),
+  ]);
+}
+
+/** One run in the run list (data-run, data-health are test hooks). */
+export function runListItem(entry, {selected, onSelect}) {
+  const c = countsOf(entry);
+  const meta = [];
+  if (c.warning) meta.push(el('span', {class: 'cs-count cs-count-warning', text: `${c.warning}▲`, title: plural(c.warning, 'warning')}));
+  if (c.critical) meta.push(el('span', {class: 'cs-count cs-count-critical', text: `${c.critical}◆`, title: plural(c.critical, 'critical finding')}));
+  if (entry.first_critical_step !== null && entry.first_critical_step !== undefined) {
+    meta.push(el('span', {class: 'cs-first', text: fmtStep(entry.first_critical_step), title: 'first critical step'}));
+  }
+  if (!meta.length) meta.push(el('span', {class: 'cs-run-status', text: HEALTH_LABEL[entry.health] || ''}));
+  const li = el(
+    'li',
+    {
+      class: `cs-run${selected ? ' cs-selected' : ''}`,
+      attrs: {
+        'data-run': entry.run,
+        'data-health': entry.health,
+        role: 'option',
+        'aria-selected': selected ? 'true' : 'false',
+        tabindex: '0',
+      },
+      title: `${entry.run}\n${headlineOf(entry)}`,
+      on: {
+        click: () => onSelect(entry.run),
+        keydown: (e) => {
+          if (e.key === 'Enter' || e.key === ' ') {
+            e.preventDefault();
+            onSelect(entry.run);
+          }
+        },
+      },
+    },
+    [
+      el('span', {class: `cs-dot ${healthClass(entry.health)}`, text: HEALTH_GLYPH[entry.health] || '○', attrs: {'aria-hidden': 'true'}}),
+      el('span', {class: 'cs-run-name', text: entry.run}),
+      el('span', {class: 'cs-run-meta'}, meta),
+    ],
+  );
+  return li;
+}
+
+export function banner(kind, text, extra = null) {
+  return el('div', {class: `cs-banner cs-banner-${kind}`, attrs: {role: kind === 'error' ? 'alert' : 'status'}}, [
+    el('span', {class: 'cs-banner-icon', text: kind === 'error' ? '!' : 'i', attrs: {'aria-hidden': 'true'}}),
+    el('span', {class: 'cs-banner-text', text}),
+    extra,
+  ]);
+}
+
+/** Title, health, one-sentence headline and a line of facts. */
+export function runHeader(analysis, runEntry) {
+  const c = countsOf(runEntry && runEntry.counts ? runEntry : analysis);
+  const s = analysis.summary || {};
+  const facts = [];
+  if (c.critical) facts.push(plural(c.critical, 'critical finding'));
+  if (c.warning) facts.push(plural(c.warning, 'warning'));
+  const points = analysis.points || {};
+  const maxPoints = Math.max(0, ...Object.values(points).filter((v) => typeof v === 'number'));
+  if (maxPoints) facts.push(`${fmtStep(maxPoints)} points`);
+  if (s.loss_trend) facts.push(`loss ${s.loss_trend}`);
+  if (s.grad_norm_max !== null && s.grad_norm_max !== undefined) facts.push(`max grad norm ${fmtNum(s.grad_norm_max)}`);
+  if (s.val_train_gap !== null && s.val_train_gap !== undefined) facts.push(`val–train gap ${fmtNum(s.val_train_gap)}`);
+  const sigs = Object.entries(analysis.signals || {})
+    .filter(([, ref]) => ref)
+    .map(([sig, ref]) => `${SIGNAL_LABEL[sig] || sig} ← ${ref.run !== analysis.run ? `${ref.run}:` : ''}${ref.tag}`);
+  return el('header', {class: 'cs-run-head'}, [
+    el('div', {class: 'cs-title-row'}, [
+      el('h2', {class: 'cs-run-title', text: analysis.run, title: analysis.run}),
+      healthBadge(analysis.health),
+    ]),
+    el('p', {class: 'cs-headline', text: headlineOf({...runEntry, ...analysis, headline: (runEntry && runEntry.headline) || analysis.headline})}),
+    facts.length ? el('p', {class: 'cs-meta', text: facts.join(' · '), title: sigs.join('\n')}) : null,
+  ]);
+}
+
+/** A run whose tags matched no signal: its tags, and how to map them. */
+export function noSignalsView(analysis) {
+  const tags = analysis.tags || {};
+  const lists = Object.entries(tags).map(([run, list]) =>
+    el('div', {class: 'cs-tags-run'}, [
+      el('div', {class: 'cs-tags-run-name', text: run}),
+      list.length
+        ? el('ul', {class: 'cs-tags'}, list.map((t) => el('li', {}, [el('code', {text: t})])))
+        : el('p', {class: 'cs-muted', text: 'no scalar tags'}),
+    ]),
+  );
+  return el('section', {class: 'cs-card cs-nosignals'}, [
+    el('h3', {class: 'cs-card-title', text: 'No recognised signals'}),
+    el('p', {
+      text:
+        'None of this run’s scalar tags looks like a train loss, validation loss, gradient norm, learning rate or update ratio, so no rule ran.',
+    }),
+    ...(lists.length ? lists : [el('p', {class: 'cs-muted', text: 'This run has no scalar tags.'})]),
+    el('p', {}, ['Map them in ', el('code', {text: 'crash_signals.toml'}), ' at the logdir root, then reload:']),
+    el('pre', {class: 'cs-snippet', text: tomlSnippet(tags)}),
+  ]);
+}
+
+/** Findings table; rows carry data-finding (episode index). */
+export function findingsTable(episodes, {rules, onZoom, onReset}) {
+  if (!episodes.length) {
+    return el('section', {class: 'cs-card cs-findings'}, [
+      el('div', {class: 'cs-card-head'}, [el('span', {class: 'cs-card-title', text: 'Findings'})]),
+      el('p', {class: 'cs-muted cs-empty-findings', text: 'No findings: no rule fired on this run.'}),
+    ]);
+  }
+  const head = el('tr', {}, ['', 'code', 'rule', 'signal', 'steps', 'peak', 'what happened · what to do'].map((h) => el('th', {text: h})));
+  const order = episodes
+    .map((ep, index) => ({ep, index}))
+    .sort((a, b) => (a.ep.severity === b.ep.severity ? 0 : a.ep.severity === 'critical' ? -1 : 1) || a.ep.start_step - b.ep.start_step);
+  const rows = order.map(({ep, index}) => {
+    const sev = ep.severity === 'critical' ? 'critical' : 'warning';
+    const desc = rules && rules[ep.code] ? rules[ep.code].description : null;
+    return el(
+      'tr',
+      {
+        class: `cs-finding cs-sev-${sev}`,
+        attrs: {'data-finding': String(index), tabindex: '0', 'data-code': ep.code},
+        title: 'click: zoom all charts to this finding · double-click: reset zoom',
+        on: {
+          click: () => onZoom(index),
+          dblclick: () => onReset(),
+          keydown: (e) => {
+            if (e.key === 'Enter') onZoom(index);
+            if (e.key === 'Escape') onReset();
+          },
+        },
+      },
+      [
+        el('td', {class: 'cs-sev'}, [
+          el('span', {class: `cs-sev-glyph cs-sev-${sev}`, text: severityOf(sev).glyph, attrs: {'aria-hidden': 'true'}}),
+          el('span', {class: 'cs-sev-word', text: sev}),
+        ]),
+        el('td', {class: 'cs-code', text: ep.code, title: desc}),
+        el('td', {class: 'cs-rule', text: ep.rule, title: desc}),
+        el('td', {class: 'cs-signal', text: SIGNAL_LABEL[ep.signal] || ep.signal || ''}),
+        el('td', {class: 'cs-steps', text: fmtSpan(ep.start_step, ep.end_step, ep.open)}),
+        el('td', {
+          class: 'cs-peak',
+          text: ep.peak_value === null || ep.peak_value === undefined ? (ep.family === 'nonfinite' ? 'NaN/Inf' : '–') : fmtNum(ep.peak_value),
+          title: ep.peak_step !== null && ep.peak_step !== undefined ? `at step ${fmtStep(ep.peak_step)}` : null,
+        }),
+        el('td', {class: 'cs-msg'}, [
+          el('div', {class: 'cs-message', text: ep.message || ''}),
+          ep.advice ? el('div', {class: 'cs-advice', text: `→ ${ep.advice}`}) : null,
+        ]),
+      ],
+    );
+  });
+  return el('section', {class: 'cs-card cs-findings'}, [
+    el('div', {class: 'cs-card-head'}, [
+      el('span', {class: 'cs-card-title', text: 'Findings'}),
+      el('span', {class: 'cs-card-hint', text: 'click a row to zoom · double-click to reset'}),
+    ]),
+    el('table', {class: 'cs-table'}, [el('thead', {}, [head]), el('tbody', {}, rows)]),
+  ]);
+}

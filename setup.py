@@ -1,0 +1,101 @@
+"""Packaging for tb-crash-signals.
+
+`pip install .` bundles the frontend (frontend/, npm + esbuild) into
+tb_crash_signals/static/ before collecting package data, so the wheel and the
+sdist carry the built tab. A checkout without node/npm gets a clear error.
+"""
+
+import os
+import shutil
+import subprocess
+
+from setuptools import find_packages, setup
+from setuptools.command.build_py import build_py
+from setuptools.command.sdist import sdist
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+FRONTEND = os.path.join(HERE, "frontend")
+BUNDLE = os.path.join(HERE, "tb_crash_signals", "static", "index.js")
+
+
+def _newest_source_mtime():
+    newest = 0.0
+    for root, dirs, files in os.walk(FRONTEND):
+        dirs[:] = [d for d in dirs if d not in ("node_modules", "dev", "test")]
+        for name in files:
+            newest = max(newest, os.path.getmtime(os.path.join(root, name)))
+    return newest
+
+
+def build_frontend():
+    """Runs `npm ci && npm run build` unless the bundle is already up to date."""
+    if not os.path.isdir(FRONTEND):
+        if os.path.exists(BUNDLE):
+            return  # an sdist without sources but with the bundle
+        raise SystemExit("tb-crash-signals: frontend/ is missing and there is no built bundle")
+    if os.path.exists(BUNDLE) and os.path.getmtime(BUNDLE) >= _newest_source_mtime():
+        return
+    npm = shutil.which("npm")
+    if npm is None:
+        raise SystemExit(
+            "tb-crash-signals: building the TensorBoard tab needs Node.js and npm "
+            "(e.g. `apt-get install nodejs npm`); install them and run pip again."
+        )
+    install = "ci" if os.path.exists(os.path.join(FRONTEND, "package-lock.json")) else "install"
+    for cmd in ([npm, install, "--no-audit", "--no-fund"], [npm, "run", "build"]):
+        try:
+            subprocess.run(cmd, cwd=FRONTEND, check=True)
+        except subprocess.CalledProcessError as e:
+            raise SystemExit(f"tb-crash-signals: `{' '.join(cmd[1:])}` failed in frontend/ ({e})")
+
+
+class BuildPyWithFrontend(build_py):
+    def run(self):
+        build_frontend()
+        # package_data globs are resolved lazily; make sure they see the bundle.
+        self.__dict__.pop("data_files", None)
+        super().run()
+
+
+class SdistWithFrontend(sdist):
+    def run(self):
+        build_frontend()
+        super().run()
+
+
+with open(os.path.join(HERE, "README.md"), encoding="utf-8") as f:
+    long_description = f.read()
+
+setup(
+    name="tb-crash-signals",
+    version="0.1.0",
+    description="A TensorBoard plugin that finds the signals of a training crash before the crash",
+    long_description=long_description,
+    long_description_content_type="text/markdown",
+    license="Apache-2.0",
+    python_requires=">=3.10",
+    packages=find_packages(include=["tb_crash_signals", "tb_crash_signals.*"]),
+    package_data={"tb_crash_signals": ["static/*.js", "static/*.css"]},
+    include_package_data=True,
+    install_requires=[
+        "tensorboard>=2.14,<3",
+        "werkzeug>=2.0",
+        "numpy>=1.22",
+        "protobuf>=3.20",
+        # tomllib is in the standard library from Python 3.11.
+        'tomli>=1.1; python_version < "3.11"',
+    ],
+    extras_require={
+        "test": ["pytest>=7", "hypothesis>=6", "playwright>=1.40"],
+    },
+    entry_points={
+        "tensorboard_plugins": ["crash_signals = tb_crash_signals.loader:CrashSignalsLoader"],
+        "console_scripts": ["tb-crash-signals = tb_crash_signals.cli:main"],
+    },
+    cmdclass={"build_py": BuildPyWithFrontend, "sdist": SdistWithFrontend},
+    classifiers=[
+        "Programming Language :: Python :: 3",
+        "Framework :: TensorFlow",
+        "Topic :: Scientific/Engineering :: Artificial Intelligence",
+    ],
+)

@@ -1,0 +1,30 @@
+"""tb-crash-signals: find the signals of a training crash before the crash.
+
+Public API (imported lazily so that TensorBoard's plugin loader stays light):
+
+    scan_logdir(logdir, config=None) -> report dict (schema 1)
+    analyze_run, Config, load_config, RULES
+"""
+
+__version__ = "0.1.0"
+
+_LAZY = {
+    "scan_logdir": ("tb_crash_signals.scan", "scan_logdir"),
+    "analyze_run": ("tb_crash_signals.engine", "analyze_run"),
+    "Config": ("tb_crash_signals.config", "Config"),
+    "load_config": ("tb_crash_signals.config", "load_config"),
+    "ConfigError": ("tb_crash_signals.config", "ConfigError"),
+    "RULES": ("tb_crash_signals.rules", "RULES"),
+    "Series": ("tb_crash_signals.series", "Series"),
+}
+
+__all__ = ["__version__", *_LAZY]
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        import importlib
+
+        module, attr = _LAZY[name]
+        return getattr(importlib.import_module(module), attr)
+    raise AttributeError(f"module 'tb_crash_signals' has no attribute {name!r}")

@@ -1,0 +1,610 @@
+"""Demo logs from real (small) training runs, one crash story per run.
+
+``python -m tb_crash_signals.demo OUTDIR`` trains a handful of small networks
+with plain numpy (forward pass, backprop, SGD / momentum / Adam / AdamW written
+out below) on synthetic data generated from fixed seeds, and logs them with
+TensorBoard's own event writer in the tag styles of the common training stacks:
+
+=========================  =========  ==============================================
+run                        style      story
+=========================  =========  ==============================================
+``hf/healthy``             HF         AdamW, warm-up + linear decay, clipping: fine
+``custom/healthy``         custom     SGD + momentum, cosine decay: fine (update
+                                      ratio baseline ~1e-3)
+``lightning/grad-explosion`` Lightning  deep ReLU regressor, SGD + momentum, LR warm-up
+                                      to a peak above the stability limit, no
+                                      clipping: grad norm grows exponentially, crosses
+                                      100, overflows, loss -> inf -> NaN
+``pytorch/abrupt-nan``     PyTorch    Adam classifier; one record with an -inf
+                                      feature (log of a zero count) -> NaN at once
+``pytorch/loss-spikes``    PyTorch    SGD + momentum; four corrupted batches
+                                      (shuffled labels, unnormalised inputs) spike
+                                      the loss, training recovers
+``keras/overfit``          Keras      200 noisy samples, 2x512 MLP, Adam: train loss
+                                      -> ~0, validation loss turns up
+``lightning/plateau``      Lightning  StepLR stepped per batch instead of per epoch:
+                                      LR ~0 after a few hundred steps, loss flat
+``custom/lr-too-high``     custom     Adam with lr=0.05 (meant 5e-4), clipped:
+                                      update ratio >> 0.1, loss oscillates
+=========================  =========  ==============================================
+
+Everything except wall times is deterministic: the same scalar values at the
+same steps on every generation (float32 arithmetic, fixed seeds, no threads in
+the training code). Each run directory gets exactly one event file; files left
+by an earlier generation in the directories written here are removed first.
+
+TensorBoard's writer computes CRC32C in pure Python, so the runs are short (at
+most a few thousand steps) and the whole directory stays around 3 MB.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+import time
+from typing import Callable, Dict, List, Optional, Sequence
+
+import numpy as np
+
+F32 = np.float32
+
+# ---------------------------------------------------------------------------
+# Tag styles
+# ---------------------------------------------------------------------------
+
+# signal -> tag, per writer style. Keras is handled separately (sibling runs).
+HF_TAGS = {
+    "train_loss": "train/loss",
+    "grad_norm": "train/grad_norm",
+    "lr": "train/learning_rate",
+    "val_loss": "eval/loss",
+    "epoch": "train/epoch",
+    "val_acc": "eval/accuracy",
+}
+LIGHTNING_TAGS = {
+    "train_loss": "train_loss",
+    "val_loss": "val_loss",
+    "lr": "lr-Adam",
+    "grad_norm": "grad_norm",
+    "epoch": "epoch",
+    "val_acc": "val_acc",
+}
+PYTORCH_TAGS = {
+    "train_loss": "Loss/train",
+    "val_loss": "Loss/val",
+    "grad_norm": "Grad/norm",
+    "lr": "LR",
+    "val_acc": "Accuracy/val",
+}
+CUSTOM_TAGS = {
+    "train_loss": "loss/train",
+    "val_loss": "loss/val",
+    "grad_norm": "optim/grad_global_norm",
+    "update_ratio": "optim/update_ratio",
+    "lr": "optim/lr",
+}
+
+
+# ---------------------------------------------------------------------------
+# Event writing (TensorBoard's own writer and protos)
+# ---------------------------------------------------------------------------
+
+
+def _clear_event_files(logdir: str) -> None:
+    """Removes event files an earlier generation left in ``logdir``."""
+    if os.path.isdir(logdir):
+        for name in os.listdir(logdir):
+            path = os.path.join(logdir, name)
+            if "tfevents" in name and os.path.isfile(path):
+                os.remove(path)
+
+
+class ScalarWriter:
+    """One event file in one run directory.
+
+    ``tensor=False`` writes ``simple_value`` scalars as PyTorch's
+    ``SummaryWriter`` (and HF / Lightning through it) does; ``tensor=True``
+    writes TF2-style rank-0 float tensors with ``scalars`` plugin metadata, as
+    ``tf.summary.scalar`` (Keras' TensorBoard callback) does.
+    """
+
+    def __init__(self, logdir: str, tensor: bool = False):
+        from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
+        _clear_event_files(logdir)
+        self._writer = EventFileWriter(logdir, max_queue_size=1000, flush_secs=30)
+        self._tensor = tensor
+        self._tag_map: Dict[str, str] = {}
+        self.n_events = 0
+
+    def scalar(self, tag: str, value: float, step: int) -> None:
+        from tensorboard.compat.proto import event_pb2, summary_pb2
+
+        if self._tensor:
+            from tensorboard.compat.proto import tensor_pb2, tensor_shape_pb2, types_pb2
+
+            val = summary_pb2.Summary.Value(
+                tag=tag,
+                tensor=tensor_pb2.TensorProto(
+                    dtype=types_pb2.DT_FLOAT,
+                    tensor_shape=tensor_shape_pb2.TensorShapeProto(),
+                    float_val=[float(value)],
+                ),
+                metadata=summary_pb2.SummaryMetadata(
+                    plugin_data=summary_pb2.SummaryMetadata.PluginData(
+                        plugin_name="scalars"
+                    ),
+                    data_class=summary_pb2.DATA_CLASS_SCALAR,
+                ),
+            )
+        else:
+            val = summary_pb2.Summary.Value(tag=tag, simple_value=float(value))
+        self._writer.add_event(
+            event_pb2.Event(
+                wall_time=time.time(),
+                step=int(step),
+                summary=summary_pb2.Summary(value=[val]),
+            )
+        )
+        self.n_events += 1
+
+    def close(self) -> None:
+        self._writer.close()
+
+
+class StyledLogger:
+    """Logs signals under one style's tag names (signals without a tag are dropped)."""
+
+    def __init__(self, logdir: str, tags: Dict[str, str]):
+        self.tags = dict(tags)
+        self.w = ScalarWriter(logdir)
+
+    def log(self, signal: str, value: float, step: int) -> None:
+        tag = self.tags.get(signal)
+        if tag is not None:
+            self.w.scalar(tag, value, step)
+
+    def close(self) -> None:
+        self.w.close()
+
+
+# ---------------------------------------------------------------------------
+# Data
+# ---------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Dataset:
+    x_train: np.ndarray
+    y_train: np.ndarray
+    x_val: np.ndarray
+    y_val: np.ndarray
+
+
+def _teacher(rng, d_in, d_hidden, d_out):
+    w1 = rng.standard_normal((d_in, d_hidden)) / np.sqrt(d_in)
+    w2 = rng.standard_normal((d_hidden, d_out)) / np.sqrt(d_hidden)
+    return lambda x: np.tanh(x @ w1 * 1.5) @ w2
+
+
+def make_classification(
+    seed: int, n_train: int, n_val: int, d: int = 20, k: int = 5, label_noise=0.1
+) -> Dataset:
+    """Gaussian inputs labelled by a random teacher MLP, with label noise."""
+    rng = np.random.default_rng(seed)
+    teacher = _teacher(rng, d, 64, k)
+    x = rng.standard_normal((n_train + n_val, d))
+    y = np.argmax(teacher(x) * 3.0, axis=1)
+    flip = rng.random(len(y)) < label_noise
+    y[flip] = rng.integers(0, k, int(flip.sum()))
+    x = x.astype(F32)
+    return Dataset(x[:n_train], y[:n_train], x[n_train:], y[n_train:])
+
+
+def make_regression(
+    seed: int, n_train: int, n_val: int, d: int = 16, k: int = 1, n_wide: int = 0,
+    wide_mean: float = 5.0,
+):
+    """Gaussian inputs, smooth teacher targets plus noise.
+
+    ``n_wide`` > 0 appends unstandardised features (log-counts: unit spread
+    around a large mean ``wide_mean``) that contribute linearly to the target.
+    """
+    rng = np.random.default_rng(seed)
+    teacher = _teacher(rng, d, 64, k)
+    n = n_train + n_val
+    x = rng.standard_normal((n, d))
+    y = teacher(x) * 2.0 + 0.1 * rng.standard_normal((n, k))
+    if n_wide:
+        u = wide_mean + rng.standard_normal((n, n_wide))
+        w_true = rng.standard_normal((n_wide, k)) * 0.5
+        y = y + (u - wide_mean) @ w_true
+        x = np.concatenate([x, u], axis=1)
+    x = x.astype(F32)
+    y = y.astype(F32)
+    return Dataset(x[:n_train], y[:n_train], x[n_train:], y[n_train:])
+
+
+class Batches:
+    """Shuffled mini-batches, epoch after epoch (drop_last)."""
+
+    def __init__(self, n: int, batch_size: int, rng):
+        self.n, self.bs, self.rng = n, batch_size, rng
+        self.per_epoch = n // batch_size
+        self.epoch = 0
+        self._order = rng.permutation(n)
+        self._i = 0
+
+    def next(self) -> np.ndarray:
+        if self._i >= self.per_epoch:
+            self.epoch += 1
+            self._order = self.rng.permutation(self.n)
+            self._i = 0
+        idx = self._order[self._i * self.bs : (self._i + 1) * self.bs]
+        self._i += 1
+        return idx
+
+    @property
+    def end_of_epoch(self) -> bool:
+        return self._i >= self.per_epoch
+
+
+# ---------------------------------------------------------------------------
+# Model, losses, optimisers
+# ---------------------------------------------------------------------------
+
+
+class MLP:
+    """Fully connected network (ReLU or tanh), float32, He / Xavier init."""
+
+    def __init__(self, sizes: Sequence[int], rng, init_gain: float = 1.0, act: str = "relu"):
+        self.act = act
+        gain = 2.0 if act == "relu" else 1.0
+        self.params: List[np.ndarray] = []
+        for fan_in, fan_out in zip(sizes[:-1], sizes[1:]):
+            w = rng.standard_normal((fan_in, fan_out)) * (init_gain * np.sqrt(gain / fan_in))
+            self.params += [w.astype(F32), np.zeros(fan_out, F32)]
+
+    @property
+    def n_layers(self) -> int:
+        return len(self.params) // 2
+
+    def forward(self, x: np.ndarray):
+        acts = [x]
+        h = x
+        with np.errstate(invalid="ignore", over="ignore"):
+            for i in range(self.n_layers):
+                w, b = self.params[2 * i], self.params[2 * i + 1]
+                z = h @ w + b
+                if i == self.n_layers - 1:
+                    h = z
+                elif self.act == "relu":
+                    h = np.maximum(z, 0)
+                else:
+                    h = np.tanh(z)
+                acts.append(h)
+        return h, acts
+
+    def backward(self, acts, dout: np.ndarray) -> List[np.ndarray]:
+        grads: List[np.ndarray] = [None] * len(self.params)  # type: ignore
+        d = dout
+        with np.errstate(invalid="ignore", over="ignore"):
+            for i in reversed(range(self.n_layers)):
+                h_in = acts[i]
+                grads[2 * i] = h_in.T @ d
+                grads[2 * i + 1] = d.sum(axis=0)
+                if i > 0:
+                    d = d @ self.params[2 * i].T
+                    if self.act == "relu":
+                        d = d * (acts[i] > 0)
+                    else:
+                        d = d * (1 - acts[i] * acts[i])
+        return grads
+
+
+class WideDeep:
+    """Wide & Deep regressor: an MLP on the dense features plus a linear
+    ("wide") part on raw, unnormalised count-like features.
+
+    The input is ``[dense | wide]`` column-wise; ``n_wide`` trailing columns
+    feed the linear part. The linear part's curvature is fixed by the raw
+    feature scale, so once the learning rate passes its stability limit
+    (2(1+momentum)/lambda_max) its error grows by a constant factor per step:
+    the textbook exponential gradient-norm growth before an explosion.
+    """
+
+    def __init__(self, sizes: Sequence[int], n_wide: int, rng, act: str = "relu",
+                 deep_scale: float = 1.0):
+        self.deep = MLP(sizes, rng, act=act)
+        self.n_wide = n_wide
+        self.deep_scale = F32(deep_scale)
+        self.params = self.deep.params + [np.zeros((n_wide, sizes[-1]), F32)]
+
+    def forward(self, x: np.ndarray):
+        xd, xw = x[:, : -self.n_wide], x[:, -self.n_wide :]
+        with np.errstate(invalid="ignore", over="ignore"):
+            out, acts = self.deep.forward(xd)
+            return self.deep_scale * out + xw @ self.params[-1], (acts, xw)
+
+    def backward(self, cache, dout: np.ndarray) -> List[np.ndarray]:
+        acts, xw = cache
+        with np.errstate(invalid="ignore", over="ignore"):
+            return self.deep.backward(acts, self.deep_scale * dout) + [xw.T @ dout]
+
+
+def softmax_xent(logits: np.ndarray, y: np.ndarray):
+    """Mean cross-entropy (log-softmax, numerically stable) and d/dlogits."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        z = logits - logits.max(axis=1, keepdims=True)
+        logp = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
+        n = logits.shape[0]
+        loss = -logp[np.arange(n), y].mean()
+        d = np.exp(logp)
+        d[np.arange(n), y] -= 1.0
+    return float(loss), (d / n).astype(F32)
+
+
+def mse(pred: np.ndarray, y: np.ndarray):
+    with np.errstate(invalid="ignore", over="ignore"):
+        diff = pred - y
+        loss = float(np.mean(diff.astype(np.float32) ** 2))
+        d = (2.0 / diff.size) * diff
+    return loss, d.astype(F32)
+
+
+def global_norm(arrs: Sequence[np.ndarray]) -> float:
+    with np.errstate(invalid="ignore", over="ignore"):
+        return float(np.sqrt(sum(float(np.sum(a.astype(np.float64) ** 2)) for a in arrs)))
+
+
+def clip_by_global_norm(grads, max_norm: float, norm: float):
+    if norm > max_norm:  # False for NaN, as torch's clip_grad_norm_ would
+        scale = F32(max_norm / (norm + 1e-6))
+        return [g * scale for g in grads]
+    if not np.isfinite(norm):
+        return [g * F32(np.nan) for g in grads]
+    return grads
+
+
+class SGD:
+    def __init__(self, params, momentum=0.0, weight_decay=0.0, nesterov=False):
+        self.momentum, self.wd, self.nesterov = momentum, weight_decay, nesterov
+        self.buf = [np.zeros_like(p) for p in params]
+
+    def step(self, params, grads, lr: float) -> None:
+        lr = F32(lr)
+        with np.errstate(invalid="ignore", over="ignore"):
+            for p, g, b in zip(params, grads, self.buf):
+                if self.wd:
+                    g = g + F32(self.wd) * p
+                if self.momentum:
+                    b *= F32(self.momentum)
+                    b += g
+                    g = g + F32(self.momentum) * b if self.nesterov else b
+                p -= lr * g
+
+
+class Adam:
+    """Adam; ``decoupled=True`` makes it AdamW."""
+
+    def __init__(self, params, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, decoupled=False):
+        self.b1, self.b2 = betas
+        self.eps, self.wd, self.decoupled = eps, weight_decay, decoupled
+        self.m = [np.zeros_like(p) for p in params]
+        self.v = [np.zeros_like(p) for p in params]
+        self.t = 0
+
+    def step(self, params, grads, lr: float) -> None:
+        self.t += 1
+        b1, b2 = F32(self.b1), F32(self.b2)
+        c1 = 1.0 - self.b1 ** self.t
+        c2 = 1.0 - self.b2 ** self.t
+        with np.errstate(invalid="ignore", over="ignore"):
+            for p, g, m, v in zip(params, grads, self.m, self.v):
+                if self.wd and not self.decoupled:
+                    g = g + F32(self.wd) * p
+                if self.wd and self.decoupled:
+                    p *= F32(1.0 - lr * self.wd)
+                m *= b1
+                m += (1 - b1) * g
+                v *= b2
+                v += (1 - b2) * (g * g)
+                p -= F32(lr / c1) * m / (np.sqrt(v / F32(c2)) + F32(self.eps))
+
+
+def update_ratio(before: Sequence[np.ndarray], after: Sequence[np.ndarray]) -> float:
+    """||theta_after - theta_before|| / ||theta_before|| over all parameters."""
+    delta = global_norm([a - b for a, b in zip(after, before)])
+    return delta / max(global_norm(before), 1e-12)
+
+
+def evaluate(model: MLP, x, y, kind: str = "ce", batch: int = 1000):
+    losses, correct, n = [], 0, 0
+    for i in range(0, len(x), batch):
+        out, _ = model.forward(x[i : i + batch])
+        if kind == "ce":
+            loss, _ = softmax_xent(out, y[i : i + batch])
+            with np.errstate(invalid="ignore"):
+                correct += int((np.argmax(out, axis=1) == y[i : i + batch]).sum())
+        else:
+            loss, _ = mse(out, y[i : i + batch])
+        losses.append(loss * len(out))
+        n += len(out)
+    return float(np.sum(losses) / n), correct / n
+
+
+# ---------------------------------------------------------------------------
+# Learning-rate schedules
+# ---------------------------------------------------------------------------
+
+
+def warmup_linear(peak, warmup, total):
+    def f(step):
+        if step < warmup:
+            return peak * (step + 1) / warmup
+        return peak * max(0.0, (total - step) / max(1, total - warmup))
+
+    return f
+
+
+def warmup_cosine(peak, warmup, total, floor=0.0):
+    def f(step):
+        if step < warmup:
+            return peak * (step + 1) / warmup
+        t = min(1.0, (step - warmup) / max(1, total - warmup))
+        return floor + (peak - floor) * 0.5 * (1 + np.cos(np.pi * t))
+
+    return f
+
+
+# ---------------------------------------------------------------------------
+# A generic training loop
+# ---------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class LoopConfig:
+    steps: int
+    batch_size: int
+    lr: Callable[[int], float]
+    kind: str = "ce"  # "ce" classification, "mse" regression
+    clip: Optional[float] = None
+    eval_every: Optional[int] = None  # None: evaluate at the end of each epoch
+    ratio_every: int = 10
+    lr_every: int = 1
+    nan_patience: int = 25  # stop this many steps after the first non-finite loss
+    first_step: int = 0  # HF / Lightning log from step 1 (global_step after the update)
+    corrupt: Optional[Callable[[int, np.ndarray, np.ndarray, np.random.Generator], tuple]] = None
+
+
+def train(model: MLP, opt, data: Dataset, cfg: LoopConfig, log: Callable, rng) -> dict:
+    """Trains ``model`` and calls ``log(signal, value, step)`` like a real loop.
+
+    Returns a small dict of facts (first non-finite step, ...) for the summary.
+    """
+    batches = Batches(len(data.x_train), cfg.batch_size, rng)
+    first_bad = None
+    epoch_losses: List[float] = []
+    for it in range(cfg.steps):
+        step = it + cfg.first_step
+        idx = batches.next()
+        xb, yb = data.x_train[idx], data.y_train[idx]
+        if cfg.corrupt is not None:
+            xb, yb = cfg.corrupt(step, xb, yb, rng)
+        out, acts = model.forward(xb)
+        if cfg.kind == "ce":
+            loss, dout = softmax_xent(out, yb)
+        else:
+            loss, dout = mse(out, yb)
+        grads = model.backward(acts, dout)
+        gnorm = global_norm(grads)
+        if cfg.clip is not None:
+            grads = clip_by_global_norm(grads, cfg.clip, gnorm)
+        lr = cfg.lr(it)
+        want_ratio = it % cfg.ratio_every == 0
+        before = [p.copy() for p in model.params] if want_ratio else None
+        opt.step(model.params, grads, lr)
+        log("train_loss", loss, step)
+        log("grad_norm", gnorm, step)
+        if it % cfg.lr_every == 0:
+            log("lr", lr, step)
+        if want_ratio:
+            log("update_ratio", update_ratio(before, model.params), step)
+        epoch_losses.append(loss)
+        end_epoch = batches.end_of_epoch
+        do_eval = (
+            (it + 1) % cfg.eval_every == 0 if cfg.eval_every else end_epoch
+        ) or it == cfg.steps - 1
+        if end_epoch:
+            log("epoch", batches.epoch + 1, step)
+        if do_eval:
+            vloss, vacc = evaluate(model, data.x_val, data.y_val, cfg.kind)
+            log("val_loss", vloss, step)
+            if cfg.kind == "ce":
+                log("val_acc", vacc, step)
+        if not np.isfinite(loss) and first_bad is None:
+            first_bad = step
+        if first_bad is not None and step - first_bad >= cfg.nan_patience:
+            break  # the loop's NaN guard (or the engineer) stops the job
+    return {"first_nonfinite_step": first_bad, "last_step": step}
+
+
+# ---------------------------------------------------------------------------
+# The runs
+# ---------------------------------------------------------------------------
+
+RunFn = Callable[[str], dict]
+RUNS: Dict[str, RunFn] = {}
+
+
+def _run(name: str):
+    def deco(fn):
+        RUNS[name] = fn
+        return fn
+
+    return deco
+
+
+def _styled(outdir: str, run: str, tags: Dict[str, str], **overrides):
+    tags = dict(tags)
+    tags.update(overrides)
+    return StyledLogger(os.path.join(outdir, *run.split("/")), tags)
+
+
+@_run("hf/healthy")
+def run_hf_healthy(outdir: str) -> dict:
+    """HF Trainer defaults: AdamW, linear warm-up/decay, max_grad_norm=1."""
+    rng = np.random.default_rng(101)
+    data = make_classification(1, 4000, 1000)
+    model = MLP([20, 128, 128, 5], rng)
+    opt = Adam(model.params, weight_decay=0.01, decoupled=True)
+    steps = 1500
+    cfg = LoopConfig(
+        steps=steps, batch_size=64, lr=warmup_linear(2e-3, 100, steps), clip=1.0,
+        eval_every=100, first_step=1,
+    )
+    lg = _styled(outdir, "hf/healthy", HF_TAGS)
+    try:
+        return train(model, opt, data, cfg, lg.log, rng)
+    finally:
+        lg.close()
+
+
+def main_runs() -> List[str]:
+    return list(RUNS)
+
+
+def generate(outdir: str, runs: Optional[Sequence[str]] = None) -> List[str]:
+    """Trains every demo run (or only ``runs``) and writes its logs under ``outdir``.
+
+    Returns the TensorBoard run names written, in order (Keras runs give two:
+    ``X/train`` and ``X/validation``).
+    """
+    names: List[str] = []
+    for name in runs if runs is not None else list(RUNS):
+        facts = RUNS[name](outdir)
+        names.extend(facts.get("run_names", [name]))
+    return names
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    import argparse
+
+    p = argparse.ArgumentParser(
+        prog="python -m tb_crash_signals.demo",
+        description="Train small numpy models and write demo TensorBoard logs.",
+    )
+    p.add_argument("outdir", help="directory to write the runs into (created if missing)")
+    p.add_argument("--run", action="append", choices=sorted(RUNS), help="only this run (repeatable)")
+    args = p.parse_args(argv)
+    t0 = time.time()
+    names = generate(args.outdir, args.run)
+    for n in names:
+        print(n)
+    print(f"wrote {len(names)} runs to {args.outdir} in {time.time() - t0:.1f}s", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

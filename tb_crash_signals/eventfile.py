@@ -1,0 +1,733 @@
+"""TFRecord framing and scalar decoding for TensorBoard event files.
+
+An event file is a sequence of TFRecords::
+
+    uint64  length           (little endian)
+    uint32  masked crc32c of the 8 length bytes
+    byte    data[length]     (a serialized ``tensorboard.Event``)
+    uint32  masked crc32c of data
+
+This module reads such bytes fast, without TensorBoard's pure-Python record
+reader:
+
+* :func:`scan_records` walks the framing of a whole buffer with one Python loop
+  (``struct.unpack_from`` only) and then verifies every length CRC - and the
+  data CRC of every record up to :data:`DATA_CRC_MAX_LEN` bytes - with
+  vectorised numpy CRC32C. A length that fails its CRC or is absurd is
+  corruption: the scanner resynchronises on the next offset whose length and
+  length CRC validate, and counts one corrupt record. A truncated *last* record
+  (the writer is still writing) is not corruption: scanning stops at its start
+  offset, which is where the next read must resume.
+* :func:`decode_scalars` turns the records into scalar points. Records with the
+  common layouts (one ``simple_value``, or one scalar float/double/half tensor,
+  as written by PyTorch / tensorboardX / Keras v1 / ``tf.summary.scalar``) are
+  grouped by their byte layout and decoded with numpy without protobuf; every
+  other record is parsed with ``event_pb2.Event`` (upb backend).
+
+No allocation is ever sized from a length field read from the file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import struct
+
+import numpy as np
+from google.protobuf.message import DecodeError
+
+from tensorboard.compat.proto import event_pb2
+
+__all__ = [
+    "MAX_RECORD_LEN",
+    "DATA_CRC_MAX_LEN",
+    "crc32c",
+    "masked_crc32c",
+    "frame_record",
+    "scan_records",
+    "ScanResult",
+    "iter_records",
+    "decode_scalars",
+    "DecodedBatch",
+    "SCALAR_PLUGIN",
+]
+
+#: A record longer than this is treated as a corrupt length field.
+MAX_RECORD_LEN = 64 << 20
+#: Data CRCs are verified for records up to this many bytes (every scalar
+#: event); longer records (images, graphs) are only checked by the parser.
+DATA_CRC_MAX_LEN = 4096
+
+SCALAR_PLUGIN = "scalars"
+
+_CRC_POLY = 0x82F63B78  # CRC-32C (Castagnoli), reflected
+_MASK_DELTA = 0xA282EAD8
+_U32 = 0xFFFFFFFF
+
+
+def _make_table():
+    table = []
+    for i in range(256):
+        c = i
+        for _ in range(8):
+            c = (c >> 1) ^ _CRC_POLY if c & 1 else c >> 1
+        table.append(c)
+    return table
+
+
+_TABLE = _make_table()
+_NP_TABLE = np.array(_TABLE, dtype=np.uint32)
+
+
+def crc32c(data) -> int:
+    """CRC-32C of `data` (pure Python; for small inputs and tests)."""
+    crc = _U32
+    t = _TABLE
+    for b in bytes(data):
+        crc = t[(crc ^ b) & 0xFF] ^ (crc >> 8)
+    return crc ^ _U32
+
+
+def _mask(crc: int) -> int:
+    return (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & _U32
+
+
+def masked_crc32c(data) -> int:
+    """The masked CRC-32C that TFRecord stores."""
+    return _mask(crc32c(data))
+
+
+def frame_record(data: bytes) -> bytes:
+    """One TFRecord (header, data, footer) around `data`."""
+    header = struct.pack("<Q", len(data))
+    return b"".join(
+        (
+            header,
+            struct.pack("<I", masked_crc32c(header)),
+            data,
+            struct.pack("<I", masked_crc32c(data)),
+        )
+    )
+
+
+# ---------------------------------------------------------------------------
+# Vectorised CRC32C.
+#
+# The CRC register update is linear over GF(2) in (register, byte), so
+#   state(~0, msg) == state(0, msg) ^ state(~0, zeros(len(msg))).
+# state(0, .) ignores leading zero bytes, which lets records of different
+# lengths share one left-zero-padded matrix; _zero_states()[L] is the second
+# term.
+
+_ZERO_STATES = np.zeros(0, dtype=np.uint32)
+
+
+def _zero_states(upto: int) -> np.ndarray:
+    """_ZERO_STATES[L] = CRC register after L zero bytes from init ~0."""
+    global _ZERO_STATES
+    if _ZERO_STATES.shape[0] <= upto:
+        n = max(upto + 1, 2 * _ZERO_STATES.shape[0], 64)
+        out = [0] * n
+        c = _U32
+        t = _TABLE
+        for i in range(n):
+            out[i] = c
+            c = t[c & 0xFF] ^ (c >> 8)
+        _ZERO_STATES = np.array(out, dtype=np.uint32)
+    return _ZERO_STATES
+
+
+def _raw_crc_rows(rows: np.ndarray) -> np.ndarray:
+    """Raw (init 0, no final xor) CRC register of each row of a uint8 matrix."""
+    n, width = rows.shape
+    crc = np.zeros(n, dtype=np.uint32)
+    table = _NP_TABLE
+    for j in range(width):
+        idx = crc.astype(np.uint8)
+        idx ^= rows[:, j]
+        crc >>= 8
+        crc ^= table[idx]
+    return crc
+
+
+def _mask_np(crc: np.ndarray) -> np.ndarray:
+    crc = crc.astype(np.uint32)
+    return ((crc >> np.uint32(15)) | (crc << np.uint32(17))) + np.uint32(_MASK_DELTA)
+
+
+def _crc32c_fixed(rows: np.ndarray) -> np.ndarray:
+    """CRC-32C of every row of a (n, L) uint8 matrix."""
+    length = rows.shape[1]
+    return _raw_crc_rows(rows) ^ _zero_states(length)[length] ^ np.uint32(_U32)
+
+
+_GATHER_CELLS = 1 << 22  # cap on n*width per gathered matrix (memory bound)
+
+
+def _gather(arr: np.ndarray, starts: np.ndarray, width: int) -> np.ndarray:
+    """Rows arr[s:s+width] for every start s, as a (n, width) uint8 matrix."""
+    n = starts.shape[0]
+    if width == 0 or n == 0:
+        return np.zeros((n, width), dtype=np.uint8)
+    if width <= 16:
+        out = np.empty((n, width), dtype=np.uint8)
+        for j in range(width):
+            out[:, j] = arr[starts + j]
+        return out
+    step = max(1, _GATHER_CELLS // width)
+    if n <= step:
+        return arr[starts[:, None] + np.arange(width, dtype=np.int64)]
+    out = np.empty((n, width), dtype=np.uint8)
+    cols = np.arange(width, dtype=np.int64)
+    for lo in range(0, n, step):
+        out[lo : lo + step] = arr[starts[lo : lo + step, None] + cols]
+    return out
+
+
+def _crc32c_var(arr: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """CRC-32C of arr[starts[i]:starts[i]+lengths[i]] for every i (vectorised)."""
+    n = starts.shape[0]
+    out = np.zeros(n, dtype=np.uint32)
+    if n == 0:
+        return out
+    zs = _zero_states(int(lengths.max()))
+    # Bucket by width (powers of two) so left padding wastes at most half.
+    widths = np.maximum(1, lengths)
+    buckets = np.ceil(np.log2(widths)).astype(np.int64)
+    for b in np.unique(buckets):
+        sel = np.flatnonzero(buckets == b)
+        width = int(lengths[sel].max())
+        step = max(1, _GATHER_CELLS // max(width, 1))
+        for lo in range(0, sel.shape[0], step):
+            part = sel[lo : lo + step]
+            ends = starts[part] + lengths[part]
+            # Right-align each record in a `width`-wide row, zeros on the left.
+            first = ends - width
+            idx = first[:, None] + np.arange(width, dtype=np.int64)
+            valid = idx >= starts[part][:, None]
+            rows = arr[np.maximum(idx, 0)]
+            rows[~valid] = 0
+            out[part] = _raw_crc_rows(rows) ^ zs[lengths[part]]
+    return out ^ np.uint32(_U32)
+
+
+def _u32_at(arr: np.ndarray, pos: np.ndarray) -> np.ndarray:
+    rows = _gather(arr, pos, 4)
+    return np.ascontiguousarray(rows).view("<u4").reshape(-1)
+
+
+# ---------------------------------------------------------------------------
+# Framing.
+
+
+@dataclasses.dataclass
+class ScanResult:
+    """Result of :func:`scan_records` over ``buf[start:end]``.
+
+    Attributes:
+        offsets: int64 offsets (into the buffer) of each good record's data.
+        lengths: int64 data lengths of the good records.
+        end: offset where the next read must resume (the start of a truncated
+            last record, or the end of the buffer).
+        n_corrupt: corrupt records skipped (one per resync, one per data CRC
+            failure).
+        truncated: True if the buffer ends inside a record (incomplete tail).
+        resyncing: True if the buffer ended while scanning for a valid record
+            after corruption; the next read resumes in resync mode at `end`.
+    """
+
+    offsets: np.ndarray
+    lengths: np.ndarray
+    end: int
+    n_corrupt: int
+    truncated: bool
+    resyncing: bool
+
+
+_UNPACK_Q = struct.Struct("<Q").unpack_from
+_UNPACK_I = struct.Struct("<I").unpack_from
+_RESYNC_WINDOW = 1 << 20
+
+
+def _walk(buf, pos: int, end: int):
+    """Follows length fields from `pos` while they stay plausible."""
+    offs = []
+    append = offs.append
+    unpack = _UNPACK_Q
+    limit = end - 16
+    max_len = MAX_RECORD_LEN
+    while pos <= limit:
+        n = unpack(buf, pos)[0]
+        nxt = pos + n + 16
+        if nxt > end or n > max_len:
+            break
+        append(pos)
+        pos = nxt
+    return offs, pos
+
+
+def _header_ok(buf, pos: int) -> bool:
+    return masked_crc32c(bytes(buf[pos : pos + 8])) == _UNPACK_I(buf, pos + 8)[0]
+
+
+def _resync(arr: np.ndarray, pos: int, end: int):
+    """First offset >= pos whose length field and length CRC validate.
+
+    Returns (offset, None) or (None, resume_offset) if none was found.
+    """
+    from numpy.lib.stride_tricks import sliding_window_view
+
+    while pos + 12 <= end:
+        hi = min(end, pos + _RESYNC_WINDOW + 11)
+        window = arr[pos:hi]
+        cand = sliding_window_view(window, 12)  # (m, 12) view, no copy
+        crc = _raw_crc_rows(cand[:, :8]) ^ _zero_states(8)[8] ^ np.uint32(_U32)
+        stored = (
+            cand[:, 8].astype(np.uint32)
+            | (cand[:, 9].astype(np.uint32) << np.uint32(8))
+            | (cand[:, 10].astype(np.uint32) << np.uint32(16))
+            | (cand[:, 11].astype(np.uint32) << np.uint32(24))
+        )
+        hits = np.flatnonzero(_mask_np(crc) == stored)
+        for h in hits:
+            p = pos + int(h)
+            n = _UNPACK_Q(arr, p)[0]
+            if n <= MAX_RECORD_LEN:
+                return p, None
+        pos += cand.shape[0]
+    return None, pos
+
+
+def scan_records(buf, start: int = 0, end: int | None = None, *, resyncing: bool = False,
+                 verify_data: bool = True) -> ScanResult:
+    """Finds the good records in ``buf[start:end]`` (see module docstring).
+
+    Args:
+        buf: bytes-like object holding the file region.
+        start: offset of the first record (or of the resync scan).
+        end: end of valid data (default: len(buf)).
+        resyncing: start in resync mode (a previous scan ended in garbage);
+            the garbage is not counted again.
+        verify_data: verify data CRCs of records up to DATA_CRC_MAX_LEN bytes.
+    """
+    mv = memoryview(buf).cast("B")
+    arr = np.frombuffer(mv, dtype=np.uint8)
+    if end is None:
+        end = len(mv)
+    pos = start
+    all_offs = []
+    n_corrupt = 0
+    truncated = False
+    while True:
+        if resyncing:
+            found, resume = _resync(arr, pos, end)
+            if found is None:
+                return _finish(arr, all_offs, resume, n_corrupt, False, True, verify_data)
+            pos = found
+            resyncing = False
+        offs, stop = _walk(mv, pos, end)
+        if offs:
+            o = np.array(offs, dtype=np.int64)
+            hdr = _gather(arr, o, 12)
+            crc = _mask_np(_crc32c_fixed(hdr[:, :8]))
+            stored = np.ascontiguousarray(hdr[:, 8:12]).view("<u4").reshape(-1)
+            bad = np.flatnonzero(crc != stored)
+            if bad.shape[0]:
+                k = int(bad[0])
+                all_offs.append(o[:k])
+                n_corrupt += 1
+                pos = int(o[k]) + 1
+                resyncing = True
+                continue
+            all_offs.append(o)
+        pos = stop
+        # Why did the walk stop?
+        if pos >= end:
+            break
+        if pos + 12 > end:
+            truncated = True  # incomplete header: writer still writing
+            break
+        if not _header_ok(mv, pos):
+            n_corrupt += 1
+            pos += 1
+            resyncing = True
+            continue
+        n = _UNPACK_Q(mv, pos)[0]
+        if n > MAX_RECORD_LEN:
+            n_corrupt += 1
+            pos += 1
+            resyncing = True
+            continue
+        truncated = True  # valid header, data not all there yet
+        break
+    return _finish(arr, all_offs, pos, n_corrupt, truncated, False, verify_data)
+
+
+def _finish(arr, all_offs, end, n_corrupt, truncated, resyncing, verify_data):
+    offs = np.concatenate(all_offs) if all_offs else np.zeros(0, dtype=np.int64)
+    if offs.shape[0]:
+        lengths = _gather(arr, offs, 8).view("<u8").reshape(-1).astype(np.int64)
+    else:
+        lengths = np.zeros(0, dtype=np.int64)
+    offs = offs + 12  # data offsets
+    if verify_data and offs.shape[0]:
+        check = np.flatnonzero(lengths <= DATA_CRC_MAX_LEN)
+        if check.shape[0]:
+            crc = _mask_np(_crc32c_var(arr, offs[check], lengths[check]))
+            stored = _u32_at(arr, offs[check] + lengths[check])
+            bad = check[crc != stored]
+            if bad.shape[0]:
+                keep = np.ones(offs.shape[0], dtype=bool)
+                keep[bad] = False
+                offs, lengths = offs[keep], lengths[keep]
+                n_corrupt += int(bad.shape[0])
+    return ScanResult(offs, lengths, int(end), n_corrupt, truncated, resyncing)
+
+
+def iter_records(data, start: int = 0):
+    """Convenience wrapper: (list of record payloads as bytes, end_offset, n_corrupt)."""
+    res = scan_records(data, start)
+    mv = memoryview(data).cast("B")
+    recs = [bytes(mv[o : o + n]) for o, n in zip(res.offsets.tolist(), res.lengths.tolist())]
+    return recs, res.end, res.n_corrupt
+
+
+# ---------------------------------------------------------------------------
+# Scalar decoding.
+
+_DT_FLOAT, _DT_DOUBLE, _DT_BFLOAT16, _DT_HALF = 1, 2, 14, 19
+
+
+@dataclasses.dataclass
+class DecodedBatch:
+    """Scalar content of a batch of records, in record order.
+
+    Attributes:
+        n_records: records decoded (good framing).
+        n_corrupt: records whose payload failed to parse as an Event.
+        summary_rec: int64 record indices of events that carry a summary.
+        summary_step: int64 steps of those events.
+        point_rec: int64 record index of each scalar point (non-decreasing).
+        point_tag: int64 index into `tags` of each point.
+        point_step, point_wall, point_value: int64 / float64 / float64.
+        point_tensor: bool, True for points read from a tensor (subject to the
+            tag's plugin: kept only for "scalars" or no plugin).
+        tags: tag names referenced by point_tag.
+        plugins: [(tag, plugin_name)] from summary metadata, in record order.
+    """
+
+    n_records: int
+    n_corrupt: int
+    summary_rec: np.ndarray
+    summary_step: np.ndarray
+    point_rec: np.ndarray
+    point_tag: np.ndarray
+    point_step: np.ndarray
+    point_wall: np.ndarray
+    point_value: np.ndarray
+    point_tensor: np.ndarray
+    tags: list
+    plugins: list
+
+
+def _varint(buf, pos: int, end: int):
+    result = 0
+    shift = 0
+    while pos < end and shift < 70:
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return result, pos
+        shift += 7
+    return None, pos
+
+
+@dataclasses.dataclass(frozen=True)
+class _Template:
+    """Byte layout of a one-scalar event; all other bytes are fixed."""
+
+    wall: int  # offset of the 8 wall_time bytes or -1
+    step: int  # offset of the step varint or -1
+    step_len: int
+    value: int  # offset of the value bytes
+    value_fmt: str  # "<f4" | "<f8" | "<f2" | "bf16"
+    tensor: bool
+    tag: str
+
+
+def _template(row: bytes):
+    """Parses a record with one of the fast layouts; None if it has another."""
+    end = len(row)
+    pos = 0
+    wall = step = -1
+    step_len = 0
+    if pos < end and row[pos] == 0x09:
+        wall = pos + 1
+        pos += 9
+    if pos < end and row[pos] == 0x10:
+        step = pos + 1
+        v, nxt = _varint(row, step, end)
+        if v is None:
+            return None
+        step_len = nxt - step
+        pos = nxt
+    if pos >= end or row[pos] != 0x2A:  # Event.summary
+        return None
+    n, pos = _varint(row, pos + 1, end)
+    if n is None or pos + n != end:
+        return None
+    if pos >= end or row[pos] != 0x0A:  # Summary.value, exactly one
+        return None
+    n, pos = _varint(row, pos + 1, end)
+    if n is None or pos + n != end:
+        return None
+    if pos >= end or row[pos] != 0x0A:  # Value.tag
+        return None
+    n, pos = _varint(row, pos + 1, end)
+    if n is None or pos + n > end:
+        return None
+    try:
+        tag = row[pos : pos + n].decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    pos += n
+    if pos >= end:
+        return None
+    if row[pos] == 0x15 and pos + 5 == end:  # Value.simple_value (float)
+        return _Template(wall, step, step_len, pos + 1, "<f4", False, tag)
+    if row[pos] != 0x42:  # Value.tensor
+        return None
+    n, pos = _varint(row, pos + 1, end)
+    if n is None or pos + n != end:
+        return None
+    # TensorProto: dtype, optional empty shape, one value.
+    if pos + 2 > end or row[pos] != 0x08:
+        return None
+    dtype = row[pos + 1]
+    pos += 2
+    if pos + 1 < end and row[pos] == 0x12 and row[pos + 1] == 0x00:
+        pos += 2
+    rest = end - pos
+    key = row[pos : pos + 2] if rest >= 2 else b""
+    if dtype == _DT_FLOAT:
+        if rest == 6 and key in (b"\x2a\x04", b"\x22\x04"):  # float_val packed / content
+            return _Template(wall, step, step_len, pos + 2, "<f4", True, tag)
+        if rest == 5 and row[pos] == 0x2D:  # float_val unpacked
+            return _Template(wall, step, step_len, pos + 1, "<f4", True, tag)
+    elif dtype == _DT_DOUBLE:
+        if rest == 10 and key in (b"\x32\x08", b"\x22\x08"):
+            return _Template(wall, step, step_len, pos + 2, "<f8", True, tag)
+        if rest == 9 and row[pos] == 0x31:
+            return _Template(wall, step, step_len, pos + 1, "<f8", True, tag)
+    elif dtype in (_DT_HALF, _DT_BFLOAT16):
+        fmt = "<f2" if dtype == _DT_HALF else "bf16"
+        if rest == 4 and key == b"\x22\x02":
+            return _Template(wall, step, step_len, pos + 2, fmt, True, tag)
+    return None
+
+
+def _decode_values(cols: np.ndarray, fmt: str) -> np.ndarray:
+    raw = np.ascontiguousarray(cols)
+    if fmt == "bf16":
+        bits = raw.view("<u2").reshape(-1).astype(np.uint32) << np.uint32(16)
+        return bits.view(np.float32).astype(np.float64)
+    return raw.view(fmt).reshape(-1).astype(np.float64)
+
+
+def _tensor_scalar(t):
+    """Value of a one-element float tensor, or None."""
+    for d in t.tensor_shape.dim:
+        if d.size != 1:
+            return None
+    dtype = t.dtype
+    content = t.tensor_content
+    if dtype == _DT_FLOAT:
+        if content:
+            return float(np.frombuffer(content[:4], "<f4")[0]) if len(content) == 4 else None
+        return float(t.float_val[0]) if len(t.float_val) else None
+    if dtype == _DT_DOUBLE:
+        if content:
+            return float(np.frombuffer(content[:8], "<f8")[0]) if len(content) == 8 else None
+        return float(t.double_val[0]) if len(t.double_val) else None
+    if dtype in (_DT_HALF, _DT_BFLOAT16):
+        if content:
+            if len(content) != 2:
+                return None
+            bits = struct.unpack("<H", content)[0]
+        elif len(t.half_val):
+            bits = t.half_val[0] & 0xFFFF
+        else:
+            return None
+        if dtype == _DT_HALF:
+            return float(np.array([bits], np.uint16).view(np.float16)[0])
+        return float(np.array([bits << 16], np.uint32).view(np.float32)[0])
+    return None
+
+
+_MAX_TEMPLATE_MISSES = 64
+
+
+def decode_scalars(buf, offsets: np.ndarray, lengths: np.ndarray) -> DecodedBatch:
+    """Decodes the scalar points of the records at (offsets, lengths) in `buf`."""
+    mv = memoryview(buf).cast("B")
+    arr = np.frombuffer(mv, dtype=np.uint8)
+    nrec = int(offsets.shape[0])
+    tag_ids: dict = {}
+    tags: list = []
+
+    def tag_id(tag):
+        i = tag_ids.get(tag)
+        if i is None:
+            i = tag_ids[tag] = len(tags)
+            tags.append(tag)
+        return i
+
+    fast_parts = []  # (rec, tag, step, wall, value, tensor) arrays
+    fallback = []  # record indices for protobuf
+    by_len = np.argsort(lengths, kind="stable")
+    sorted_len = lengths[by_len]
+    cuts = np.flatnonzero(np.diff(sorted_len)) + 1
+    bounds = [0] + cuts.tolist() + [nrec]
+    for gi in range(len(bounds) - 1 if nrec else 0):
+        idx = by_len[bounds[gi] : bounds[gi + 1]]
+        length = int(sorted_len[bounds[gi]])
+        if length > 512 or length < 8:
+            fallback.append(idx)
+            continue
+        chunk = max(1, _GATHER_CELLS // length)
+        for lo in range(0, idx.shape[0], chunk):
+            part = idx[lo : lo + chunk]
+            rows = _gather(arr, offsets[part], length)
+            remaining = np.arange(part.shape[0])
+            misses = 0
+            while remaining.shape[0]:
+                first = int(remaining[0])
+                t = _template(rows[first].tobytes())
+                if t is None:
+                    fallback.append(part[first : first + 1])
+                    remaining = remaining[1:]
+                    misses += 1
+                    if misses > _MAX_TEMPLATE_MISSES:
+                        fallback.append(part[remaining])
+                        break
+                    continue
+                sub = rows[remaining]
+                ref = rows[first]
+                fixed = np.ones(length, dtype=bool)
+                if t.wall >= 0:
+                    fixed[t.wall : t.wall + 8] = False
+                vwidth = {"<f4": 4, "<f8": 8, "<f2": 2, "bf16": 2}[t.value_fmt]
+                fixed[t.value : t.value + vwidth] = False
+                if t.step >= 0:
+                    fixed[t.step : t.step + t.step_len] = False
+                fcols = np.flatnonzero(fixed)
+                match = np.all(sub[:, fcols] == ref[fcols], axis=1)
+                if t.step >= 0:
+                    scols = slice(t.step, t.step + t.step_len)
+                    match &= np.all((sub[:, scols] & 0x80) == (ref[scols] & 0x80), axis=1)
+                m = sub[match]
+                recs = part[remaining[match]]
+                k = recs.shape[0]
+                if t.wall >= 0:
+                    wall = _decode_values(m[:, t.wall : t.wall + 8], "<f8")
+                else:
+                    wall = np.zeros(k, dtype=np.float64)
+                if t.step >= 0:
+                    sv = np.zeros(k, dtype=np.uint64)
+                    for j in range(t.step_len):
+                        sv |= (m[:, t.step + j] & 0x7F).astype(np.uint64) << np.uint64(7 * j)
+                    step = sv.view(np.int64)
+                else:
+                    step = np.zeros(k, dtype=np.int64)
+                value = _decode_values(m[:, t.value : t.value + vwidth], t.value_fmt)
+                fast_parts.append(
+                    (
+                        recs,
+                        np.full(k, tag_id(t.tag), dtype=np.int64),
+                        step,
+                        wall,
+                        value,
+                        np.full(k, t.tensor, dtype=bool),
+                    )
+                )
+                remaining = remaining[~match]
+
+    # Protobuf fallback for everything else.
+    fb_rec, fb_tag, fb_step, fb_wall, fb_val, fb_tensor = [], [], [], [], [], []
+    sum_rec, sum_step = [], []
+    plugins = []
+    n_bad = 0
+    fb = np.sort(np.concatenate(fallback)) if fallback else np.zeros(0, np.int64)
+    from_string = event_pb2.Event.FromString
+    offs_l = offsets.tolist()
+    lens_l = lengths.tolist()
+    for r in fb.tolist():
+        o = offs_l[r]
+        try:
+            ev = from_string(mv[o : o + lens_l[r]].tobytes())
+        except (DecodeError, RuntimeError, ValueError):
+            n_bad += 1
+            continue
+        if not ev.HasField("summary"):
+            continue
+        step = ev.step
+        wall = ev.wall_time
+        sum_rec.append(r)
+        sum_step.append(step)
+        for v in ev.summary.value:
+            kind = v.WhichOneof("value")
+            own_plugin = None
+            if v.HasField("metadata"):
+                own_plugin = v.metadata.plugin_data.plugin_name
+                plugins.append((v.tag, own_plugin))
+            if kind == "simple_value":
+                val = v.simple_value
+                tensor = False
+            elif kind == "tensor":
+                if own_plugin not in (None, "", SCALAR_PLUGIN):
+                    continue
+                val = _tensor_scalar(v.tensor)
+                if val is None:
+                    continue
+                # A value with its own "scalars" metadata needs no lookup.
+                tensor = own_plugin != SCALAR_PLUGIN
+            else:
+                continue
+            fb_rec.append(r)
+            fb_tag.append(tag_id(v.tag))
+            fb_step.append(step)
+            fb_wall.append(wall)
+            fb_val.append(val)
+            fb_tensor.append(tensor)
+
+    # Every fast record carries a summary.
+    parts_rec = [p[0] for p in fast_parts]
+    all_sum_rec = np.concatenate(parts_rec + [np.array(sum_rec, dtype=np.int64)])
+    all_sum_step = np.concatenate([p[2] for p in fast_parts] + [np.array(sum_step, dtype=np.int64)])
+    order = np.argsort(all_sum_rec, kind="stable")
+
+    cols = list(zip(*fast_parts)) if fast_parts else [[] for _ in range(6)]
+    p_rec = np.concatenate(list(cols[0]) + [np.array(fb_rec, dtype=np.int64)])
+    p_tag = np.concatenate(list(cols[1]) + [np.array(fb_tag, dtype=np.int64)])
+    p_step = np.concatenate(list(cols[2]) + [np.array(fb_step, dtype=np.int64)])
+    p_wall = np.concatenate(list(cols[3]) + [np.array(fb_wall, dtype=np.float64)])
+    p_val = np.concatenate(list(cols[4]) + [np.array(fb_val, dtype=np.float64)])
+    p_ten = np.concatenate(list(cols[5]) + [np.array(fb_tensor, dtype=bool)])
+    if fast_parts and (len(fast_parts) > 1 or fb_rec):
+        porder = np.argsort(p_rec, kind="stable")  # record order, value order kept
+        p_rec, p_tag, p_step = p_rec[porder], p_tag[porder], p_step[porder]
+        p_wall, p_val, p_ten = p_wall[porder], p_val[porder], p_ten[porder]
+    return DecodedBatch(
+        n_records=nrec,
+        n_corrupt=n_bad,
+        summary_rec=all_sum_rec[order],
+        summary_step=all_sum_step[order],
+        point_rec=p_rec,
+        point_tag=p_tag,
+        point_step=p_step,
+        point_wall=p_wall,
+        point_value=p_val,
+        point_tensor=p_ten,
+        tags=tags,
+        plugins=plugins,
+    )

@@ -1,0 +1,138 @@
+"""CS4xx: the model stops generalising (validation vs training)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from tb_crash_signals.rules.base import Hits, fmt, rule
+from tb_crash_signals.stats import run_lengths, trailing_median_inclusive, value_at_or_before
+
+
+def _train_at_val_steps(data, smooth: int):
+    train, val = data.get("train_loss"), data.get("val_loss")
+    if train is None or val is None or len(val) == 0 or len(train) == 0:
+        return None, None
+    sm = trailing_median_inclusive(train.values, smooth) if smooth > 1 else train.values
+    return val, value_at_or_before(train.steps, sm, val.steps)
+
+
+@dataclasses.dataclass(frozen=True)
+class OverfitParams:
+    """Parameters of `overfitting`.
+
+    Attributes:
+        max_train_loss: the train loss must be below this (the article's 0.1).
+        ratio: ... and the validation loss above `ratio` x the train loss (the
+            article's 5).
+        cooldown: evaluations after which a new episode starts.
+    """
+
+    max_train_loss: float = 0.1
+    ratio: float = 5.0
+    cooldown: int = 10
+
+
+def _describe_overfit(ep, p):
+    s = ep.series
+    return (
+        f"train loss {ep.note} < {fmt(p.max_train_loss)} while validation loss "
+        f"{fmt(s.values[ep.start])} is > {fmt(p.ratio)}x it (step {int(s.steps[ep.start])})"
+    )
+
+
+@rule(
+    code="CS401", symbol="overfitting", family="overfit", severity="warning",
+    signals=("train_loss", "val_loss"), params=OverfitParams, describe=_describe_overfit,
+    advice="the model memorises the training set: add regularisation (weight decay, "
+    "dropout, augmentation), get more data, or stop at the best validation step",
+)
+def overfitting(data, p: OverfitParams):
+    """Train loss near zero while validation loss is many times higher (source article rule).
+
+    Condition at each validation point: train_loss < max_train_loss and
+    val_loss > ratio x train_loss, with the train loss logged at the same step
+    (or the last one before it). The article makes this critical; on real
+    classifiers whose train loss goes to ~0 it also fires on healthy runs, so
+    the default severity here is warning and `val-divergence` carries the
+    onset signal.
+    """
+    val, train = _train_at_val_steps(data, smooth=1)
+    if val is None:
+        return
+    with np.errstate(invalid="ignore"):
+        hit = (train < p.max_train_loss) & (val.values > p.ratio * train)
+    idx = np.flatnonzero(hit)
+    if idx.size:
+        yield Hits("val_loss", idx, note=lambda i: fmt(train[i]))
+
+
+@dataclasses.dataclass(frozen=True)
+class ValDivergenceParams:
+    """Parameters of `val-divergence`.
+
+    Attributes:
+        evaluations: the last this-many evaluations must all be above the best
+            (a rise that persists, not one noisy evaluation).
+        min_rise: ... by at least this much (relative).
+        smooth: trailing train points whose median is compared (noise).
+        min_evaluations: evaluations needed before the rule can fire.
+        cooldown: evaluations after which a new episode starts.
+    """
+
+    evaluations: int = 2
+    min_rise: float = 0.05
+    smooth: int = 5
+    min_evaluations: int = 3
+    cooldown: int = 10
+
+
+def _describe_valdiv(ep, p):
+    s = ep.series
+    return (
+        f"validation loss rose to {fmt(s.values[ep.start])} from its best {ep.note} "
+        f"while train loss kept falling (step {int(s.steps[ep.start])})"
+    )
+
+
+@rule(
+    code="CS402", symbol="val-divergence", family="overfit", severity="warning",
+    signals=("train_loss", "val_loss"), params=ValDivergenceParams, describe=_describe_valdiv,
+    advice="overfitting has begun: keep the checkpoint at the best validation step, add "
+    "regularisation or augmentation, or stop early",
+)
+def val_divergence(data, p: ValDivergenceParams):
+    """Validation loss rising while train loss falls: the onset of overfitting.
+
+    Fires at a validation point when the last `evaluations` validation losses
+    all sit `min_rise` above the best one before them, and the (smoothed)
+    train loss is lower than it was at that best validation step.
+    """
+    val, train = _train_at_val_steps(data, smooth=p.smooth)
+    if val is None or len(val) <= p.min_evaluations:
+        return
+    v = val.values
+    finite = np.isfinite(v)
+    masked = np.where(finite, v, np.inf)
+    best_idx = np.zeros(len(v), np.int64)
+    running = np.minimum.accumulate(masked)
+    # Index of the running minimum: the last point where it was set.
+    is_new = np.concatenate([[True], running[1:] < running[:-1]])
+    best_idx = np.maximum.accumulate(np.where(is_new, np.arange(len(v)), 0))
+    best = running
+    idx = np.arange(len(v))
+    with np.errstate(invalid="ignore"):
+        above = finite & (v >= best * (1 + p.min_rise)) & (best > 0)
+        hit = (
+            (idx >= p.min_evaluations)
+            & (run_lengths(above) >= p.evaluations)
+            & (idx - best_idx >= p.evaluations)
+            & (train < train[best_idx])
+        )
+    out = np.flatnonzero(hit)
+    if out.size:
+        yield Hits(
+            "val_loss", out,
+            note=lambda i: f"{fmt(best[i])} at step {int(val.steps[best_idx[i]])}",
+        )

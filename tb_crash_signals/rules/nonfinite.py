@@ -1,0 +1,93 @@
+"""CS0xx: values no training objective can have (NaN/Inf, absurd loss)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from tb_crash_signals.rules.base import Hits, fmt, rule
+from tb_crash_signals.signals import SIGNAL_LABELS, SIGNALS
+
+
+@dataclasses.dataclass(frozen=True)
+class NonFiniteParams:
+    """Parameters of `nonfinite`.
+
+    Attributes:
+        cooldown: points without NaN/Inf after which a new episode starts.
+    """
+
+    cooldown: int = 20
+
+
+def _describe_nonfinite(ep, p):
+    v = ep.series.values[ep.start]
+    n = int(np.count_nonzero(~np.isfinite(ep.series.values[ep.start : ep.end + 1])))
+    what = "NaN" if np.isnan(v) else ("+Inf" if v > 0 else "-Inf")
+    more = f" ({n} non-finite points)" if n > 1 else ""
+    return f"{SIGNAL_LABELS[ep.signal]} is {what} at step {int(ep.series.steps[ep.start])}{more}"
+
+
+@rule(
+    code="CS001", symbol="nonfinite", family="nonfinite", severity="critical",
+    signals=SIGNALS, params=NonFiniteParams, describe=_describe_nonfinite, peak="first",
+    advice="training has diverged: restore the last good checkpoint, lower the learning rate, "
+    "clip gradients, check the batch at the first NaN step and fp16 overflow",
+)
+def nonfinite(data, p: NonFiniteParams):
+    """A monitored scalar is NaN or +/-Inf.
+
+    Fires on every NaN or infinite value of any of the five signals. Once a
+    loss or gradient norm is non-finite the weights usually are too, and the
+    run cannot recover by itself.
+    """
+    for signal, s in data.items():
+        idx = np.flatnonzero(~np.isfinite(s.values))
+        if idx.size:
+            yield Hits(signal, idx)
+
+
+@dataclasses.dataclass(frozen=True)
+class LossBoundParams:
+    """Parameters of `loss-bound`.
+
+    Attributes:
+        max_loss: a train or validation loss above this is critical, even as
+            the first point logged. No usual objective (cross-entropy, MSE on
+            normalised targets) gets near it; raise it for losses summed over
+            large batches or unnormalised regression targets.
+        cooldown: points back under the bound after which a new episode starts.
+    """
+
+    max_loss: float = 1e4
+    cooldown: int = 20
+
+
+def _describe_bound(ep, p):
+    return (
+        f"{SIGNAL_LABELS[ep.signal]} reached {fmt(ep.series.values[ep.peak])} at step "
+        f"{int(ep.series.steps[ep.peak])}, beyond the bound {fmt(p.max_loss)}"
+    )
+
+
+@rule(
+    code="CS002", symbol="loss-bound", family="explosion", severity="critical",
+    signals=("train_loss", "val_loss"), params=LossBoundParams, describe=_describe_bound,
+    advice="the loss is far beyond any plausible value: the learning rate is far too high "
+    "or the inputs/labels are broken; check data scaling and lower the learning rate",
+)
+def loss_bound(data, p: LossBoundParams):
+    """A loss is larger than any plausible training objective (absolute bound).
+
+    The first layer of the source article's filter applied to the loss: an
+    absolute threshold that needs no history, so it also catches a run that
+    blew up before its first logged point.
+    """
+    for signal in ("train_loss", "val_loss"):
+        s = data.get(signal)
+        if s is not None:
+            idx = np.flatnonzero(np.abs(s.values) > p.max_loss)
+            idx = idx[np.isfinite(s.values[idx])]
+            if idx.size:
+                yield Hits(signal, idx)

@@ -1,0 +1,251 @@
+"""Which logged tag feeds which of the five dimensions the rules watch.
+
+Tags are matched by name, with a fixed precedence, so the same logdir always
+maps the same way. Keras writes one run per split (`X/train`, `X/validation`)
+with the same tag in each; those sibling runs become one logical run `X`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import posixpath
+import re
+from typing import Iterable, Mapping, Sequence
+
+SIGNALS = ("train_loss", "val_loss", "grad_norm", "update_ratio", "lr")
+
+SIGNAL_LABELS = {
+    "train_loss": "train loss",
+    "val_loss": "validation loss",
+    "grad_norm": "grad norm",
+    "update_ratio": "update ratio",
+    "lr": "learning rate",
+}
+
+_TRAIN_SPLITS = ("train", "training")
+_VAL_SPLITS = ("validation", "val", "valid", "eval", "evaluation", "test", "dev")
+
+_VAL_WORDS = frozenset(_VAL_SPLITS) | {"v"}
+_TRAIN_WORDS = frozenset(_TRAIN_SPLITS) | {"tr"}
+
+# Names written by the common writers, best first. A tag named here wins over
+# any tag matched only by its words.
+_KNOWN = {
+    "train_loss": (
+        "train/loss", "loss/train", "train_loss", "train_loss_step", "training_loss",
+        "train/loss_step", "loss/total_loss", "loss", "epoch_loss", "batch_loss",
+        "train/loss_epoch", "train_loss_epoch",
+    ),
+    "val_loss": (
+        "eval/loss", "val/loss", "loss/val", "val_loss", "validation/loss",
+        "loss/validation", "valid_loss", "validation_loss", "val_loss_epoch",
+        "test/loss", "loss/test", "epoch_loss", "evaluation_loss", "v_loss",
+    ),
+    "grad_norm": (
+        "train/grad_norm", "grad_norm", "optim/grad_global_norm", "grad/norm",
+        "gradient_norm", "grad_2.0_norm_total", "global_grad_norm", "grad_global_norm",
+        "gradients/global_norm", "gnorm",
+    ),
+    "update_ratio": (
+        "optim/update_ratio", "update_ratio", "param_update_ratio", "train/update_ratio",
+    ),
+    "lr": (
+        "train/learning_rate", "learning_rate", "lr", "optim/lr", "epoch_lr",
+        "epoch_learning_rate", "lr-adam", "lr-sgd", "lr-adamw",
+    ),
+}
+
+# Words that make a tag look like a loss but not the objective itself.
+_NOT_A_LOSS = frozenset({"scale", "scaler", "weight", "ratio", "std", "var", "min", "max"})
+
+
+@dataclasses.dataclass(frozen=True)
+class TagRef:
+    """A (run, tag) pair: where one dimension's data lives."""
+
+    run: str
+    tag: str
+
+    def to_json(self) -> dict:
+        return {"run": self.run, "tag": self.tag}
+
+
+@dataclasses.dataclass(frozen=True)
+class LogicalRun:
+    """One training run as the user thinks of it.
+
+    Attributes:
+        name: display name (the Keras parent for sibling runs).
+        members: the TensorBoard runs it is made of.
+        signals: dimension -> TagRef, or None when no tag was recognised.
+        tags: member run -> its scalar tags, for reporting unmapped runs.
+    """
+
+    name: str
+    members: tuple[str, ...]
+    signals: Mapping[str, TagRef | None]
+    tags: Mapping[str, tuple[str, ...]]
+
+    @property
+    def has_signals(self) -> bool:
+        return any(ref is not None for ref in self.signals.values())
+
+
+def _words(tag: str) -> list[str]:
+    return [w for w in re.split(r"[^0-9a-z]+", tag.lower()) if w]
+
+
+def _split_of(run: str) -> str | None:
+    last = posixpath.basename(run).lower()
+    if last in _TRAIN_SPLITS:
+        return "train"
+    if last in _VAL_SPLITS:
+        return "val"
+    return None
+
+
+def _score(dimension: str, tag: str, split: str | None) -> int:
+    """How well `tag` (in a run of the given split) fits `dimension`; 0 = not at all."""
+    lowered = tag.lower()
+    words = _words(tag)
+    wordset = set(words)
+    known = _KNOWN[dimension]
+    is_val_tag = bool(wordset & _VAL_WORDS)
+    is_train_tag = bool(wordset & _TRAIN_WORDS)
+
+    if dimension in ("train_loss", "val_loss"):
+        if "loss" not in "".join(words) or wordset & _NOT_A_LOSS:
+            return 0
+        wants_val = dimension == "val_loss"
+        in_val = is_val_tag or (split == "val" and not is_train_tag)
+        if in_val != wants_val:
+            return 0
+        if split == "train" and wants_val and not is_val_tag:
+            return 0
+    elif dimension == "grad_norm":
+        joined = "".join(words)
+        if not ("grad" in joined and "norm" in joined) and lowered not in known:
+            return 0
+        if wordset & {"clip", "clipped", "max", "min"}:
+            return 0
+    elif dimension == "update_ratio":
+        joined = "".join(words)
+        if not ("update" in joined and ("ratio" in joined or "param" in joined)):
+            if lowered not in known:
+                return 0
+    elif dimension == "lr":
+        if not (wordset & {"lr", "learning"} or "learningrate" in "".join(words)):
+            return 0
+        if lowered.startswith("lr-") or lowered.startswith("lr_"):
+            return 900
+    score = 100
+    if lowered in known:
+        score = 1000 - known.index(lowered)
+    elif dimension in ("train_loss", "val_loss"):
+        # Prefer the plain or "total" loss over its components, and per-step
+        # values over per-epoch aggregates when both exist.
+        score += 40 if "total" in wordset else 0
+        score += 20 if words and words[-1] == "loss" else 0
+        score -= 10 * max(0, len(words) - 2)
+        score -= 15 if "epoch" in wordset else 0
+    return max(score, 1)
+
+
+def _resolve(
+    members: Sequence[tuple[str, str | None, Sequence[str]]],
+    overrides: Mapping[str, Sequence[str]],
+) -> dict[str, TagRef | None]:
+    """Chooses one tag per dimension among the members' tags."""
+    signals: dict[str, TagRef | None] = {}
+    for dimension in SIGNALS:
+        if dimension in overrides:
+            signals[dimension] = _override(dimension, members, overrides[dimension])
+            continue
+        best: tuple[int, int, str, str] | None = None
+        for order, (run, split, tags) in enumerate(members):
+            for tag in tags:
+                score = _score(dimension, tag, split)
+                if score <= 0:
+                    continue
+                # Deterministic: score, then member order, then name.
+                key = (-score, order, tag, run)
+                if best is None or key < best:
+                    best = key
+        signals[dimension] = None if best is None else TagRef(best[3], best[2])
+    # The same tag cannot be both train and validation loss.
+    tl, vl = signals["train_loss"], signals["val_loss"]
+    if tl is not None and tl == vl:
+        signals["val_loss"] = None
+    return signals
+
+
+def _override(dimension, members, wanted: Sequence[str]) -> TagRef | None:
+    # The validation member is searched first for val_loss, the train member
+    # first for everything else: the same tag name lives in both.
+    ordered = sorted(
+        members,
+        key=lambda m: (0 if (m[1] == "val") == (dimension == "val_loss") else 1),
+    )
+    for tag in wanted:
+        for run, _, tags in ordered:
+            if tag in tags:
+                return TagRef(run, tag)
+    return None
+
+
+def group_runs(
+    run_tags: Mapping[str, Iterable[str]],
+    overrides: Mapping[str, Sequence[str]] | None = None,
+) -> list[LogicalRun]:
+    """Groups TensorBoard runs into logical runs and maps their tags.
+
+    Args:
+        run_tags: TensorBoard run name -> its scalar tags.
+        overrides: dimension -> tag names to use instead of the name
+            patterns (first present wins; an empty list disables it).
+
+    Returns:
+        Logical runs sorted by name.
+    """
+    overrides = overrides or {}
+    runs = {run: tuple(sorted(set(tags))) for run, tags in run_tags.items()}
+    by_parent: dict[str, list[str]] = {}
+    for run in runs:
+        if _split_of(run) is not None:
+            by_parent.setdefault(posixpath.dirname(run) or ".", []).append(run)
+
+    grouped: set[str] = set()
+    logical: list[LogicalRun] = []
+    for parent, children in by_parent.items():
+        splits = [_split_of(c) for c in children]
+        # Keras writes train/ alone when there is no validation data, and an
+        # hparams-only event file (no scalars) in the parent, which we absorb.
+        if splits.count("train") != 1 or splits.count("val") > 1 or runs.get(parent):
+            continue
+        if parent in runs:
+            grouped.add(parent)
+        ordered = sorted(children, key=lambda c: (_split_of(c) != "train", c))
+        members = [(c, _split_of(c), runs[c]) for c in ordered]
+        logical.append(
+            LogicalRun(
+                name=parent,
+                members=tuple(ordered),
+                signals=_resolve(members, overrides),
+                tags={c: runs[c] for c in ordered},
+            )
+        )
+        grouped.update(children)
+
+    for run, tags in runs.items():
+        if run in grouped:
+            continue
+        logical.append(
+            LogicalRun(
+                name=run,
+                members=(run,),
+                signals=_resolve([(run, _split_of(run), tags)], overrides),
+                tags={run: tags},
+            )
+        )
+    logical.sort(key=lambda lr: lr.name)
+    return logical

@@ -1,0 +1,410 @@
+"""Full-resolution scalar source over a TensorBoard logdir.
+
+Reads every scalar point of every run straight from the event files (no
+reservoir sampling), incrementally: each :meth:`RunReader.reload` parses only
+the bytes appended since the previous call. Nothing in the logdir is ever
+written or modified.
+
+Run discovery follows TensorBoard: every directory under the logdir (walked
+without following symlinks) that holds a file whose name contains
+``tfevents`` is a run, named by its path relative to the logdir with ``/``
+separators (``.`` for the logdir itself). Files of a run are read in sorted
+name order.
+
+Restart purge: when an event that carries a summary has a step below the
+largest step seen so far in the run, the points of every tag at steps >= that
+event's step are dropped (the training restarted from a checkpoint), then
+reading continues. A value logged again at the same step replaces the earlier
+one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+import numpy as np
+
+from tb_crash_signals import eventfile
+from tb_crash_signals.series import Series
+
+__all__ = ["discover_runs", "RunReader", "ReaderStats", "LogdirSource"]
+
+_CHUNK_BYTES = eventfile.MAX_RECORD_LEN + 16  # one read always holds a whole record
+_MAX_CHUNKS = 64  # per-tag append chunks before they are consolidated
+
+
+def _is_event_file(name: str) -> bool:
+    return "tfevents" in name
+
+
+def discover_runs(logdir: str) -> list[str]:
+    """Names of the runs under `logdir` (sorted), TensorBoard-style."""
+    runs = []
+    logdir = os.fspath(logdir)
+    for dirpath, dirnames, filenames in os.walk(logdir, followlinks=False):
+        dirnames.sort()
+        if any(_is_event_file(f) for f in filenames):
+            rel = os.path.relpath(dirpath, logdir)
+            runs.append("." if rel == "." else rel.replace(os.sep, "/"))
+    return sorted(runs)
+
+
+@dataclasses.dataclass
+class ReaderStats:
+    """Counters of one RunReader (cumulative over reloads).
+
+    Attributes:
+        records: good records parsed.
+        scalar_points: scalar points read (including ones purged later).
+        corrupt_records: corrupt records skipped (bad CRC, bad length,
+            unparsable payload).
+        files: event files known.
+        bytes_read: bytes read from disk.
+        truncated_tail: some file currently ends inside a record (its writer
+            is presumably still writing; the rest is read on a later reload).
+        purges: restart purges applied.
+    """
+
+    records: int = 0
+    scalar_points: int = 0
+    corrupt_records: int = 0
+    files: int = 0
+    bytes_read: int = 0
+    truncated_tail: bool = False
+    purges: int = 0
+
+
+class _FileState:
+    __slots__ = ("name", "offset", "resyncing", "corrupt", "truncated", "error", "shrunk")
+
+    def __init__(self, name):
+        self.name = name
+        self.offset = 0
+        self.resyncing = False
+        self.corrupt = 0
+        self.truncated = False
+        self.error = None
+        self.shrunk = None
+
+
+class _TagStore:
+    """Append-friendly storage of one tag's points (lists of numpy chunks)."""
+
+    __slots__ = ("steps", "walls", "values", "n", "max_step", "increasing", "cache")
+
+    def __init__(self):
+        self.steps, self.walls, self.values = [], [], []
+        self.n = 0
+        self.max_step = None
+        self.increasing = True  # steps strictly increasing overall
+        self.cache = None
+
+    def append(self, steps, walls, values):
+        k = steps.shape[0]
+        if not k:
+            return
+        if self.increasing:
+            ok = self.max_step is None or steps[0] > self.max_step
+            if ok and k > 1:
+                ok = bool(np.all(steps[1:] > steps[:-1]))
+            self.increasing = ok
+        m = int(steps.max())
+        self.max_step = m if self.max_step is None else max(self.max_step, m)
+        self.steps.append(steps)
+        self.walls.append(walls)
+        self.values.append(values)
+        self.n += k
+        self.cache = None
+        if len(self.steps) > _MAX_CHUNKS:
+            self._consolidate()
+
+    def _consolidate(self):
+        if len(self.steps) == 1 and not self.steps[0].flags.writeable:
+            return
+        s, w, v = (np.concatenate(c) for c in (self.steps, self.walls, self.values))
+        for a in (s, w, v):
+            a.flags.writeable = False  # shared with the cached Series
+        self.steps, self.walls, self.values = [s], [w], [v]
+
+    def purge(self, step) -> bool:
+        if not self.n or self.max_step < step:
+            return False
+        self._consolidate()
+        s, w, v = self.steps[0], self.walls[0], self.values[0]
+        keep = s < step
+        s, w, v = s[keep], w[keep], v[keep]
+        for a in (s, w, v):
+            a.flags.writeable = False
+        self.steps, self.walls, self.values = [s], [w], [v]
+        self.n = int(s.shape[0])
+        self.max_step = int(s.max()) if self.n else None
+        if not self.increasing:
+            self.increasing = self.n < 2 or bool(np.all(s[1:] > s[:-1]))
+        self.cache = None
+        return True
+
+    def series(self) -> Series:
+        if self.cache is None:
+            if not self.n:
+                self.cache = Series.empty()
+            else:
+                self._consolidate()
+                s, w, v = self.steps[0], self.walls[0], self.values[0]
+                if self.increasing:
+                    self.cache = Series(s, v, w)
+                else:
+                    self.cache = Series.from_arrays(s, v, w)
+        return self.cache
+
+
+class RunReader:
+    """Reads every scalar of one run directory, incrementally.
+
+    Args:
+        run_dir: directory holding the run's event files.
+        purge: apply the restart purge (see module docstring).
+    """
+
+    def __init__(self, run_dir, purge: bool = True):
+        self.run_dir = os.fspath(run_dir)
+        self.purge = purge
+        self.stats = ReaderStats()
+        self._files: dict[str, _FileState] = {}
+        self._tags: dict[str, _TagStore] = {}
+        self._plugins: dict[str, str] = {}
+        self._max_step = None
+        self._list_error = None
+
+    # -- public API ---------------------------------------------------------
+
+    def tags(self) -> list[str]:
+        """Sorted tags that currently have at least one point."""
+        return sorted(t for t, st in self._tags.items() if st.n)
+
+    def series(self, tag: str) -> Series:
+        """All points of `tag` (KeyError if the run never logged it)."""
+        return self._tags[tag].series()
+
+    def problems(self) -> list[str]:
+        """Human-readable issues with this run's files."""
+        out = []
+        if self._list_error:
+            out.append(f"cannot list run directory: {self._list_error}")
+        for name in sorted(self._files):
+            fs = self._files[name]
+            if fs.corrupt:
+                plural = "s" if fs.corrupt != 1 else ""
+                out.append(f"{fs.corrupt} corrupt record{plural} skipped in {name}")
+            if fs.error:
+                out.append(f"cannot read {name}: {fs.error}")
+            if fs.shrunk:
+                out.append(f"{name} shrank from {fs.shrunk[0]} to {fs.shrunk[1]} bytes; not re-read")
+        return out
+
+    def reload(self) -> bool:
+        """Reads what was appended since the last call; True if any tag changed."""
+        changed = False
+        try:
+            names = sorted(
+                e.name for e in os.scandir(self.run_dir) if _is_event_file(e.name) and _is_file(e)
+            )
+            self._list_error = None
+        except OSError as e:
+            self._list_error = e.strerror or str(e)
+            names = []
+        for name in names:
+            if name not in self._files:
+                self._files[name] = _FileState(name)
+        self.stats.files = len(self._files)
+        for name in sorted(self._files):
+            changed |= self._read_file(self._files[name])
+        self.stats.truncated_tail = any(fs.truncated for fs in self._files.values())
+        return changed
+
+    # -- reading ------------------------------------------------------------
+
+    def _read_file(self, fs: _FileState) -> bool:
+        path = os.path.join(self.run_dir, fs.name)
+        changed = False
+        try:
+            size = os.stat(path).st_size
+            if size < fs.offset:
+                fs.shrunk = (fs.offset, size)
+                return False
+            fs.shrunk = None
+            if size == fs.offset:
+                fs.error = None
+                return False
+            with open(path, "rb") as f:
+                want = _CHUNK_BYTES
+                while True:
+                    f.seek(fs.offset)
+                    data = f.read(want)
+                    if not data:
+                        break
+                    self.stats.bytes_read += len(data)
+                    res = eventfile.scan_records(data, 0, resyncing=fs.resyncing)
+                    fs.corrupt += res.n_corrupt
+                    self.stats.corrupt_records += res.n_corrupt
+                    fs.truncated = res.truncated
+                    fs.resyncing = res.resyncing
+                    if res.offsets.shape[0]:
+                        dec = eventfile.decode_scalars(data, res.offsets, res.lengths)
+                        fs.corrupt += dec.n_corrupt
+                        self.stats.corrupt_records += dec.n_corrupt
+                        changed |= self._apply(dec)
+                    fs.offset += res.end
+                    if len(data) < want:
+                        break  # end of file
+                    if res.end == 0:
+                        if want >= 2 * _CHUNK_BYTES:
+                            break
+                        want *= 2
+            fs.error = None
+        except OSError as e:
+            fs.error = e.strerror or str(e)
+        return changed
+
+    def _apply(self, dec: eventfile.DecodedBatch) -> bool:
+        self.stats.records += dec.n_records
+        for tag, plugin in dec.plugins:
+            self._plugins.setdefault(tag, plugin)
+        p_rec, p_tag = dec.point_rec, dec.point_tag
+        p_step, p_wall, p_val = dec.point_step, dec.point_wall, dec.point_value
+        if dec.point_tensor.any():
+            ok_tag = np.array(
+                [self._plugins.get(t, "") in ("", eventfile.SCALAR_PLUGIN) for t in dec.tags],
+                dtype=bool,
+            )
+            keep = ~dec.point_tensor | ok_tag[p_tag]
+            if not keep.all():
+                p_rec, p_tag, p_step = p_rec[keep], p_tag[keep], p_step[keep]
+                p_wall, p_val = p_wall[keep], p_val[keep]
+        self.stats.scalar_points += int(p_rec.shape[0])
+
+        purges = self._find_purges(dec.summary_rec, dec.summary_step)
+        changed = False
+        lo = 0
+        for rec, step in purges:
+            hi = int(np.searchsorted(p_rec, rec, side="left"))
+            changed |= self._append(dec.tags, p_tag[lo:hi], p_step[lo:hi], p_wall[lo:hi], p_val[lo:hi])
+            for st in self._tags.values():
+                changed |= st.purge(step)
+            self.stats.purges += 1
+            lo = hi
+        n = p_rec.shape[0]
+        changed |= self._append(dec.tags, p_tag[lo:n], p_step[lo:n], p_wall[lo:n], p_val[lo:n])
+        return changed
+
+    def _find_purges(self, recs: np.ndarray, steps: np.ndarray):
+        """[(record index, step)] of the restart purges in this batch."""
+        if not steps.shape[0]:
+            return []
+        prev = self._max_step
+        running = np.maximum.accumulate(steps)
+        new_max = int(running[-1]) if prev is None else max(prev, int(running[-1]))
+        if not self.purge:
+            self._max_step = new_max
+            return []
+        before = np.empty_like(steps)
+        before[0] = np.iinfo(np.int64).min if prev is None else prev
+        if steps.shape[0] > 1:
+            before[1:] = np.maximum(running[:-1], before[0])
+        viol = np.flatnonzero(steps < before)
+        if not viol.shape[0]:
+            self._max_step = new_max
+            return []
+        first = int(viol[0])
+        cur = int(before[first])
+        purges = []
+        for r, s in zip(recs[first:].tolist(), steps[first:].tolist()):
+            if s < cur:
+                purges.append((r, s))
+                cur = s
+            elif s > cur:
+                cur = s
+        self._max_step = cur
+        return purges
+
+    def _append(self, tags, p_tag, p_step, p_wall, p_val) -> bool:
+        k = p_tag.shape[0]
+        if not k:
+            return False
+        if bool(np.all(p_tag == p_tag[0])):
+            groups = [(int(p_tag[0]), slice(0, k))]
+            order = None
+        else:
+            order = np.argsort(p_tag, kind="stable")
+            st = p_tag[order]
+            cuts = [0] + (np.flatnonzero(np.diff(st)) + 1).tolist() + [k]
+            groups = [(int(st[a]), slice(a, b)) for a, b in zip(cuts[:-1], cuts[1:])]
+            p_step, p_wall, p_val = p_step[order], p_wall[order], p_val[order]
+        for tid, sl in groups:
+            tag = tags[tid]
+            store = self._tags.get(tag)
+            if store is None:
+                store = self._tags[tag] = _TagStore()
+            store.append(p_step[sl], p_wall[sl], p_val[sl])
+        return True
+
+
+def _is_file(entry) -> bool:
+    try:
+        return entry.is_file()
+    except OSError:
+        return False
+
+
+class LogdirSource:
+    """Every run under a logdir, read at full resolution.
+
+    Args:
+        logdir: the TensorBoard logdir.
+        purge: apply the restart purge in every run.
+    """
+
+    def __init__(self, logdir, purge: bool = True):
+        self.logdir = os.fspath(logdir)
+        self.purge = purge
+        self._readers: dict[str, RunReader] = {}
+        self._error = None
+
+    def reload(self) -> bool:
+        """Discovers new runs and reads what was appended; True if anything changed."""
+        if not os.path.isdir(self.logdir):
+            self._error = f"logdir {self.logdir} is not a readable directory"
+        else:
+            self._error = None
+        try:
+            runs = discover_runs(self.logdir)
+        except OSError as e:  # os.walk swallows most errors; be safe anyway
+            self._error = f"cannot list logdir: {e.strerror or e}"
+            runs = []
+        for run in runs:
+            if run not in self._readers:
+                path = self.logdir if run == "." else os.path.join(self.logdir, *run.split("/"))
+                self._readers[run] = RunReader(path, purge=self.purge)
+        changed = False
+        for run in sorted(self._readers):
+            changed |= self._readers[run].reload()
+        return changed
+
+    def runs(self) -> list[str]:
+        return sorted(self._readers)
+
+    def reader(self, run: str) -> RunReader:
+        return self._readers[run]
+
+    def run_tags(self) -> dict[str, list[str]]:
+        return {run: self._readers[run].tags() for run in sorted(self._readers)}
+
+    def series(self, run: str, tag: str) -> Series:
+        """All points of (run, tag); KeyError if either is unknown."""
+        return self._readers[run].series(tag)
+
+    def problems(self) -> list[str]:
+        out = [self._error] if self._error else []
+        for run in sorted(self._readers):
+            out.extend(f"run {run}: {p}" for p in self._readers[run].problems())
+        return out
