@@ -75,7 +75,7 @@ setup(
     license="Apache-2.0",
     python_requires=">=3.10",
     packages=find_packages(include=["tb_crash_signals", "tb_crash_signals.*"]),
-    package_data={"tb_crash_signals": ["static/*.js", "static/*.css"]},
+    package_data={"tb_crash_signals": ["static/*.js", "static/*.css", "report.schema.json"]},
     include_package_data=True,
     install_requires=[
         "tensorboard>=2.14,<3",
@@ -86,7 +86,7 @@ setup(
         'tomli>=1.1; python_version < "3.11"',
     ],
     extras_require={
-        "test": ["pytest>=7", "hypothesis>=6", "playwright>=1.40"],
+        "test": ["pytest>=7", "hypothesis>=6", "jsonschema>=4", "playwright>=1.40"],
     },
     entry_points={
         "tensorboard_plugins": ["crash_signals = tb_crash_signals.loader:CrashSignalsLoader"],

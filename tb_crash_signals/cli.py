@@ -154,7 +154,11 @@ def _demo(args) -> int:
 
 
 def main(argv=None) -> int:
-    args = _parser().parse_args(argv)
+    """Runs the command line; returns the exit code (argparse's exits included)."""
+    try:
+        args = _parser().parse_args(argv)
+    except SystemExit as e:  # --help, --version, usage errors
+        return e.code if isinstance(e.code, int) else EXIT_OK
     if args.command is None:
         _parser().print_help(sys.stderr)
         return EXIT_ERROR

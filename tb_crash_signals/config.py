@@ -146,6 +146,9 @@ def from_dict(data: Mapping[str, Any], path: str | None = None) -> Config:
         raise ConfigError(
             f"unknown key {unknown[0]!r} (expected one of: {', '.join(_TOP_KEYS)})"
         )
+    for key in ("select", "ignore"):
+        if key in data and not isinstance(data[key], list):
+            raise ConfigError(f"{key}: expected a list of rule codes, like [\"CS1\"]")
     select = _codes(data["select"], "select") if "select" in data else None
     ignore = _codes(data.get("ignore", []), "ignore")
 

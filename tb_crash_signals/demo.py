@@ -473,7 +473,7 @@ class LoopConfig:
     eval_every: Optional[int] = None  # None: evaluate at the end of each epoch
     ratio_every: int = 10
     lr_every: int = 1
-    nan_patience: int = 25  # stop this many steps after the first non-finite loss
+    nan_patience: int = 100  # stop this many steps after the first non-finite loss
     first_step: int = 0  # HF / Lightning log from step 1 (global_step after the update)
     corrupt: Optional[Callable[[int, np.ndarray, np.ndarray, np.random.Generator], tuple]] = None
 
@@ -518,6 +518,7 @@ def train(model: MLP, opt, data: Dataset, cfg: LoopConfig, log: Callable, rng) -
         ) or it == cfg.steps - 1
         if end_epoch:
             log("epoch", batches.epoch + 1, step)
+        vloss = 0.0
         if do_eval:
             vloss, vacc = evaluate(model, data.x_val, data.y_val, cfg.kind)
             log("val_loss", vloss, step)
@@ -525,8 +526,10 @@ def train(model: MLP, opt, data: Dataset, cfg: LoopConfig, log: Callable, rng) -
                 log("val_acc", vacc, step)
         if not np.isfinite(loss) and first_bad is None:
             first_bad = step
+        if not np.isfinite(vloss):
+            break  # early stopping's check_finite / the loop's NaN guard
         if first_bad is not None and step - first_bad >= cfg.nan_patience:
-            break  # the loop's NaN guard (or the engineer) stops the job
+            break  # the engineer kills the job
     return {"first_nonfinite_step": first_bad, "last_step": step}
 
 
@@ -554,10 +557,10 @@ def _styled(outdir: str, run: str, tags: Dict[str, str], **overrides):
 
 @_run("hf/healthy")
 def run_hf_healthy(outdir: str) -> dict:
-    """HF Trainer defaults: AdamW, linear warm-up/decay, max_grad_norm=1."""
+    """HF Trainer defaults: AdamW, linear warm-up then decay, max_grad_norm=1."""
     rng = np.random.default_rng(101)
-    data = make_classification(1, 4000, 1000)
-    model = MLP([20, 128, 128, 5], rng)
+    data = make_classification(1, 20000, 1000, d=10, label_noise=0.05)
+    model = MLP([10, 128, 128, 5], rng)
     opt = Adam(model.params, weight_decay=0.01, decoupled=True)
     steps = 1500
     cfg = LoopConfig(
@@ -569,6 +572,208 @@ def run_hf_healthy(outdir: str) -> dict:
         return train(model, opt, data, cfg, lg.log, rng)
     finally:
         lg.close()
+
+
+@_run("custom/healthy")
+def run_custom_healthy(outdir: str) -> dict:
+    """Hand-written loop: SGD + Nesterov momentum, cosine decay, weight decay."""
+    rng = np.random.default_rng(202)
+    data = make_classification(2, 20000, 1000, d=10, label_noise=0.05)
+    model = MLP([10, 128, 128, 5], rng)
+    opt = SGD(model.params, momentum=0.9, weight_decay=5e-4, nesterov=True)
+    steps = 1500
+    cfg = LoopConfig(
+        steps=steps, batch_size=64, lr=warmup_cosine(0.05, 50, steps, floor=5e-4),
+        clip=5.0, eval_every=100,
+    )
+    lg = _styled(outdir, "custom/healthy", CUSTOM_TAGS)
+    try:
+        return train(model, opt, data, cfg, lg.log, rng)
+    finally:
+        lg.close()
+
+
+@_run("lightning/grad-explosion")
+def run_lightning_grad_explosion(outdir: str) -> dict:
+    """Wide & Deep regressor, plain SGD, LR warm-up over 2500 steps to 0.01.
+
+    The wide part sees unstandardised features (mean 5), so the loss has one
+    sharp direction with curvature ~400: plain SGD is stable only for
+    lr < 2/400 = 0.005, which the warm-up passes at step ~1250. From there the
+    error along that direction flips sign and grows every step (the growth
+    rate rising with the LR), the grad norm grows exponentially, then the
+    deep ReLU part blows up, the loss overflows to inf and turns NaN, and
+    early stopping (check_finite) ends the run at the next validation.
+    Lightning: ``grad_2.0_norm_total`` from ``grad_norm(self, 2)``,
+    ``lr-SGD`` from ``LearningRateMonitor``, validation every epoch.
+    """
+    rng = np.random.default_rng(9)
+    data = make_regression(3, 8000, 1000, n_wide=8, wide_mean=5.0)
+    model = WideDeep([16, 64, 64, 64, 1], 8, rng, act="relu", deep_scale=0.2)
+    opt = SGD(model.params)
+    cfg = LoopConfig(
+        steps=2500, batch_size=512, kind="mse",
+        lr=lambda it: 0.01 * min(1.0, (it + 1) / 2500), first_step=1,
+    )
+    lg = _styled(
+        outdir, "lightning/grad-explosion", LIGHTNING_TAGS,
+        lr="lr-SGD", grad_norm="grad_2.0_norm_total", val_acc=None,
+    )
+    try:
+        return train(model, opt, data, cfg, lg.log, rng)
+    finally:
+        lg.close()
+
+
+def _inf_record_at(step_bad: int, row: int = 17):
+    """A corrupted record: one feature is -inf (log of a zero count)."""
+
+    def corrupt(step, xb, yb, rng):
+        if step == step_bad:
+            xb = xb.copy()
+            xb[row, 3] = -np.inf
+        return xb, yb
+
+    return corrupt
+
+
+@_run("pytorch/abrupt-nan")
+def run_pytorch_abrupt_nan(outdir: str) -> dict:
+    """Adam classifier; at step 1137 one record carries -inf -> NaN at once."""
+    rng = np.random.default_rng(303)
+    data = make_classification(4, 20000, 1000, d=10, label_noise=0.05)
+    model = MLP([10, 128, 128, 5], rng)
+    opt = Adam(model.params)
+    cfg = LoopConfig(
+        steps=2000, batch_size=64, lr=lambda it: 1e-3, eval_every=200,
+        corrupt=_inf_record_at(1137),
+    )
+    lg = _styled(outdir, "pytorch/abrupt-nan", PYTORCH_TAGS)
+    try:
+        return train(model, opt, data, cfg, lg.log, rng)
+    finally:
+        lg.close()
+
+
+LOSS_SPIKE_STEPS = {420: "shuffled labels", 780: "unnormalised inputs (x8)",
+                    1130: "shuffled labels", 1390: "unnormalised inputs (x8)"}
+
+
+def _bad_batches(spec: Dict[int, str]):
+    def corrupt(step, xb, yb, rng):
+        what = spec.get(step)
+        if what is None:
+            return xb, yb
+        if what.startswith("shuffled"):
+            return xb, rng.permutation(yb)
+        return xb * F32(8.0), yb
+
+    return corrupt
+
+
+@_run("pytorch/loss-spikes")
+def run_pytorch_loss_spikes(outdir: str) -> dict:
+    """SGD + momentum, no clipping; four corrupted batches spike the loss."""
+    rng = np.random.default_rng(404)
+    data = make_classification(5, 20000, 1000, d=10, label_noise=0.05)
+    model = MLP([10, 128, 128, 5], rng)
+    opt = SGD(model.params, momentum=0.9)
+    cfg = LoopConfig(
+        steps=1600, batch_size=64, lr=lambda it: 0.02, eval_every=200,
+        corrupt=_bad_batches(LOSS_SPIKE_STEPS),
+    )
+    lg = _styled(outdir, "pytorch/loss-spikes", PYTORCH_TAGS)
+    try:
+        return train(model, opt, data, cfg, lg.log, rng)
+    finally:
+        lg.close()
+
+
+@_run("lightning/plateau")
+def run_lightning_plateau(outdir: str) -> dict:
+    """Adam + StepLR(step_size=30, gamma=0.5) stepped every batch, not every epoch.
+
+    The LR halves every 30 steps: ~1e-6 by step 300, ~1e-9 by step 600. The
+    model stops learning early; train and validation loss go flat.
+    """
+    rng = np.random.default_rng(505)
+    data = make_classification(6, 4000, 1000, d=10, label_noise=0.05)
+    model = MLP([10, 128, 128, 5], rng)
+    opt = Adam(model.params)
+    cfg = LoopConfig(
+        steps=1500, batch_size=64, lr=lambda it: 1e-3 * 0.5 ** (it // 30), first_step=1,
+    )
+    lg = _styled(outdir, "lightning/plateau", LIGHTNING_TAGS)
+    try:
+        return train(model, opt, data, cfg, lg.log, rng)
+    finally:
+        lg.close()
+
+
+@_run("custom/lr-too-high")
+def run_custom_lr_too_high(outdir: str) -> dict:
+    """Adam with lr=0.05 (meant 5e-4) and clipping: clipping bounds the
+    gradient, not Adam's step, so every step moves the weights by ~lr each."""
+    rng = np.random.default_rng(606)
+    data = make_classification(7, 20000, 1000, d=10, label_noise=0.05)
+    model = MLP([10, 128, 128, 5], rng)
+    opt = Adam(model.params)
+    cfg = LoopConfig(
+        steps=1500, batch_size=64, lr=lambda it: 0.05, clip=1.0, eval_every=100,
+    )
+    lg = _styled(outdir, "custom/lr-too-high", CUSTOM_TAGS)
+    try:
+        return train(model, opt, data, cfg, lg.log, rng)
+    finally:
+        lg.close()
+
+
+@_run("keras/overfit")
+def run_keras_overfit(outdir: str) -> dict:
+    """model.fit on 256 noisy samples with a 2x512 MLP, Adam, 150 epochs.
+
+    Keras' TensorBoard callback (update_freq="batch") writes sibling runs
+    ``keras/overfit/train`` (``batch_loss`` per batch: the running mean of
+    the epoch so far, as Keras reports it; ``epoch_loss``,
+    ``epoch_accuracy``, ``epoch_learning_rate`` per epoch) and
+    ``keras/overfit/validation`` (``epoch_loss``, ``epoch_accuracy``), as
+    TF2 tensor summaries. Epoch summaries use the 0-based epoch as step,
+    batch summaries the 1-based global batch count.
+    """
+    rng = np.random.default_rng(707)
+    data = make_classification(8, 256, 1000, d=10, label_noise=0.2)
+    model = MLP([10, 512, 512, 5], rng, act="relu")
+    opt = Adam(model.params)
+    lr = 1e-3
+    base = os.path.join(outdir, "keras", "overfit")
+    wt = ScalarWriter(os.path.join(base, "train"), tensor=True)
+    wv = ScalarWriter(os.path.join(base, "validation"), tensor=True)
+    batches = Batches(len(data.x_train), 32, rng)
+    gstep = 0
+    try:
+        for epoch in range(150):
+            tot, n_ok, n = 0.0, 0, 0
+            for _ in range(batches.per_epoch):
+                idx = batches.next()
+                xb, yb = data.x_train[idx], data.y_train[idx]
+                out, acts = model.forward(xb)
+                loss, dout = softmax_xent(out, yb)
+                opt.step(model.params, model.backward(acts, dout), lr)
+                gstep += 1
+                tot += loss * len(idx)
+                n_ok += int((np.argmax(out, axis=1) == yb).sum())
+                n += len(idx)
+                wt.scalar("batch_loss", tot / n, gstep)
+            vloss, vacc = evaluate(model, data.x_val, data.y_val)
+            wt.scalar("epoch_loss", tot / n, epoch)
+            wt.scalar("epoch_accuracy", n_ok / n, epoch)
+            wt.scalar("epoch_learning_rate", lr, epoch)
+            wv.scalar("epoch_loss", vloss, epoch)
+            wv.scalar("epoch_accuracy", vacc, epoch)
+    finally:
+        wt.close()
+        wv.close()
+    return {"run_names": ["keras/overfit/train", "keras/overfit/validation"]}
 
 
 def main_runs() -> List[str]:

@@ -136,16 +136,34 @@ def _zero_states(upto: int) -> np.ndarray:
     return _ZERO_STATES
 
 
+def _make_table16():
+    # _TABLE16[x] = CRC register after two zero bytes from register x (x < 2**16).
+    # By linearity, two message bytes w (little endian) take register c to
+    # _TABLE16[(c ^ w) & 0xffff] ^ ((c ^ w) >> 16).
+    x = np.arange(1 << 16, dtype=np.uint32)
+    for _ in range(2):
+        x = _NP_TABLE[x & np.uint32(0xFF)] ^ (x >> np.uint32(8))
+    return x
+
+
+_TABLE16 = _make_table16()
+
+
 def _raw_crc_rows(rows: np.ndarray) -> np.ndarray:
     """Raw (init 0, no final xor) CRC register of each row of a uint8 matrix."""
     n, width = rows.shape
+    if width % 2:
+        rows = np.concatenate([np.zeros((n, 1), np.uint8), rows], axis=1)  # leading zero: no-op
+        width += 1
+    words = np.ascontiguousarray(rows).view("<u2").T.copy()  # (width/2, n), contiguous rows
     crc = np.zeros(n, dtype=np.uint32)
-    table = _NP_TABLE
-    for j in range(width):
-        idx = crc.astype(np.uint8)
-        idx ^= rows[:, j]
-        crc >>= 8
-        crc ^= table[idx]
+    table = _TABLE16
+    sixteen = np.uint32(16)
+    for col in words:
+        x = crc ^ col
+        crc = table[x & np.uint32(0xFFFF)]
+        x >>= sixteen
+        crc ^= x
     return crc
 
 
@@ -190,6 +208,27 @@ def _crc32c_var(arr: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.
     if n == 0:
         return out
     zs = _zero_states(int(lengths.max()))
+    # Exact-length groups (the common case) need no padding.
+    by_len = np.argsort(lengths, kind="stable")
+    sorted_len = lengths[by_len]
+    cuts = [0] + (np.flatnonzero(np.diff(sorted_len)) + 1).tolist() + [n]
+    rest = []
+    for a, b in zip(cuts[:-1], cuts[1:]):
+        if b - a >= 32:
+            sel = by_len[a:b]
+            out[sel] = _crc32c_fixed(_gather(arr, starts[sel], int(sorted_len[a])))
+        else:
+            rest.append(by_len[a:b])
+    if not rest:
+        return out
+    rest = np.concatenate(rest)
+    out[rest] = _crc32c_padded(arr, starts[rest], lengths[rest], zs)
+    return out
+
+
+def _crc32c_padded(arr, starts, lengths, zs):
+    n = starts.shape[0]
+    out = np.zeros(n, dtype=np.uint32)
     # Bucket by width (powers of two) so left padding wastes at most half.
     widths = np.maximum(1, lengths)
     buckets = np.ceil(np.log2(widths)).astype(np.int64)
@@ -403,7 +442,8 @@ class DecodedBatch:
 
     Attributes:
         n_records: records decoded (good framing).
-        n_corrupt: records whose payload failed to parse as an Event.
+        n_corrupt: records whose payload failed its data CRC (with verify)
+            or failed to parse as an Event.
         summary_rec: int64 record indices of events that carry a summary.
         summary_step: int64 steps of those events.
         point_rec: int64 record index of each scalar point (non-decreasing).
@@ -567,13 +607,20 @@ def _tensor_scalar(t):
 _MAX_TEMPLATE_MISSES = 64
 
 
-def decode_scalars(buf, offsets: np.ndarray, lengths: np.ndarray) -> DecodedBatch:
-    """Decodes the scalar points of the records at (offsets, lengths) in `buf`."""
+def decode_scalars(buf, offsets: np.ndarray, lengths: np.ndarray, *, verify: bool = False) -> DecodedBatch:
+    """Decodes the scalar points of the records at (offsets, lengths) in `buf`.
+
+    verify: also check data CRCs (records up to DATA_CRC_MAX_LEN bytes; the
+    footer must follow the data in `buf`), sharing the gathered bytes with the
+    decoding; records that fail are skipped and counted in n_corrupt. Use it
+    with ``scan_records(..., verify_data=False)``.
+    """
     mv = memoryview(buf).cast("B")
     arr = np.frombuffer(mv, dtype=np.uint8)
     nrec = int(offsets.shape[0])
     tag_ids: dict = {}
     tags: list = []
+    n_bad = 0
 
     def tag_id(tag):
         i = tag_ids.get(tag)
@@ -594,10 +641,20 @@ def decode_scalars(buf, offsets: np.ndarray, lengths: np.ndarray) -> DecodedBatc
         if length > 512 or length < 8:
             fallback.append(idx)
             continue
-        chunk = max(1, _GATHER_CELLS // length)
+        chunk = max(1, _GATHER_CELLS // (length + 4))
         for lo in range(0, idx.shape[0], chunk):
             part = idx[lo : lo + chunk]
-            rows = _gather(arr, offsets[part], length)
+            if verify:
+                g = _gather(arr, offsets[part], length + 4)
+                rows = g[:, :length]
+                crc = _mask_np(_crc32c_fixed(rows))
+                stored = np.ascontiguousarray(g[:, length:]).view("<u4").reshape(-1)
+                ok = crc == stored
+                if not ok.all():
+                    n_bad += int((~ok).sum())
+                    part, rows = part[ok], rows[ok]
+            else:
+                rows = _gather(arr, offsets[part], length)
             remaining = np.arange(part.shape[0])
             misses = 0
             while remaining.shape[0]:
@@ -656,8 +713,15 @@ def decode_scalars(buf, offsets: np.ndarray, lengths: np.ndarray) -> DecodedBatc
     fb_rec, fb_tag, fb_step, fb_wall, fb_val, fb_tensor = [], [], [], [], [], []
     sum_rec, sum_step = [], []
     plugins = []
-    n_bad = 0
     fb = np.sort(np.concatenate(fallback)) if fallback else np.zeros(0, np.int64)
+    if verify and fb.shape[0]:
+        check = fb[lengths[fb] <= DATA_CRC_MAX_LEN]
+        if check.shape[0]:
+            crc = _mask_np(_crc32c_var(arr, offsets[check], lengths[check]))
+            bad = check[crc != _u32_at(arr, offsets[check] + lengths[check])]
+            if bad.shape[0]:
+                n_bad += int(bad.shape[0])
+                fb = np.setdiff1d(fb, bad)
     from_string = event_pb2.Event.FromString
     offs_l = offsets.tolist()
     lens_l = lengths.tolist()

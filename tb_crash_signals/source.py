@@ -76,11 +76,12 @@ class ReaderStats:
 
 
 class _FileState:
-    __slots__ = ("name", "offset", "resyncing", "corrupt", "truncated", "error", "shrunk")
+    __slots__ = ("name", "offset", "size", "resyncing", "corrupt", "truncated", "error", "shrunk")
 
     def __init__(self, name):
         self.name = name
-        self.offset = 0
+        self.offset = 0  # where the next read starts
+        self.size = 0  # file size when last read
         self.resyncing = False
         self.corrupt = 0
         self.truncated = False
@@ -229,11 +230,11 @@ class RunReader:
         changed = False
         try:
             size = os.stat(path).st_size
-            if size < fs.offset:
-                fs.shrunk = (fs.offset, size)
+            if size < fs.size:
+                fs.shrunk = (fs.size, size)
                 return False
             fs.shrunk = None
-            if size == fs.offset:
+            if size == fs.size:  # nothing appended (a pending tail is not re-read)
                 fs.error = None
                 return False
             with open(path, "rb") as f:
@@ -244,17 +245,22 @@ class RunReader:
                     if not data:
                         break
                     self.stats.bytes_read += len(data)
-                    res = eventfile.scan_records(data, 0, resyncing=fs.resyncing)
+                    res = eventfile.scan_records(
+                        data, 0, resyncing=fs.resyncing, verify_data=False
+                    )
                     fs.corrupt += res.n_corrupt
                     self.stats.corrupt_records += res.n_corrupt
                     fs.truncated = res.truncated
                     fs.resyncing = res.resyncing
                     if res.offsets.shape[0]:
-                        dec = eventfile.decode_scalars(data, res.offsets, res.lengths)
+                        dec = eventfile.decode_scalars(
+                            data, res.offsets, res.lengths, verify=True
+                        )
                         fs.corrupt += dec.n_corrupt
                         self.stats.corrupt_records += dec.n_corrupt
                         changed |= self._apply(dec)
                     fs.offset += res.end
+                    fs.size = max(fs.size, fs.offset + len(data) - res.end)
                     if len(data) < want:
                         break  # end of file
                     if res.end == 0:

@@ -93,6 +93,7 @@ const server = http.createServer(async (req, res) => {
     const links = sets().concat('broken').map((s) => `<li><a href="/${s}/">${s}</a></li>`).join('');
     return send(res, 200, TYPES['.html'], `<!DOCTYPE html><title>Crash Signals dev</title><ul>${links}</ul>`, {'Content-Security-Policy': csp()});
   }
+  if (url.pathname === '/favicon.ico') return send(res, 204, 'image/x-icon', '');
   if (url.pathname === '/dev-host.js') return serveFile(res, path.join(here, 'host.js'));
   if (url.pathname === '/dev-host.css') return serveFile(res, path.join(here, 'host.css'));
   const set = parts[0];

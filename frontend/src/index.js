@@ -214,7 +214,7 @@ class App {
   renderBanners() {
     clear(this.banners);
     if (this.state.configError) {
-      this.banners.appendChild(banner('error', `Configuration error — rules run with defaults: ${this.state.configError}`));
+      this.banners.appendChild(banner('error', `Configuration error: ${this.state.configError}`));
     }
     if (this.state.fetchError) this.banners.appendChild(banner('error', this.state.fetchError));
     const a = this.state.analysis;
@@ -321,6 +321,7 @@ class App {
     this.group.onChange = (min, max) => {
       const full = min <= extent.min && max >= extent.max;
       this.state.zoom = full ? null : {min, max};
+      this.markRange(min, max);
     };
     this.plotEls = new Map();
     for (const spec of charts) {
@@ -362,6 +363,8 @@ class App {
       this.plotEls.set(u, plot);
     }
     if (this.state.zoom) this.group.setX(this.state.zoom.min, this.state.zoom.max);
+    const r = this.state.zoom || extent;
+    this.markRange(r.min, r.max);
     this.resizeObserver.observe(this.chartsEl);
   }
 
@@ -424,13 +427,24 @@ class App {
     this.state.zoom = r;
     this.state.focus = index;
     this.group.setX(r.min, r.max);
+    this.markRange(r.min, r.max);
     this.highlightFocus();
+  }
+
+  /** Test hook: the x range (steps) every chart shows, on the charts container. */
+  markRange(min, max) {
+    if (!this.chartsEl) return;
+    this.chartsEl.setAttribute('data-x-min', String(Math.round(min)));
+    this.chartsEl.setAttribute('data-x-max', String(Math.round(max)));
   }
 
   resetZoom() {
     this.state.zoom = null;
     this.state.focus = null;
-    if (this.group) this.group.setX(this.extent.min, this.extent.max);
+    if (this.group) {
+      this.group.setX(this.extent.min, this.extent.max);
+      this.markRange(this.extent.min, this.extent.max);
+    }
     this.highlightFocus();
   }
 

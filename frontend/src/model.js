@@ -62,7 +62,8 @@ export function filterRuns(runs, pattern) {
   try {
     re = new RegExp(pattern, 'i');
   } catch (e) {
-    return {runs, error: `invalid regex: ${e.message}`};
+    const why = String(e.message).replace(/^Invalid regular expression: \/.*\/[a-z]*: /s, '');
+    return {runs, error: `invalid regex: ${why}`};
   }
   return {runs: runs.filter((r) => re.test(r.run)), error: null};
 }
@@ -310,7 +311,7 @@ export function nonfiniteMarks(list) {
     .filter((p) => toNum(p.step) !== null)
     .map((p) => ({
       step: p.step,
-      value: String(p.value ?? 'NaN'),
+      value: NONFINITE_LABEL[String(p.value)] || 'NaN',
       edge: String(p.value).startsWith('-') ? 'bottom' : 'top',
     }));
 }

@@ -186,13 +186,15 @@ def lr_rising(data, p: LrJumpParams):
         return
     v = np.where(np.isfinite(s.values), s.values, np.nan)
     peak = np.fmax.accumulate(v)
-    prev_peak = np.concatenate([[np.nan], peak[:-1]])
-    # Has the schedule already decayed below half its peak at some earlier point?
-    decayed = np.logical_or.accumulate(np.nan_to_num(v < 0.5 * peak, nan=False))
-    decayed = np.concatenate([[False], decayed[:-1]])
     with np.errstate(invalid="ignore"):
-        hit = decayed & (v > p.peak_factor * prev_peak)
-    hit[: p.warmup] = False
+        decayed = np.flatnonzero(v < 0.5 * peak)
+    if decayed.size == 0:
+        return
+    # The schedule's peak as of the first point where it had clearly decayed.
+    first = int(decayed[0])
+    with np.errstate(invalid="ignore"):
+        hit = v > p.peak_factor * peak[first]
+    hit[: max(first + 1, p.warmup)] = False
     idx = np.flatnonzero(hit)
     if idx.size:
         yield Hits("lr", idx)

@@ -1,0 +1,266 @@
+"""End-to-end: a real TensorBoard with the plugin installed, driven by Chromium via Playwright.
+
+Needs: the package installed (`pip install -e .`, which also builds the tab), Python `playwright`
+and a system Chromium at /usr/bin/chromium (or $CHROMIUM). Playwright never downloads a browser
+here. Skipped, with the reason, when any of these is missing.
+
+    python -m pytest tests/e2e -q
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from importlib import metadata
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from eventwriters import write_scalars  # noqa: E402  (tests/eventwriters.py)
+
+playwright_api = pytest.importorskip("playwright.sync_api")
+
+CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+HOSTILE = "<img src=x onerror=alert(1)>"
+PLUGIN = "crash_signals"
+
+
+def _plugin_installed() -> bool:
+    eps = metadata.entry_points()
+    group = eps.select(group="tensorboard_plugins") if hasattr(eps, "select") else eps.get("tensorboard_plugins", [])
+    return any(ep.name == PLUGIN for ep in group)
+
+
+def _bundle_built() -> bool:
+    try:
+        import tb_crash_signals
+    except ImportError:
+        return False
+    static = os.path.join(os.path.dirname(tb_crash_signals.__file__), "static")
+    return all(os.path.exists(os.path.join(static, f)) for f in ("index.js", "index.css"))
+
+
+pytestmark = [
+    pytest.mark.skipif(not os.path.exists(CHROMIUM), reason=f"no Chromium at {CHROMIUM}"),
+    pytest.mark.skipif(not _plugin_installed(), reason="tb-crash-signals is not installed (pip install -e .)"),
+    pytest.mark.skipif(not _bundle_built(), reason="frontend bundle missing (cd frontend && npm ci && npm run build)"),
+]
+
+
+def make_logdir(root: str) -> None:
+    """Four runs: one exploding (growth fit, threshold, NaN), one healthy, one with a loss jump and a
+    hostile name, one whose tags are not recognised."""
+    rng = np.random.default_rng(0)
+    n = 600
+    steps = np.arange(n)
+    grad = 1.0 + 0.1 * rng.standard_normal(n)
+    grad[450:] = np.exp(0.05 * (steps[450:] - 450))
+    loss = 2.0 * np.exp(-steps / 200) + 0.3 + 0.02 * rng.standard_normal(n)
+    loss[560:] += np.exp(0.2 * (steps[560:] - 560)) * 0.1
+    grad[580:] = np.nan
+    loss[580:] = np.nan
+    pairs = lambda v: list(zip(steps.tolist(), v.tolist()))  # noqa: E731
+    write_scalars(
+        os.path.join(root, "exploding"),
+        {"train/loss": pairs(loss), "train/grad_norm": pairs(grad), "train/learning_rate": [(int(s), 1e-3) for s in steps]},
+    )
+    healthy = 2.0 * np.exp(-steps / 200) + 0.3 + 0.02 * rng.standard_normal(n)
+    write_scalars(
+        os.path.join(root, "healthy"),
+        {"train/loss": pairs(healthy), "train/grad_norm": pairs(1.0 + 0.05 * rng.standard_normal(n))},
+    )
+    jump = healthy.copy()
+    jump[300] *= 6
+    write_scalars(os.path.join(root, HOSTILE), {"train/loss": pairs(jump)})
+    write_scalars(os.path.join(root, "hparams-only"), {"metrics/top1": [(0, 0.5), (1, 0.6)]})
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _get(url: str, timeout: float = 5.0):
+    with urllib.request.urlopen(url, timeout=timeout) as r:
+        return r.status, r.read()
+
+
+@pytest.fixture(scope="module")
+def tensorboard(tmp_path_factory):
+    logdir = str(tmp_path_factory.mktemp("logdir"))
+    make_logdir(logdir)
+    port = _free_port()
+    log = open(os.path.join(logdir, "..", "tensorboard.log"), "wb")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tensorboard.main", "--logdir", logdir, "--port", str(port), "--host", "127.0.0.1"],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + 90
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"tensorboard exited with {proc.returncode}; see {log.name}")
+            try:
+                status, body = _get(f"{base}/data/plugin/{PLUGIN}/runs")
+                runs = json.loads(body)["runs"]
+                if status == 200 and len(runs) == 4:
+                    break
+            except (urllib.error.URLError, ConnectionError, OSError, ValueError, KeyError):
+                pass
+            if time.time() > deadline:
+                raise RuntimeError(f"tensorboard did not serve {PLUGIN}/runs in time; see {log.name}")
+            time.sleep(0.5)
+        yield base
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with playwright_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        yield b
+        b.close()
+
+
+class Tab:
+    """TensorBoard's UI with the Crash Signals tab open; records console errors and dialogs."""
+
+    def __init__(self, browser, base):
+        self.base = base
+        self.errors: list[str] = []
+        self.dialogs: list[str] = []
+        self.page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        self.page.on("console", lambda m: m.type == "error" and self.errors.append(m.text))
+        self.page.on("pageerror", lambda e: self.errors.append(str(e)))
+
+        def on_dialog(d):
+            self.dialogs.append(d.message)
+            d.dismiss()
+
+        self.page.on("dialog", on_dialog)
+        self.page.goto(f"{base}/#{PLUGIN}")
+        self.frame = self.page.frame_locator(f'iframe[src*="plugin_entry.html?name={PLUGIN}"]')
+        self.frame.locator("body[data-ready='1']:not([data-loading])").wait_for(timeout=30000)
+
+    def settle(self):
+        self.frame.locator("body[data-ready='1']:not([data-loading])").wait_for(timeout=30000)
+
+    def analysis(self, run):
+        from urllib.parse import quote
+
+        resp = self.page.request.get(f"{self.base}/data/plugin/{PLUGIN}/analysis?run={quote(run, safe='')}")
+        assert resp.status == 200, resp.text()
+        return resp.json()
+
+    def close(self):
+        self.page.close()
+
+
+@pytest.fixture
+def tab(browser, tensorboard):
+    t = Tab(browser, tensorboard)
+    yield t
+    t.close()
+
+
+def test_tab_loads_without_console_errors(tab):
+    assert tab.frame.locator("[data-run]").count() == 4
+    tab.page.wait_for_timeout(500)
+    assert tab.errors == []
+    assert tab.dialogs == []
+
+
+def test_runs_ranked_sick_first(tab):
+    items = tab.frame.locator("[data-run]")
+    healths = [items.nth(i).get_attribute("data-health") for i in range(items.count())]
+    runs = [items.nth(i).get_attribute("data-run") for i in range(items.count())]
+    rank = {"critical": 0, "warning": 1, "ok": 2, "no_signals": 3}
+    assert [rank[h] for h in healths] == sorted(rank[h] for h in healths)
+    assert runs[0] == "exploding" and healths[0] == "critical"
+    assert dict(zip(runs, healths))["hparams-only"] == "no_signals"
+    # the first sick run is selected by default
+    assert tab.frame.locator(".cs-run-title").text_content() == "exploding"
+
+
+def test_episode_markers_match_analysis(tab):
+    analysis = tab.analysis("exploding")
+    assert analysis["episodes"], "the exploding run should have episodes"
+    marks = tab.frame.locator("[data-episode]")
+    drawn = sorted(
+        (
+            int(marks.nth(i).get_attribute("data-episode")),
+            marks.nth(i).get_attribute("data-code"),
+            marks.nth(i).get_attribute("data-severity"),
+            int(marks.nth(i).get_attribute("data-start-step")),
+        )
+        for i in range(marks.count())
+    )
+    expected = [(i, e["code"], e["severity"], e["start_step"]) for i, e in enumerate(analysis["episodes"])]
+    assert drawn == expected
+    fits = tab.frame.locator("[data-fit]")
+    assert sorted(fits.nth(i).get_attribute("data-projected-step") for i in range(fits.count())) == sorted(
+        str(f["projected_step"]) if f["projected_step"] is not None else "" for f in analysis["fits"]
+    )
+
+
+def test_clicking_a_finding_zooms_all_charts(tab):
+    analysis = tab.analysis("exploding")
+    charts = tab.frame.locator(".cs-charts")
+    full = (float(charts.get_attribute("data-x-min")), float(charts.get_attribute("data-x-max")))
+    idx = max(range(len(analysis["episodes"])), key=lambda i: analysis["episodes"][i]["severity"] == "critical")
+    ep = analysis["episodes"][idx]
+    row = tab.frame.locator(f"[data-finding='{idx}']")
+    row.click()
+    zoomed = (float(charts.get_attribute("data-x-min")), float(charts.get_attribute("data-x-max")))
+    assert zoomed[1] - zoomed[0] < full[1] - full[0]
+    assert zoomed[0] <= ep["start_step"] and zoomed[1] >= ep["end_step"]
+    marker = tab.frame.locator(f"[data-episode='{idx}']")
+    assert marker.is_visible() or marker.locator(".cs-ep-glyph").is_visible()
+    row.dblclick()
+    reset = (float(charts.get_attribute("data-x-min")), float(charts.get_attribute("data-x-max")))
+    assert math.isclose(reset[0], full[0]) and math.isclose(reset[1], full[1])
+
+
+def test_hostile_run_name_is_text(tab):
+    item = tab.frame.locator("[data-run]").filter(has_text=HOSTILE)
+    assert item.count() == 1
+    assert item.get_attribute("data-run") == HOSTILE
+    item.click()
+    tab.settle()
+    assert tab.frame.locator(".cs-run-title").text_content() == HOSTILE
+    assert tab.frame.locator("img").count() == 0
+    tab.page.wait_for_timeout(300)
+    assert tab.dialogs == []
+    assert tab.errors == []
+
+
+def test_unrecognised_tags_show_a_mapping_snippet(tab):
+    tab.frame.locator("[data-run='hparams-only']").click()
+    tab.settle()
+    assert "metrics/top1" in tab.frame.locator(".cs-nosignals").text_content()
+    assert "[signals]" in tab.frame.locator(".cs-snippet").text_content()

@@ -1,0 +1,51 @@
+"""Small builders shared by the engine tests."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tb_crash_signals.config import Config
+from tb_crash_signals.engine import analyze_run
+from tb_crash_signals.series import Series
+from tb_crash_signals.signals import SIGNALS, LogicalRun, TagRef
+
+
+def series(values, steps=None) -> Series:
+    values = np.asarray(values, dtype=np.float64)
+    steps = np.arange(values.shape[0]) if steps is None else np.asarray(steps)
+    return Series.from_arrays(steps, values)
+
+
+def logical(name="run", **data) -> LogicalRun:
+    return LogicalRun(
+        name=name,
+        members=(name,),
+        signals={k: (TagRef(name, k) if k in data else None) for k in SIGNALS},
+        tags={name: tuple(data)},
+    )
+
+
+def analyze(config: Config | None = None, **data):
+    """Analyses arrays given per dimension: analyze(train_loss=[...], grad_norm=[...])."""
+    data = {k: (v if isinstance(v, Series) else series(v)) for k, v in data.items()}
+    return analyze_run(logical(**data), data, config or Config())
+
+
+def codes(result) -> set[str]:
+    return {e.code for e in result.episodes}
+
+
+def episodes_of(result, code):
+    return [e for e in result.episodes if e.code == code]
+
+
+def healthy_loss(n=2000, seed=0, noise=0.02, floor=0.3):
+    """A decaying, noisy loss like a healthy classifier's per-step loss."""
+    rng = np.random.default_rng(seed)
+    t = np.arange(n)
+    return (2.0 * np.exp(-t / (n / 5)) + floor) * (1 + noise * rng.standard_normal(n))
+
+
+def healthy_grad(n=2000, seed=1):
+    rng = np.random.default_rng(seed)
+    return np.exp(0.1 * rng.standard_normal(n)) * (1.0 + 0.5 * np.exp(-np.arange(n) / 100))

@@ -1,0 +1,235 @@
+"""A case per rule: a series that must fire, and one that must not."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from tb_crash_signals.config import Config
+from tb_crash_signals.rules import FAMILIES, RULES
+
+from helpers import analyze, codes, episodes_of, healthy_grad, healthy_loss
+
+
+def test_catalogue_covers_every_family_with_stable_metadata():
+    assert {r.family for r in RULES.values()} == set(FAMILIES)
+    symbols = [r.symbol for r in RULES.values()]
+    assert len(symbols) == len(set(symbols))
+    for code, r in RULES.items():
+        assert code.startswith("CS") and len(code) == 5
+        assert r.doc and r.advice, code
+        params = r.default_params()
+        assert dataclasses.is_dataclass(params)
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            setattr(params, dataclasses.fields(params)[0].name, 1)
+
+
+def test_healthy_run_raises_nothing_critical():
+    n = 3000
+    lr = np.concatenate([np.linspace(1e-5, 1e-3, 100), np.linspace(1e-3, 1e-5, n - 100)])
+    result = analyze(
+        train_loss=healthy_loss(n),
+        grad_norm=healthy_grad(n),
+        lr=lr,
+        update_ratio=np.full(n // 10, 1e-3),
+    )
+    assert not [e for e in result.episodes if e.severity == "critical"], result.episodes
+    assert result.health in ("ok", "warning")
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_nonfinite_fires_at_first_bad_value(bad):
+    loss = healthy_loss(500)
+    loss[321:] = bad
+    eps = episodes_of(analyze(train_loss=loss), "CS001")
+    assert len(eps) == 1 and eps[0].start_step == 321 and eps[0].open
+    assert eps[0].severity == "critical"
+    assert "CS001" not in codes(analyze(train_loss=healthy_loss(500)))
+
+
+def test_loss_bound_catches_a_blowup_at_the_first_point():
+    loss = np.array([3.7e4, 2.4, 2.35, 2.33, 2.31])
+    eps = episodes_of(analyze(train_loss=loss), "CS002")
+    assert [e.start_step for e in eps] == [0]
+    assert "CS002" not in codes(analyze(train_loss=np.array([11.0, 9.0, 7.0])))
+
+
+def test_grad_norm_threshold_is_the_article_rule():
+    g = healthy_grad(400)
+    g[200:210] = 150.0
+    eps = episodes_of(analyze(grad_norm=g), "CS101")
+    assert len(eps) == 1
+    assert (eps[0].start_step, eps[0].end_step) == (200, 209)
+    g2 = healthy_grad(400)
+    g2[200] = 100.0  # not strictly above
+    assert "CS101" not in codes(analyze(grad_norm=g2))
+
+
+def test_grad_norm_spike_fires_on_one_outlier_only():
+    g = healthy_grad(600)
+    g[450] *= 20
+    eps = episodes_of(analyze(grad_norm=g), "CS102")
+    assert [e.start_step for e in eps] == [450]
+    assert "CS102" not in codes(analyze(grad_norm=healthy_grad(600)))
+
+
+def test_loss_jump_compares_with_the_previous_value():
+    loss = np.full(50, 1.0)
+    loss[30] = 3.5
+    eps = episodes_of(analyze(train_loss=loss), "CS111")
+    assert [e.start_step for e in eps] == [30]
+    loss[30] = 2.9
+    assert "CS111" not in codes(analyze(train_loss=loss))
+
+
+def test_loss_spike_is_robust_and_classifies_recovery():
+    loss = healthy_loss(1000)
+    loss[700] *= 4
+    eps = episodes_of(analyze(train_loss=loss), "CS112")
+    assert [e.start_step for e in eps] == [700]
+    assert "fast recovery" in eps[0].message
+    assert "CS112" not in codes(analyze(train_loss=healthy_loss(1000)))
+
+
+def test_loss_divergence_needs_a_sustained_blowup():
+    loss = healthy_loss(800)
+    loss[600:] = loss[600:] * np.linspace(3, 30, 200)
+    eps = episodes_of(analyze(train_loss=loss), "CS113")
+    assert eps and eps[0].start_step == 604  # the fifth elevated point in a row
+    short = healthy_loss(800)
+    short[600:603] *= 5  # three points: a spike, not a divergence
+    assert "CS113" not in codes(analyze(train_loss=short))
+
+
+def test_growth_predicts_the_crossing_before_it_happens():
+    g = healthy_grad(1200)
+    t = np.arange(300)
+    g[900:] = g[900:] * np.exp(0.03 * t)
+    cross = 900 + int(np.argmax(g[900:] > 100))
+    result = analyze(grad_norm=g)
+    eps = episodes_of(result, "CS201")
+    assert eps, result.episodes
+    first = eps[0]
+    assert first.severity == "critical" and first.family == "growth"
+    assert first.start_step < cross - 20, (first.start_step, cross)
+    fit = first.fit
+    assert fit is not None and fit.projected_step is not None
+    assert abs(fit.projected_step - cross) < 40
+    assert 0.02 < fit.growth_per_step < 0.04
+    assert "crosses 100" in first.message
+    assert result.fits and result.fits[0].projected_step == fit.projected_step
+
+
+def test_growth_ignores_the_early_rise_of_a_healthy_run():
+    n = 1500
+    g = healthy_grad(n) * np.minimum(1 + np.arange(n) / 50.0, 8.0)
+    assert "CS201" not in codes(analyze(grad_norm=g))
+
+
+def test_plateau_fires_when_loss_never_improves():
+    rng = np.random.default_rng(3)
+    flat = 1.39 + 0.003 * rng.standard_normal(60)
+    eps = episodes_of(analyze(train_loss=flat), "CS301")
+    assert eps and eps[0].start_step <= 20
+    assert "CS301" not in codes(analyze(train_loss=healthy_loss(60, noise=0.0)))
+
+
+def test_plateau_is_quiet_during_learning_rate_warmup():
+    flat = np.full(40, 2.3)
+    lr = np.linspace(1e-6, 1e-3, 40)
+    assert "CS301" not in codes(analyze(train_loss=flat, lr=lr))
+
+
+def test_val_stagnation_is_the_article_rule():
+    val = np.concatenate([np.linspace(2.0, 1.0, 20), np.full(15, 0.9)])
+    eps = episodes_of(analyze(val_loss=val), "CS302")
+    assert [e.start_step for e in eps] == [30]  # 10 earlier values within 0.001
+    assert "CS302" not in codes(analyze(val_loss=np.linspace(2.0, 1.0, 40)))
+
+
+def test_overfitting_is_the_article_rule_with_warning_severity():
+    train = np.linspace(1.0, 0.01, 30)
+    val = np.full(30, 0.4)
+    eps = episodes_of(analyze(train_loss=train, val_loss=val), "CS401")
+    assert eps and eps[0].severity == "warning"
+    first = int(np.argmax((train < 0.1) & (val > 5 * train)))
+    assert eps[0].start_step == first
+    assert "CS401" not in codes(analyze(train_loss=train, val_loss=train * 1.2))
+
+
+def test_val_divergence_flags_the_onset_within_a_few_evaluations():
+    steps = np.arange(0, 3000, 100)
+    val = np.concatenate([np.linspace(1.0, 0.5, 15), 0.5 + 0.04 * np.arange(1, 16)])
+    train = np.linspace(1.0, 0.05, 3000)
+    from helpers import series
+
+    result = analyze(train_loss=train, val_loss=series(val, steps))
+    eps = episodes_of(result, "CS402")
+    assert eps
+    onset = steps[14]
+    evaluations_late = (eps[0].start_step - onset) // 100
+    assert 1 <= evaluations_late <= 3
+    healthy = analyze(train_loss=train, val_loss=series(np.linspace(1.0, 0.4, 30), steps))
+    assert "CS402" not in codes(healthy)
+
+
+def test_update_ratio_out_of_band_both_ways():
+    high = np.full(50, 1e-3)
+    high[20:30] = 0.5
+    eps = episodes_of(analyze(update_ratio=high), "CS501")
+    assert eps and eps[0].start_step == 22  # third point in a row
+    low = np.full(50, 1e-3)
+    low[30:] = 1e-7
+    assert [e.start_step for e in episodes_of(analyze(update_ratio=low), "CS502")] == [32]
+    assert not codes(analyze(update_ratio=np.full(50, 1e-3))) & {"CS501", "CS502"}
+
+
+def test_learning_rate_anomalies():
+    lr = np.full(40, 1e-3)
+    lr[25:] = 0.0
+    assert [e.start_step for e in episodes_of(analyze(lr=lr), "CS511")] == [27]
+    lr_end = np.linspace(1e-3, 0.0, 40)  # a schedule reaching 0 on its last step
+    assert "CS511" not in codes(analyze(lr=lr_end))
+
+    jump = np.full(40, 1e-4)
+    jump[20:] = 1e-2
+    assert [e.start_step for e in episodes_of(analyze(lr=jump), "CS512")] == [20]
+    warmup = np.concatenate([np.linspace(1e-6, 1e-3, 10), np.full(30, 1e-3)])
+    assert "CS512" not in codes(analyze(lr=warmup))
+
+    rising = np.concatenate([np.linspace(1e-3, 1e-4, 20), np.linspace(1e-4, 5e-3, 20)])
+    assert episodes_of(analyze(lr=rising), "CS513")
+    cyclic = np.tile(np.concatenate([np.linspace(1e-4, 1e-3, 10), np.linspace(1e-3, 1e-4, 10)]), 4)
+    assert "CS513" not in codes(analyze(lr=cyclic))
+
+
+def test_hits_merge_into_one_episode_per_incident():
+    g = healthy_grad(500)
+    g[300:340] = 500.0
+    g[310] = 50.0  # a dip under the threshold does not split the incident
+    assert len(episodes_of(analyze(grad_norm=g), "CS101")) == 1
+
+
+def test_config_changes_parameters_severity_and_selection():
+    g = healthy_grad(300)
+    g[100] = 60.0
+    cfg = Config(
+        params={"CS101": dataclasses.replace(RULES["CS101"].default_params(), threshold=50.0)},
+        severities={"CS101": "warning"},
+    )
+    eps = episodes_of(analyze(config=cfg, grad_norm=g), "CS101")
+    assert eps and eps[0].severity == "warning"
+    only = Config(select=("CS0",))
+    assert codes(analyze(config=only, grad_norm=g * 10)) <= {"CS001", "CS002"}
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 5])
+def test_tiny_and_degenerate_series_never_raise(n):
+    values = np.linspace(1.0, 0.5, n)
+    for data in (
+        dict(train_loss=values, val_loss=values, grad_norm=values, lr=values, update_ratio=values),
+        dict(train_loss=np.full(n, np.nan), grad_norm=np.full(n, np.inf)),
+        dict(train_loss=np.zeros(n), lr=np.zeros(n), update_ratio=np.zeros(n)),
+        dict(train_loss=-np.ones(n), grad_norm=np.full(n, 1e308)),
+    ):
+        analyze(**data)

@@ -1,0 +1,96 @@
+"""Tag -> dimension mapping for the writers people use, and Keras sibling runs."""
+
+import pytest
+
+from tb_crash_signals.signals import group_runs
+
+
+def mapping(tags, run="r", overrides=None):
+    (lr,) = group_runs({run: tags}, overrides)
+    return {k: (v.tag if v else None) for k, v in lr.signals.items()}
+
+
+@pytest.mark.parametrize(
+    "tags, expected",
+    [
+        (  # PyTorch SummaryWriter tutorial style
+            ["Loss/train", "Loss/val", "Grad/norm", "LR", "Accuracy/val"],
+            dict(train_loss="Loss/train", val_loss="Loss/val", grad_norm="Grad/norm", lr="LR"),
+        ),
+        (  # HuggingFace Trainer
+            ["train/loss", "train/grad_norm", "train/learning_rate", "train/epoch", "eval/loss",
+             "eval/accuracy", "train/train_loss", "eval/runtime"],
+            dict(train_loss="train/loss", val_loss="eval/loss", grad_norm="train/grad_norm",
+                 lr="train/learning_rate"),
+        ),
+        (  # Lightning
+            ["train_loss_step", "train_loss_epoch", "val_loss", "lr-Adam", "grad_2.0_norm_total", "epoch"],
+            dict(train_loss="train_loss_step", val_loss="val_loss", grad_norm="grad_2.0_norm_total",
+                 lr="lr-Adam"),
+        ),
+        (  # TF Object Detection API
+            ["Loss/total_loss", "Loss/classification_loss", "Loss/localization_loss",
+             "Loss/regularization_loss", "learning_rate"],
+            dict(train_loss="Loss/total_loss", lr="learning_rate"),
+        ),
+        (  # custom
+            ["optim/grad_global_norm", "optim/update_ratio", "optim/lr", "loss/train", "loss/val"],
+            dict(train_loss="loss/train", val_loss="loss/val", grad_norm="optim/grad_global_norm",
+                 update_ratio="optim/update_ratio", lr="optim/lr"),
+        ),
+        (  # free-form names
+            ["Training loss", "Test loss (avg on test)", "IoU (avg on test)", "amp/loss_scale"],
+            dict(train_loss="Training loss", val_loss="Test loss (avg on test)"),
+        ),
+        (["accuracy", "images/sample"], {}),
+    ],
+)
+def test_writer_styles(tags, expected):
+    got = mapping(tags)
+    for dim in ("train_loss", "val_loss", "grad_norm", "update_ratio", "lr"):
+        assert got[dim] == expected.get(dim), dim
+
+
+def test_mapping_is_deterministic_whatever_the_tag_order():
+    tags = ["loss", "train/loss", "Loss/train", "eval/loss", "val_loss"]
+    assert mapping(tags) == mapping(list(reversed(tags)))
+
+
+def test_keras_sibling_runs_become_one_logical_run():
+    runs = group_runs(
+        {
+            "exp/train": ["epoch_loss", "batch_loss", "epoch_learning_rate"],
+            "exp/validation": ["epoch_loss", "epoch_accuracy"],
+            "exp": [],  # the hparams-only file Keras writes in the parent
+            "other": ["loss"],
+        }
+    )
+    assert [r.name for r in runs] == ["exp", "other"]
+    exp = runs[0]
+    assert exp.members == ("exp/train", "exp/validation")
+    assert (exp.signals["train_loss"].run, exp.signals["train_loss"].tag) == ("exp/train", "epoch_loss")
+    assert (exp.signals["val_loss"].run, exp.signals["val_loss"].tag) == ("exp/validation", "epoch_loss")
+    assert exp.signals["lr"].tag == "epoch_learning_rate"
+
+
+def test_train_and_test_dirs_pair_too_and_root_siblings_are_named_dot():
+    (run,) = group_runs({"train": ["loss"], "test": ["v_loss"]})
+    assert run.name == "."
+    assert run.signals["val_loss"].tag == "v_loss"
+
+
+def test_overrides_win_and_search_the_right_sibling():
+    runs = group_runs(
+        {"x/train": ["weird_a"], "x/validation": ["weird_a"]},
+        {"train_loss": ("missing", "weird_a"), "val_loss": ("weird_a",), "lr": ()},
+    )
+    (x,) = runs
+    assert (x.signals["train_loss"].run, x.signals["train_loss"].tag) == ("x/train", "weird_a")
+    assert (x.signals["val_loss"].run, x.signals["val_loss"].tag) == ("x/validation", "weird_a")
+    assert x.signals["lr"] is None
+
+
+def test_hostile_names_are_just_names():
+    name = "<img src=x onerror=alert(1)>"
+    (run,) = group_runs({name: [name + "/loss"]})
+    assert run.name == name and run.signals["train_loss"].tag == name + "/loss"
