@@ -287,21 +287,90 @@ _UNPACK_I = struct.Struct("<I").unpack_from
 _RESYNC_WINDOW = 1 << 20
 
 
-def _walk(buf, pos: int, end: int):
-    """Follows length fields from `pos` while they stay plausible."""
-    offs = []
-    append = offs.append
+def _walk_py(buf, pos: int, end: int, offs: list, lens: list, count: int) -> int:
+    """Follows up to `count` length fields from `pos` while they stay plausible."""
+    append_o = offs.append
+    append_l = lens.append
     unpack = _UNPACK_Q
     limit = end - 16
     max_len = MAX_RECORD_LEN
-    while pos <= limit:
+    while count and pos <= limit:
         n = unpack(buf, pos)[0]
         nxt = pos + n + 16
         if nxt > end or n > max_len:
             break
-        append(pos)
+        append_o(pos)
+        append_l(n)
         pos = nxt
-    return offs, pos
+        count -= 1
+    return pos
+
+
+_SPEC_MIN = 256  # records walked in Python before speculating
+_SPEC_MAX_PERIOD = 16
+_SPEC_BLOCK_MAX = 1 << 16
+
+
+def _period(lens: list) -> int:
+    """Smallest period (<= _SPEC_MAX_PERIOD) of the last record lengths, or 0."""
+    tail = lens[-64:]
+    n = len(tail)
+    for p in range(1, min(_SPEC_MAX_PERIOD, n // 4) + 1):
+        if tail[p:] == tail[:-p]:
+            return p
+    return 0
+
+
+def _walk(buf, arr: np.ndarray, pos: int, end: int):
+    """Follows length fields from `pos` while they stay plausible.
+
+    Returns (offsets of the records walked, int64 array; stop offset). Loggers
+    repeat the same cycle of record lengths (one per tag) for long stretches,
+    so after a Python warm-up the walk predicts a block of offsets from the
+    cycle and checks all their length fields at once with numpy, falling back
+    to Python where the prediction breaks. Lengths are checked against their
+    CRCs later by the caller, for every record.
+    """
+    parts = []
+    offs: list = []
+    lens: list = []
+    block = 1024
+    while True:
+        before = len(offs)
+        pos = _walk_py(buf, pos, end, offs, lens, _SPEC_MIN)
+        if len(offs) - before < _SPEC_MIN:
+            break  # the walk stopped by itself (end, truncation or corruption)
+        p = _period(lens)
+        if not p:
+            continue
+        pattern = np.array(lens[-p:], dtype=np.int64)
+        while True:
+            pred = np.tile(pattern, -(-block // p))[:block]
+            rec_end = pos + np.cumsum(pred + 16)
+            fits = int(np.searchsorted(rec_end, end, side="right"))
+            if fits == 0:
+                break
+            pred, rec_end = pred[:fits], rec_end[:fits]
+            starts = np.empty(fits, dtype=np.int64)
+            starts[0] = pos
+            starts[1:] = rec_end[:-1]
+            actual = _gather(arr, starts, 8).view("<u8").reshape(-1)
+            miss = np.flatnonzero(actual != pred.astype(np.uint64))
+            m = int(miss[0]) if miss.shape[0] else fits
+            if m:
+                parts.append(starts[:m])
+                pos = int(rec_end[m - 1])
+                # Keep the cycle phase: the next predicted record is pattern[m % p].
+                pattern = np.roll(pattern, -(m % p))
+            if m < fits or fits < block:
+                block = max(1024, block // 4) if m < fits else block
+                break
+            block = min(_SPEC_BLOCK_MAX, block * 2)
+        # Continue in Python from `pos` (re-learning the cycle).
+        parts.append(np.array(offs, dtype=np.int64))
+        offs, lens = [], []
+    parts.append(np.array(offs, dtype=np.int64))
+    return np.concatenate(parts) if len(parts) > 1 else parts[0], pos
 
 
 def _header_ok(buf, pos: int) -> bool:
@@ -363,9 +432,8 @@ def scan_records(buf, start: int = 0, end: int | None = None, *, resyncing: bool
                 return _finish(arr, all_offs, resume, n_corrupt, False, True, verify_data)
             pos = found
             resyncing = False
-        offs, stop = _walk(mv, pos, end)
-        if offs:
-            o = np.array(offs, dtype=np.int64)
+        o, stop = _walk(mv, arr, pos, end)
+        if o.shape[0]:
             hdr = _gather(arr, o, 12)
             crc = _mask_np(_crc32c_fixed(hdr[:, :8]))
             stored = np.ascontiguousarray(hdr[:, 8:12]).view("<u4").reshape(-1)

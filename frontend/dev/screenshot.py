@@ -66,6 +66,22 @@ def main(argv=None):
         page.wait_for_timeout(200)
         shot("02-critical-zoomed")
         page.dblclick("[data-finding='1']")
+        # interactions: smoothing, log/linear toggle, drag-zoom on one chart moves all of them
+        page.locator(".cs-smoothing").fill("0.95")
+        page.click("[data-log-toggle='grad_norm']")
+        box = page.locator("[data-chart='loss'] .u-over").bounding_box()
+        y = box["y"] + box["height"] / 2
+        page.mouse.move(box["x"] + box["width"] * 0.5, y)
+        page.mouse.down()
+        page.mouse.move(box["x"] + box["width"] * 0.7, y, steps=5)
+        page.mouse.up()
+        page.wait_for_timeout(200)
+        xr = page.locator(".cs-charts")
+        print("x range after drag:", xr.get_attribute("data-x-min"), xr.get_attribute("data-x-max"))
+        shot("02b-interactions")
+        page.click("[data-log-toggle='grad_norm']")
+        page.locator(".cs-smoothing").fill("0.6")
+        page.click(".cs-button")
         for i, run in enumerate(["exp7/nowarmup", "<img src=x onerror=alert(1)>", "exp1/baseline", "hparams-only"]):
             page.locator(f"[data-run={run!r}]".replace("'", '"')).click()
             ready()
@@ -74,6 +90,8 @@ def main(argv=None):
         shot("07-invalid-filter", full=False)
 
         page.goto(entry_url(args.base, "config"))
+        ready()
+        page.locator("[data-run='exp1/baseline']").click()
         ready()
         shot("08-config-error-sampled", full=False)
         page.goto(entry_url(args.base, "empty"))

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Installs everything the tests need, then runs every test: Python (pytest) and
+# frontend (node's test runner). Browser tests drive Debian's chromium.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
+missing=()
+command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+command -v npm >/dev/null 2>&1 || missing+=(nodejs npm)
+if [ ${#missing[@]} -gt 0 ]; then
+  as_root apt-get update -qq
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+python3 -m pip install -q --disable-pip-version-check -e ".[test]"
+(cd frontend && npm ci --no-audit --no-fund --loglevel=error && npm test)
+python3 -m pytest -q -p no:cacheprovider tests "$@"
