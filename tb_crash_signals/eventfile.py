@@ -344,6 +344,8 @@ def _walk(buf, arr: np.ndarray, pos: int, end: int):
         if not p:
             continue
         pattern = np.array(lens[-p:], dtype=np.int64)
+        parts.append(np.array(offs, dtype=np.int64))  # keep record order
+        offs, lens = [], []
         while True:
             pred = np.tile(pattern, -(-block // p))[:block]
             rec_end = pos + np.cumsum(pred + 16)
@@ -367,8 +369,6 @@ def _walk(buf, arr: np.ndarray, pos: int, end: int):
                 break
             block = min(_SPEC_BLOCK_MAX, block * 2)
         # Continue in Python from `pos` (re-learning the cycle).
-        parts.append(np.array(offs, dtype=np.int64))
-        offs, lens = [], []
     parts.append(np.array(offs, dtype=np.int64))
     return np.concatenate(parts) if len(parts) > 1 else parts[0], pos
 

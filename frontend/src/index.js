@@ -169,7 +169,7 @@ class App {
       this.state.zoom = null;
       this.state.focus = null;
     }
-    this.renderRun();
+    this.renderRun(sameRun);
     this.ensureRules();
   }
 
@@ -197,11 +197,12 @@ class App {
     const {runs, error} = filterRuns(this.state.runs, this.state.filter);
     this.filterError.textContent = error || '';
     this.filterInput.classList.toggle('cs-invalid', Boolean(error));
+    const hadFocus = this.runList.contains(document.activeElement);
     clear(this.runList);
     for (const r of runs) {
-      this.runList.appendChild(
-        runListItem(r, {selected: r.run === this.state.selected, onSelect: (name) => this.select(name)}),
-      );
+      const item = runListItem(r, {selected: r.run === this.state.selected, onSelect: (name) => this.select(name)});
+      this.runList.appendChild(item);
+      if (hadFocus && r.run === this.state.selected) item.focus();
     }
     const total = this.state.runs.length;
     const sick = this.state.runs.filter((r) => r.health === 'critical' || r.health === 'warning').length;
@@ -249,11 +250,16 @@ class App {
     this.resizeObserver.disconnect();
   }
 
-  renderRun() {
+  renderRun(keepScroll = false) {
     const a = this.state.analysis;
     const entry = this.state.runs.find((r) => r.run === a.run) || {};
+    const scroller = this.view.parentElement;
+    const scrollTop = keepScroll ? scroller.scrollTop : 0;
     this.destroyCharts();
     clear(this.view);
+    requestAnimationFrame(() => {
+      scroller.scrollTop = scrollTop;
+    });
     this.view.appendChild(runHeader(a, entry));
     if (a.health === 'no_signals' || !presentCharts(a).length) {
       this.view.appendChild(noSignalsView(a));

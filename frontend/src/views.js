@@ -46,6 +46,13 @@ export function runListItem(entry, {selected, onSelect}) {
           if (e.key === 'Enter' || e.key === ' ') {
             e.preventDefault();
             onSelect(entry.run);
+          } else if (e.key === 'ArrowDown' || e.key === 'ArrowUp') {
+            e.preventDefault();
+            const next = e.key === 'ArrowDown' ? e.currentTarget.nextElementSibling : e.currentTarget.previousElementSibling;
+            if (next && next.hasAttribute('data-run')) {
+              next.focus();
+              onSelect(next.getAttribute('data-run'));
+            }
           }
         },
       },
@@ -140,6 +147,8 @@ export function findingsTable(episodes, {rules, onZoom, onReset}) {
         on: {
           click: () => onZoom(index),
           dblclick: () => onReset(),
+          // a double-click resets the zoom; it should not also select the row's text
+          mousedown: (e) => e.detail > 1 && e.preventDefault(),
           keydown: (e) => {
             if (e.key === 'Enter') onZoom(index);
             if (e.key === 'Escape') onReset();

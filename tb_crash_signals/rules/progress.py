@@ -26,9 +26,9 @@ class PlateauParams:
         cooldown: points after which a new episode starts.
     """
 
-    smooth: int = 5
+    smooth: int = 3
     rel_improvement: float = 0.01
-    min_patience: int = 10
+    min_patience: int = 8
     patience_fraction: float = 0.3
     cooldown: int = 50
 

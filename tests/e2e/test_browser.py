@@ -264,3 +264,18 @@ def test_unrecognised_tags_show_a_mapping_snippet(tab):
     tab.settle()
     assert "metrics/top1" in tab.frame.locator(".cs-nosignals").text_content()
     assert "[signals]" in tab.frame.locator(".cs-snippet").text_content()
+
+
+def test_tensorboard_reload_refreshes_the_tab(tab):
+    """TensorBoard's reload button broadcasts experimental.DataReloaded; the tab re-fetches."""
+    tab.frame.locator("[data-run='healthy']").click()
+    tab.settle()
+    hits = []
+    tab.page.on("request", lambda r: f"/data/plugin/{PLUGIN}/runs" in r.url and hits.append(r.url))
+    tab.page.locator("app-header-reload button").first.click()
+    deadline = time.time() + 10
+    while not hits and time.time() < deadline:
+        tab.page.wait_for_timeout(100)
+    assert hits, "no ./runs request after TensorBoard's reload"
+    tab.settle()
+    assert tab.frame.locator(".cs-run-title").text_content() == "healthy"  # selection kept

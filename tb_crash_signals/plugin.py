@@ -1,0 +1,803 @@
+"""The Crash Signals TensorBoard plugin: routes, full-resolution data, caches.
+
+Runs and tags come from TensorBoard's data provider (``list_scalars``), so the
+tab shows the runs TensorBoard shows, with either loader. The points analysed
+come, whenever the run's directory is reachable on the local filesystem, from
+the run's event files read at full resolution by :class:`source.RunReader`
+(one incremental reader per run, cached): TensorBoard itself keeps only a
+random reservoir of 1000 points per tag, which almost surely misses a one-step
+spike. Where the files cannot be reached (a remote ``gs://`` logdir, a run
+whose directory is gone), the plugin analyses what TensorBoard holds
+(``read_scalars``) and reports ``sampled: true`` when TensorBoard's reservoir
+for a tag is full.
+
+Analysis results are cached per logical run, keyed on the identity of the data
+(event-file sizes and mtimes, reader generations, TensorBoard's per-tag
+``max_step``/``max_wall_time``, the config file's mtime), behind per-run locks,
+in bounded LRUs; the ``runs`` listing keeps only a small summary per run.
+
+Routes (under ``/data/plugin/crash_signals/``, see docs/http_api.md): ``runs``,
+``analysis?run=R``, ``rules``, ``index.js``, ``index.css``.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import json
+import logging
+import os
+import re
+import threading
+import types
+
+import numpy as np
+from werkzeug import wrappers
+
+from tensorboard import errors, plugin_util
+from tensorboard.backend import http_util, json_util
+from tensorboard.data import provider as tb_provider
+from tensorboard.plugins import base_plugin
+
+from tb_crash_signals import decimate
+from tb_crash_signals.catalogue import catalogue_json
+from tb_crash_signals.config import CONFIG_FILENAME, Config, ConfigError, load_config
+from tb_crash_signals.engine import analyze_run, rank
+from tb_crash_signals.report import SCHEMA_VERSION, run_to_json
+from tb_crash_signals.series import Series
+from tb_crash_signals.signals import SIGNALS, group_runs
+from tb_crash_signals.source import RunReader
+
+PLUGIN_NAME = "crash_signals"
+TAB_NAME = "Crash Signals"
+SCALARS_PLUGIN = "scalars"
+STATIC_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "static")
+
+# TensorBoard's default reservoir size for scalars, in both loaders
+# (data_ingester.DEFAULT_TENSOR_SIZE_GUIDANCE and the Rust data server).
+DEFAULT_SCALAR_SAMPLES = 1000
+# "All points TensorBoard holds" when reading from the data provider.
+PROVIDER_DOWNSAMPLE = 1_000_000_000
+
+logger = logging.getLogger("tensorboard")
+
+_URI = re.compile(r"[a-zA-Z][0-9a-zA-Z.]*://.*")
+
+
+# -- run name -> directory --------------------------------------------------
+
+
+def parse_logdir_spec(logdir_spec: str | None) -> dict:
+    """`--logdir_spec` -> {path: group name or None}, exactly as TensorBoard parses it.
+
+    A copy of `data_ingester._parse_event_files_spec` (private in TensorBoard;
+    tests check that both agree).
+    """
+    files = {}
+    if logdir_spec is None:
+        return files
+    for specification in logdir_spec.split(","):
+        if (
+            _URI.match(specification) is None
+            and ":" in specification
+            and specification[0] != "/"
+            and not os.path.splitdrive(specification)[0]
+        ):
+            run_name, _, path = specification.partition(":")
+        else:
+            run_name = None
+            path = specification
+        if _URI.match(path) is None:
+            path = os.path.realpath(os.path.expanduser(path))
+        files[path] = run_name
+    return files
+
+
+def _join_run(root: str, rel: str) -> str | None:
+    """root / rel for a TensorBoard relative run path, refusing anything escaping root."""
+    if rel in ("", "."):
+        return root
+    parts = [p for p in re.split(r"[/\\]" if os.sep == "\\" else r"/", rel)]
+    if any(p in ("", "..") for p in parts) or os.path.isabs(rel):
+        return None
+    parts = [p for p in parts if p != "."]
+    return os.path.join(root, *parts) if parts else root
+
+
+class RunLocator:
+    """Maps TensorBoard run names to local run directories.
+
+    With ``--logdir L`` a run is named by its path relative to L (``.`` for L
+    itself). With ``--logdir_spec name:path,...`` runs under a named group are
+    named ``name/<relative path>`` (TensorBoard joins them with
+    ``os.path.join``, so the group's own directory is ``name/.``); unnamed
+    groups add no prefix. Remote paths (``gs://``...) map to nothing.
+    """
+
+    def __init__(self, logdir: str | None = None, logdir_spec: str | None = None):
+        self.roots: list[tuple[str | None, str]] = []
+        self.remote = False
+        if logdir:
+            if _URI.match(logdir) or "://" in logdir:
+                self.remote = True
+            else:
+                self.roots.append((None, os.path.expanduser(logdir)))
+        elif logdir_spec:
+            for path, name in parse_logdir_spec(logdir_spec).items():
+                if _URI.match(path):
+                    self.remote = True
+                    continue
+                self.roots.append((name, path))
+
+    def candidates(self, run: str) -> list[str]:
+        out = []
+        if os.sep != "/":
+            run = run.replace(os.sep, "/")
+        for name, root in self.roots:
+            if name is None:
+                rel = run
+            elif run == name:
+                rel = "."
+            elif run.startswith(name + "/"):
+                rel = run[len(name) + 1 :]
+            else:
+                continue
+            path = _join_run(root, rel)
+            if path is not None:
+                out.append(path)
+        return out
+
+    def directory(self, run: str) -> str | None:
+        """The existing local directory holding `run`'s event files, or None."""
+        for path in self.candidates(run):
+            if os.path.isdir(path):
+                return path
+        return None
+
+    def config_root(self) -> str | None:
+        """Where `crash_signals.toml` is looked up: the logdir, or the first spec
+        directory that holds one (else the first spec directory)."""
+        for _, root in self.roots:
+            if os.path.isfile(os.path.join(root, CONFIG_FILENAME)):
+                return root
+        return self.roots[0][1] if self.roots else None
+
+
+def _file_signature(directory: str | None):
+    """(name, size, mtime) of the event files in a directory: changes when they grow."""
+    if directory is None:
+        return None
+    try:
+        out = []
+        with os.scandir(directory) as it:
+            for e in it:
+                if "tfevents" not in e.name:
+                    continue
+                try:
+                    if not e.is_file():
+                        continue
+                    st = e.stat()
+                except OSError:
+                    continue
+                out.append((e.name, st.st_size, st.st_mtime_ns))
+        return tuple(sorted(out))
+    except OSError as e:
+        return ("error", e.strerror or str(e))
+
+
+# -- configuration -----------------------------------------------------------
+
+
+class _ConfigState:
+    """The config in force, re-read when the file's mtime or size changes."""
+
+    def __init__(self, locator: RunLocator, explicit: str | None):
+        self._locator = locator
+        self._explicit = explicit
+        self._lock = threading.Lock()
+        self._key = object()
+        self._value = (Config(), None)
+
+    def _path(self) -> str | None:
+        if self._explicit:
+            return self._explicit
+        root = self._locator.config_root()
+        return os.path.join(root, CONFIG_FILENAME) if root else None
+
+    def get(self):
+        """(config, error message or None, key identifying this config)."""
+        path = self._path()
+        try:
+            st = os.stat(path) if path else None
+            sig = (st.st_mtime_ns, st.st_size) if st else None
+        except OSError as e:
+            sig = ("missing", e.errno)
+        key = (path, sig)
+        with self._lock:
+            if key == self._key:
+                return self._value + (key,)
+            if path is None or (not self._explicit and sig is not None and sig[0] == "missing"):
+                value = (Config(), None)
+            else:
+                try:
+                    value = (load_config(path), None)
+                except ConfigError as e:
+                    value = (Config(), str(e))
+                except Exception as e:  # a bug in validation must not kill the tab
+                    logger.exception("crash_signals: cannot load config %s", path)
+                    value = (Config(), f"{os.path.basename(path)}: cannot load: {e}")
+                if value[1]:
+                    logger.warning("crash_signals: config error (using defaults): %s", value[1])
+            self._key, self._value = key, value
+            return value + (key,)
+
+
+# -- caches ------------------------------------------------------------------
+
+
+class _LRU:
+    """An ordered dict bounded by entry count and, optionally, total weight.
+
+    Not thread-safe: the plugin guards it with its lock.
+    """
+
+    def __init__(self, max_entries: int, max_weight=None, weight=None):
+        self.max_entries = max_entries
+        self.max_weight = max_weight
+        self._weight = weight
+        self._d: collections.OrderedDict = collections.OrderedDict()
+
+    def __len__(self):
+        return len(self._d)
+
+    def __contains__(self, key):
+        return key in self._d
+
+    def keys(self):
+        return list(self._d)
+
+    def get(self, key):
+        value = self._d.get(key)
+        if value is not None:
+            self._d.move_to_end(key)
+        return value
+
+    def put(self, key, value):
+        self._d[key] = value
+        self._d.move_to_end(key)
+        self.evict()
+
+    def pop(self, key):
+        return self._d.pop(key, None)
+
+    def evict(self):
+        while len(self._d) > max(self.max_entries, 1):
+            self._d.popitem(last=False)
+        if self.max_weight is not None and self._weight is not None:
+            total = sum(self._weight(v) for v in self._d.values())
+            while total > self.max_weight and len(self._d) > 1:
+                _, v = self._d.popitem(last=False)
+                total -= self._weight(v)
+
+
+class _ReaderSlot:
+    """One cached RunReader, with its lock and a data generation counter."""
+
+    __slots__ = ("reader", "lock", "token", "generation", "directory")
+
+    def __init__(self, reader: RunReader, token: int, directory: str):
+        self.reader = reader
+        self.lock = threading.Lock()
+        self.token = token
+        self.generation = 0
+        self.directory = directory
+
+
+class _Entry:
+    """The small per-run summary kept for every run (not the data)."""
+
+    __slots__ = ("name", "fast_key", "data_key", "summary", "problems", "health", "first_critical")
+
+    def __init__(self, name, fast_key, data_key, summary, problems):
+        self.name = name
+        self.fast_key = fast_key
+        self.data_key = data_key
+        self.summary = summary
+        self.problems = problems
+        self.health = summary["health"]
+        self.first_critical = summary.get("first_critical_step")
+
+
+def _rank_entries(entries):
+    """Orders entries with engine.rank (critical, warning, ok, no signals)."""
+    shims = [
+        types.SimpleNamespace(
+            health=e.health,
+            summary={"first_critical_step": e.first_critical},
+            run=types.SimpleNamespace(name=e.name),
+            entry=e,
+        )
+        for e in entries
+    ]
+    return [s.entry for s in rank(shims)]
+
+
+def _dumps(payload) -> str:
+    try:
+        return json.dumps(payload, allow_nan=False)
+    except ValueError:  # a stray NaN/Inf: encode it the way TensorBoard does
+        return json.dumps(json_util.Cleanse(payload))
+
+
+# -- the plugin --------------------------------------------------------------
+
+
+class CrashSignalsPlugin(base_plugin.TBPlugin):
+    """Ranks runs by crash signals and serves each run's findings and curves."""
+
+    plugin_name = PLUGIN_NAME
+
+    max_points = decimate.DEFAULT_MAX_POINTS
+    nonfinite_cap = 200
+    max_readers = 256
+    max_analyses = 256
+    # Readers hold every point of every scalar tag of their run: bound the total.
+    reader_point_budget = 50_000_000
+
+    def __init__(self, context):
+        self._provider = context.data_provider
+        flags = context.flags
+        logdir = getattr(flags, "logdir", None) if flags is not None else None
+        logdir = logdir or getattr(context, "logdir", None)
+        spec = getattr(flags, "logdir_spec", None) if flags is not None else None
+        self._locator = RunLocator(logdir, spec)
+        explicit = getattr(flags, "crash_signals_config", None) if flags is not None else None
+        self._config = _ConfigState(self._locator, explicit)
+        hints = context.sampling_hints
+        if hints is None and flags is not None:
+            hints = getattr(flags, "samples_per_plugin", None)
+        hints = hints or {}
+        self._capacity = hints.get(SCALARS_PLUGIN, DEFAULT_SCALAR_SAMPLES)
+
+        self._lock = threading.Lock()
+        self._tokens = itertools.count(1)
+        self._run_locks: dict[str, threading.Lock] = {}
+        self._summaries: dict[str, _Entry] = {}
+        self._analyses = _LRU(self.max_analyses)
+        self._readers = _LRU(
+            self.max_readers,
+            max_weight=self.reader_point_budget,
+            weight=lambda slot: slot.reader.stats.scalar_points,
+        )
+        self._assets: dict[str, tuple] = {}
+        self.stats = collections.Counter()  # analyses, reader_loads, cache_hits (for tests)
+
+    # -- TBPlugin -----------------------------------------------------------
+
+    def get_plugin_apps(self):
+        return {
+            "/runs": self._json_route(self._runs_impl, (), self._runs_fallback),
+            "/analysis": self._json_route(self._analysis_impl, ("run",), self._analysis_fallback),
+            "/rules": self._json_route(self._rules_impl, (), self._rules_fallback),
+            "/index.js": self._asset_route("index.js", "text/javascript"),
+            "/index.css": self._asset_route("index.css", "text/css"),
+        }
+
+    def is_active(self):
+        return False  # enabled by data_plugin_names: whenever there are scalars
+
+    def data_plugin_names(self):
+        return (SCALARS_PLUGIN,)
+
+    def frontend_metadata(self):
+        return base_plugin.FrontendMetadata(es_module_path="/index.js", tab_name=TAB_NAME)
+
+    # -- route plumbing ----------------------------------------------------
+
+    def _json_route(self, impl, params, fallback):
+        allowed = set(params)
+
+        @wrappers.Request.application
+        def app(request):
+            unknown = sorted(k for k in request.args if k not in allowed)
+            if unknown:
+                expected = ", ".join(sorted(allowed)) or "none"
+                raise errors.InvalidArgumentError(
+                    f"unknown query parameter {unknown[0]!r} (expected: {expected})"
+                )
+            for k in allowed:
+                if len(request.args.getlist(k)) > 1:
+                    raise errors.InvalidArgumentError(f"parameter {k!r} given more than once")
+            try:
+                payload = impl(request)
+            except errors.PublicError:
+                raise
+            except Exception as e:
+                logger.exception("crash_signals: %s failed", request.path)
+                try:
+                    payload = fallback(request, f"internal error: {type(e).__name__}: {e}")
+                except Exception:
+                    logger.exception("crash_signals: fallback for %s failed", request.path)
+                    return http_util.Respond(
+                        request,
+                        "Crash Signals could not answer this request; see TensorBoard's log.",
+                        "text/plain",
+                        code=503,
+                    )
+            if isinstance(payload, str):
+                return http_util.Respond(request, payload, "application/json")
+            return http_util.Respond(request, _dumps(payload), "application/json")
+
+        return app
+
+    def _asset_route(self, name, content_type):
+        @wrappers.Request.application
+        def app(request):
+            body = self._read_asset(name)
+            if body is None:
+                return http_util.Respond(
+                    request,
+                    f"Crash Signals: the frontend bundle static/{name} is missing from the "
+                    "tb_crash_signals package. Build it with `npm ci && npm run build` in "
+                    "frontend/ (or reinstall the package with `pip install .`).",
+                    "text/plain",
+                    code=404,
+                )
+            return http_util.Respond(request, body, content_type)
+
+        return app
+
+    def _read_asset(self, name):
+        path = os.path.join(STATIC_DIR, name)  # `name` is one of two constants
+        try:
+            st = os.stat(path)
+        except OSError:
+            return None
+        key = (st.st_mtime_ns, st.st_size)
+        cached = self._assets.get(name)
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        try:
+            with open(path, "rb") as f:
+                body = f.read()
+        except OSError:
+            return None
+        self._assets[name] = (key, body)
+        return body
+
+    # -- data access -------------------------------------------------------
+
+    def _listing(self, request):
+        ctx = plugin_util.context(request.environ)
+        eid = plugin_util.experiment_id(request.environ)
+        if self._provider is None:
+            return ctx, eid, {}
+        listing = self._provider.list_scalars(ctx, experiment_id=eid, plugin_name=SCALARS_PLUGIN)
+        return ctx, eid, listing
+
+    def _run_lock(self, name) -> threading.Lock:
+        with self._lock:
+            lock = self._run_locks.get(name)
+            if lock is None:
+                lock = self._run_locks[name] = threading.Lock()
+            return lock
+
+    def _reader_slot(self, run, directory) -> _ReaderSlot:
+        with self._lock:
+            slot = self._readers.get(run)
+            if slot is None or slot.directory != directory:
+                slot = _ReaderSlot(RunReader(directory), next(self._tokens), directory)
+                self._readers.put(run, slot)
+                self.stats["readers_created"] += 1
+            return slot
+
+    def _load(self, logical, refs, dirs, listing, ctx, eid):
+        """Every point of each mapped signal: from event files, else from TensorBoard.
+
+        Returns (data, sampled, problems, key), key identifying the data.
+        """
+        data: dict[str, Series] = {}
+        problems: list[str] = []
+        key = []
+        from_files: dict[str, dict[str, Series]] = {}
+        for member in sorted({ref.run for ref in refs.values()}):
+            directory = dirs.get(member)
+            if directory is None:
+                continue
+            slot = self._reader_slot(member, directory)
+            wanted = {ref.tag for ref in refs.values() if ref.run == member}
+            with slot.lock:
+                if slot.reader.reload():
+                    slot.generation += 1
+                self.stats["reader_reloads"] += 1
+                have = set(slot.reader.tags())
+                from_files[member] = {t: slot.reader.series(t) for t in wanted & have}
+                problems.extend(f"run {member}: {p}" for p in slot.reader.problems())
+                key.append((member, slot.token, slot.generation))
+        with self._lock:
+            self._readers.evict()
+
+        missing = []
+        for dim, ref in refs.items():
+            s = from_files.get(ref.run, {}).get(ref.tag)
+            if s is not None:
+                data[dim] = s
+            else:
+                missing.append((dim, ref))
+        sampled = False
+        if missing and self._provider is not None:
+            runs = sorted({ref.run for _, ref in missing})
+            tags = sorted({ref.tag for _, ref in missing})
+            got = self._provider.read_scalars(
+                ctx,
+                experiment_id=eid,
+                plugin_name=SCALARS_PLUGIN,
+                downsample=PROVIDER_DOWNSAMPLE,
+                run_tag_filter=tb_provider.RunTagFilter(runs=runs, tags=tags),
+            )
+            for dim, ref in missing:
+                points = (got.get(ref.run) or {}).get(ref.tag)
+                if points is None:
+                    continue
+                data[dim] = Series.from_arrays(
+                    [p.step for p in points],
+                    [p.value for p in points],
+                    [p.wall_time for p in points],
+                )
+                # A reservoir that is not full holds every point logged.
+                if self._capacity and len(points) >= self._capacity:
+                    sampled = True
+                meta = (listing.get(ref.run) or {}).get(ref.tag)
+                key.append(
+                    ("tb", ref.run, ref.tag, len(points),
+                     getattr(meta, "max_step", None), getattr(meta, "max_wall_time", None))
+                )
+        return data, sampled, problems, tuple(key)
+
+    # -- analysis ----------------------------------------------------------
+
+    @staticmethod
+    def _logical_key(logical):
+        return (
+            logical.name,
+            logical.members,
+            tuple((k, (v.run, v.tag) if v else None) for k, v in sorted(logical.signals.items())),
+            tuple((m, tuple(t)) for m, t in sorted(logical.tags.items())),
+        )
+
+    def _ensure(self, logical, listing, cfg, ctx, eid, want_payload):
+        """The run's summary entry (and analysis payload text if wanted), cached.
+
+        Returns (entry, payload_text or None).
+        """
+        config, config_error, cfg_key = cfg
+        refs = {dim: ref for dim, ref in logical.signals.items() if ref is not None}
+        members = sorted({ref.run for ref in refs.values()})
+        with self._run_lock(logical.name):
+            dirs = {m: self._locator.directory(m) for m in members}
+            lkey = self._logical_key(logical)
+            tb_stats = tuple(
+                (m, t, getattr(ts, "max_step", None), getattr(ts, "max_wall_time", None))
+                for m in members
+                if dirs[m] is None
+                for t, ts in sorted((listing.get(m) or {}).items())
+            )
+            fast_key = (cfg_key, lkey, tb_stats, tuple((m, _file_signature(dirs[m])) for m in members))
+            with self._lock:
+                entry = self._summaries.get(logical.name)
+            if entry is not None and entry.fast_key == fast_key:
+                hit = self._cached_payload(logical.name, entry, want_payload)
+                if hit is not False:
+                    self.stats["cache_hits"] += 1
+                    return entry, hit
+
+            data, sampled, problems, dkey = self._load(logical, refs, dirs, listing, ctx, eid)
+            data_key = (cfg_key, lkey, dkey)
+            if entry is not None and entry.data_key == data_key:
+                entry.fast_key = fast_key
+                hit = self._cached_payload(logical.name, entry, want_payload)
+                if hit is not False:
+                    self.stats["cache_hits"] += 1
+                    return entry, hit
+
+            self.stats["analyses"] += 1
+            result = analyze_run(logical, data, config, sampled)
+            report = run_to_json(result)
+            summary = {
+                "run": report["run"],
+                "health": report["health"],
+                "counts": result.counts(),
+                "first_critical_step": report["summary"].get("first_critical_step"),
+                "signals": report["signals"],
+                "sampled": report["sampled"],
+                "headline": report["summary"].get("headline"),
+            }
+            entry = _Entry(logical.name, fast_key, data_key, summary, problems)
+            text = _dumps(self._analysis_payload(report, result, config, config_error, problems))
+            with self._lock:
+                self._summaries[logical.name] = entry
+                self._analyses.put(logical.name, (data_key, text))
+            return entry, (text if want_payload else None)
+
+    def _cached_payload(self, name, entry, want_payload):
+        """None if no payload is wanted, the cached text, or False if it must be rebuilt."""
+        if not want_payload:
+            return None
+        with self._lock:
+            cached = self._analyses.get(name)
+        if cached is not None and cached[0] == entry.data_key:
+            return cached[1]
+        return False
+
+    def _analysis_payload(self, report, result, config, config_error, problems):
+        payload = dict(report)
+        series, nonfinite = {}, {}
+        for dim in SIGNALS:
+            s = result.data.get(dim)
+            if s is None:
+                continue
+            keep = decimate.episode_steps(report["episodes"], dim)
+            series[dim] = decimate.columns(s, self.max_points, keep)
+            nonfinite[dim] = decimate.nonfinite_points(s, self.nonfinite_cap)
+        payload["series"] = series
+        payload["nonfinite"] = nonfinite
+        payload["gap_band"] = decimate.gap_band(
+            result.data.get("train_loss"), result.data.get("val_loss"), self.max_points
+        )
+        payload["bands"] = _bands(config)
+        payload["thresholds"] = _thresholds(config)
+        payload["config_error"] = config_error
+        payload["problems"] = list(problems)
+        return payload
+
+    def _failed_entry(self, logical, message) -> _Entry:
+        summary = {
+            "run": logical.name,
+            "health": "no_signals",
+            "counts": {"warning": 0, "critical": 0},
+            "first_critical_step": None,
+            "signals": {
+                k: (logical.signals[k].to_json() if logical.signals.get(k) else None)
+                for k in SIGNALS
+            },
+            "sampled": False,
+            "headline": f"analysis failed: {message}",
+            "error": message,
+        }
+        return _Entry(logical.name, None, None, summary, [f"run {logical.name}: analysis failed: {message}"])
+
+    # -- route implementations ----------------------------------------------
+
+    def _runs_impl(self, request):
+        cfg = self._config.get()
+        ctx, eid, listing = self._listing(request)
+        logical = group_runs({run: list(tags) for run, tags in listing.items()}, cfg[0].signals)
+        entries = []
+        for lr in logical:
+            try:
+                entry, _ = self._ensure(lr, listing, cfg, ctx, eid, want_payload=False)
+            except Exception as e:
+                logger.exception("crash_signals: analysing run %r failed", lr.name)
+                entry = self._failed_entry(lr, f"{type(e).__name__}: {e}")
+            entries.append(entry)
+        self._forget({lr.name for lr in logical})
+        problems = [p for e in entries for p in e.problems]
+        return {
+            "schema": SCHEMA_VERSION,
+            "config_error": cfg[1],
+            "problems": problems,
+            "runs": [e.summary for e in _rank_entries(entries)],
+        }
+
+    def _forget(self, names):
+        """Drops cached state of runs TensorBoard no longer lists."""
+        with self._lock:
+            for name in [n for n in self._summaries if n not in names]:
+                del self._summaries[name]
+                self._analyses.pop(name)
+            for name in [n for n, lock in self._run_locks.items() if n not in names]:
+                if not self._run_locks[name].locked():
+                    del self._run_locks[name]
+
+    def _runs_fallback(self, request, message):
+        cfg_error = None
+        try:
+            cfg_error = self._config.get()[1]
+        except Exception:
+            pass
+        return {"schema": SCHEMA_VERSION, "config_error": cfg_error, "problems": [message], "runs": []}
+
+    def _analysis_impl(self, request):
+        name = request.args.get("run")
+        if name is None:
+            raise errors.InvalidArgumentError("missing required parameter 'run' (a run name from ./runs)")
+        cfg = self._config.get()
+        ctx, eid, listing = self._listing(request)
+        logical = group_runs({run: list(tags) for run, tags in listing.items()}, cfg[0].signals)
+        match = [lr for lr in logical if lr.name == name]
+        if not match:
+            parent = [lr.name for lr in logical if name in lr.members]
+            hint = f"; it is part of run {parent[0]!r}" if parent else ""
+            raise errors.NotFoundError(f"no run named {_shown(name)}{hint}")
+        lr = match[0]
+        try:
+            _, text = self._ensure(lr, listing, cfg, ctx, eid, want_payload=True)
+        except Exception as e:
+            logger.exception("crash_signals: analysing run %r failed", lr.name)
+            return self._failed_payload(lr, f"{type(e).__name__}: {e}", cfg[1])
+        return text
+
+    def _failed_payload(self, logical, message, config_error):
+        entry = self._failed_entry(logical, message)
+        return {
+            "run": logical.name,
+            "health": "no_signals",
+            "signals": entry.summary["signals"],
+            "points": {},
+            "sampled": False,
+            "episodes": [],
+            "fits": [],
+            "summary": {
+                "first_critical_step": None,
+                "first_warning_step": None,
+                "loss_trend": None,
+                "grad_norm_max": None,
+                "val_train_gap": None,
+                "headline": entry.summary["headline"],
+            },
+            "tags": {m: list(t) for m, t in logical.tags.items()},
+            "series": {},
+            "nonfinite": {},
+            "gap_band": None,
+            "bands": {},
+            "thresholds": {},
+            "config_error": config_error,
+            "problems": entry.problems,
+            "error": message,
+        }
+
+    def _analysis_fallback(self, request, message):
+        name = request.args.get("run")
+        cfg_error = None
+        try:
+            cfg_error = self._config.get()[1]
+        except Exception:
+            pass
+        from tb_crash_signals.signals import LogicalRun
+
+        lr = LogicalRun(name=name or "", members=(name or "",), signals={k: None for k in SIGNALS}, tags={})
+        return self._failed_payload(lr, message, cfg_error)
+
+    def _rules_impl(self, request):
+        config, config_error, _ = self._config.get()
+        payload = catalogue_json(config)
+        payload["config_error"] = config_error
+        return payload
+
+    def _rules_fallback(self, request, message):
+        payload = catalogue_json(Config())
+        payload["config_error"] = message
+        return payload
+
+
+def _shown(name: str) -> str:
+    """A run name for an error message: quoted, escaped, bounded."""
+    text = repr(name)
+    return text if len(text) <= 200 else text[:197] + "..."
+
+
+def _bands(config: Config) -> dict:
+    """{"update_ratio": [low, high]} from the update-ratio rules in force (null if disabled)."""
+    enabled = set(config.enabled_codes())
+    low = float(config.params_for("CS502").low) if "CS502" in enabled else None
+    high = float(config.params_for("CS501").high) if "CS501" in enabled else None
+    if low is None and high is None:
+        return {}
+    return {"update_ratio": [low, high]}
+
+
+def _thresholds(config: Config) -> dict:
+    """{"grad_norm": threshold} of grad-norm-threshold when it is enabled."""
+    if "CS101" not in config.enabled_codes():
+        return {}
+    return {"grad_norm": float(config.params_for("CS101").threshold)}
