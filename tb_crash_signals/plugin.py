@@ -45,7 +45,7 @@ from tb_crash_signals.config import CONFIG_FILENAME, Config, ConfigError, load_c
 from tb_crash_signals.engine import analyze_run, rank
 from tb_crash_signals.report import SCHEMA_VERSION, run_to_json
 from tb_crash_signals.series import Series
-from tb_crash_signals.signals import SIGNALS, group_runs
+from tb_crash_signals.signals import SIGNALS, LogicalRun, group_runs
 from tb_crash_signals.source import RunReader
 
 PLUGIN_NAME = "crash_signals"
@@ -322,11 +322,16 @@ def _rank_entries(entries):
     return [s.entry for s in rank(shims)]
 
 
+_HTML_UNSAFE = {ord("<"): "\\u003c", ord(">"): "\\u003e", ord("&"): "\\u0026"}
+
+
 def _dumps(payload) -> str:
+    """JSON text; `<`, `>`, `&` escaped (run names are attacker-controlled)."""
     try:
-        return json.dumps(payload, allow_nan=False)
+        text = json.dumps(payload, allow_nan=False)
     except ValueError:  # a stray NaN/Inf: encode it the way TensorBoard does
-        return json.dumps(json_util.Cleanse(payload))
+        text = json.dumps(json_util.Cleanse(payload))
+    return text.translate(_HTML_UNSAFE)
 
 
 # -- the plugin --------------------------------------------------------------
@@ -370,7 +375,7 @@ class CrashSignalsPlugin(base_plugin.TBPlugin):
             weight=lambda slot: slot.reader.stats.scalar_points,
         )
         self._assets: dict[str, tuple] = {}
-        self.stats = collections.Counter()  # analyses, reader_loads, cache_hits (for tests)
+        self.stats = collections.Counter()  # analyses, readers_created, cache_hits (tests, debugging)
 
     # -- TBPlugin -----------------------------------------------------------
 
@@ -475,6 +480,10 @@ class CrashSignalsPlugin(base_plugin.TBPlugin):
         listing = self._provider.list_scalars(ctx, experiment_id=eid, plugin_name=SCALARS_PLUGIN)
         return ctx, eid, listing
 
+    def _count(self, what):
+        with self._lock:
+            self.stats[what] += 1
+
     def _run_lock(self, name) -> threading.Lock:
         with self._lock:
             lock = self._run_locks.get(name)
@@ -488,7 +497,7 @@ class CrashSignalsPlugin(base_plugin.TBPlugin):
             if slot is None or slot.directory != directory:
                 slot = _ReaderSlot(RunReader(directory), next(self._tokens), directory)
                 self._readers.put(run, slot)
-                self.stats["readers_created"] += 1
+                self.stats["readers_created"] += 1  # under self._lock
             return slot
 
     def _load(self, logical, refs, dirs, listing, ctx, eid):
@@ -509,7 +518,6 @@ class CrashSignalsPlugin(base_plugin.TBPlugin):
             with slot.lock:
                 if slot.reader.reload():
                     slot.generation += 1
-                self.stats["reader_reloads"] += 1
                 have = set(slot.reader.tags())
                 from_files[member] = {t: slot.reader.series(t) for t in wanted & have}
                 problems.extend(f"run {member}: {p}" for p in slot.reader.problems())
@@ -588,7 +596,7 @@ class CrashSignalsPlugin(base_plugin.TBPlugin):
             if entry is not None and entry.fast_key == fast_key:
                 hit = self._cached_payload(logical.name, entry, want_payload)
                 if hit is not False:
-                    self.stats["cache_hits"] += 1
+                    self._count("cache_hits")
                     return entry, hit
 
             data, sampled, problems, dkey = self._load(logical, refs, dirs, listing, ctx, eid)
@@ -597,10 +605,10 @@ class CrashSignalsPlugin(base_plugin.TBPlugin):
                 entry.fast_key = fast_key
                 hit = self._cached_payload(logical.name, entry, want_payload)
                 if hit is not False:
-                    self.stats["cache_hits"] += 1
+                    self._count("cache_hits")
                     return entry, hit
 
-            self.stats["analyses"] += 1
+            self._count("analyses")
             result = analyze_run(logical, data, config, sampled)
             report = run_to_json(result)
             summary = {
@@ -763,8 +771,6 @@ class CrashSignalsPlugin(base_plugin.TBPlugin):
             cfg_error = self._config.get()[1]
         except Exception:
             pass
-        from tb_crash_signals.signals import LogicalRun
-
         lr = LogicalRun(name=name or "", members=(name or "",), signals={k: None for k in SIGNALS}, tags={})
         return self._failed_payload(lr, message, cfg_error)
 

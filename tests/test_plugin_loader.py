@@ -1,0 +1,114 @@
+"""The entry-point loader: light, defines its flag, and a broken plugin only disables the tab."""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+
+import pytest
+from werkzeug import test as werkzeug_test
+from werkzeug import wrappers
+
+from eventwriters import write_scalars
+from plugin_harness import free_port
+
+from tensorboard import program
+from tensorboard.plugins import base_plugin
+from tensorboard.plugins.core import core_plugin
+from tensorboard.plugins.scalar import scalars_plugin
+
+import tb_crash_signals
+from tb_crash_signals import loader as loader_mod
+from tb_crash_signals.loader import CrashSignalsLoader
+
+
+def test_loader_module_is_light():
+    code = (
+        "import sys; import tb_crash_signals.loader; "
+        "heavy = [m for m in ('numpy', 'tb_crash_signals.plugin', 'tb_crash_signals.engine', "
+        "'tb_crash_signals.rules') if m in sys.modules]; print(heavy)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def _context(tmp_path):
+    return base_plugin.TBContext(logdir=str(tmp_path), flags=None, data_provider=None)
+
+
+def test_load_returns_plugin(tmp_path):
+    plugin = CrashSignalsLoader().load(_context(tmp_path))
+    assert plugin is not None and plugin.plugin_name == "crash_signals"
+
+
+def test_import_failure_returns_none_and_logs(tmp_path, monkeypatch, caplog):
+    monkeypatch.delattr(tb_crash_signals, "plugin", raising=False)
+    monkeypatch.setitem(sys.modules, "tb_crash_signals.plugin", None)  # import -> ImportError
+    with caplog.at_level(logging.ERROR, logger="tensorboard"):
+        assert CrashSignalsLoader().load(_context(tmp_path)) is None
+    assert "Crash Signals tab disabled" in caplog.text
+    assert "cannot import tb_crash_signals.plugin" in caplog.text
+
+
+def test_construction_failure_returns_none_and_logs(tmp_path, monkeypatch, caplog):
+    from tb_crash_signals import plugin
+
+    def broken(self, context):
+        raise RuntimeError("no good")
+
+    monkeypatch.setattr(plugin.CrashSignalsPlugin, "__init__", broken)
+    with caplog.at_level(logging.ERROR, logger="tensorboard"):
+        assert CrashSignalsLoader().load(_context(tmp_path)) is None
+    assert "no good" in caplog.text
+
+
+def test_flag_defined_and_fixed():
+    tb = program.TensorBoard(plugins=[core_plugin.CorePluginLoader, CrashSignalsLoader])
+    tb.configure(argv=["", "--logdir", "/tmp", "--crash_signals_config", "~/cfg.toml"])
+    assert tb.flags.crash_signals_config.endswith("/cfg.toml")
+    assert not tb.flags.crash_signals_config.startswith("~")
+    tb = program.TensorBoard(plugins=[core_plugin.CorePluginLoader, CrashSignalsLoader])
+    tb.configure(argv=["", "--logdir", "/tmp"])
+    assert tb.flags.crash_signals_config is None
+
+
+def _serve(tmp_path, loaders):
+    write_scalars(str(tmp_path / "run"), {"loss": [(i, 1.0 / (i + 1)) for i in range(20)]})
+    tb = program.TensorBoard(plugins=loaders)
+    tb.configure(
+        argv=[
+            "", "--logdir", str(tmp_path), "--port", str(free_port()), "--host", "127.0.0.1",
+            "--reload_interval", "0", "--reload_task", "blocking", "--load_fast", "false",
+        ]
+    )
+    server = tb._make_server()
+    return server, werkzeug_test.Client(server.app, wrappers.Response)
+
+
+@pytest.mark.parametrize("broken", [False, True])
+def test_tensorboard_serves_other_plugins(tmp_path, monkeypatch, broken):
+    if broken:
+        monkeypatch.delattr(tb_crash_signals, "plugin", raising=False)
+        monkeypatch.setitem(sys.modules, "tb_crash_signals.plugin", None)
+    loaders = [
+        core_plugin.CorePluginLoader,
+        CrashSignalsLoader,
+        base_plugin.BasicLoader(scalars_plugin.ScalarsPlugin),
+    ]
+    server, client = _serve(tmp_path, loaders)
+    try:
+        listing = client.get("/data/plugins_listing").get_json()
+        assert listing["scalars"]["enabled"] is True
+        assert ("crash_signals" in listing) is not broken
+        if not broken:
+            assert listing["crash_signals"]["enabled"] is True
+            assert client.get("/data/plugin/crash_signals/runs").status_code == 200
+        r = client.get("/data/plugin/scalars/scalars?run=run&tag=loss")
+        assert r.status_code == 200 and len(r.get_json()) == 20
+    finally:
+        server.server_close()
+
+
+def test_logger_is_tensorboards():
+    assert loader_mod.logger.name == "tensorboard"
