@@ -10,10 +10,11 @@ An event file is a sequence of TFRecords::
 This module reads such bytes fast, without TensorBoard's pure-Python record
 reader:
 
-* :func:`scan_records` walks the framing of a whole buffer with one Python loop
-  (``struct.unpack_from`` only) and then verifies every length CRC - and the
-  data CRC of every record up to :data:`DATA_CRC_MAX_LEN` bytes - with
-  vectorised numpy CRC32C. A length that fails its CRC or is absurd is
+* :func:`scan_records` walks the framing of a whole buffer (a ``struct`` loop
+  that, once it has seen the cycle of record lengths a logger repeats, checks
+  whole blocks of predicted length fields at once with numpy) and then verifies
+  every length CRC - and the data CRC of every record up to
+  :data:`DATA_CRC_MAX_LEN` bytes - with a vectorised numpy CRC32C. A length that fails its CRC or is absurd is
   corruption: the scanner resynchronises on the next offset whose length and
   length CRC validate, and counts one corrupt record. A truncated *last* record
   (the writer is still writing) is not corruption: scanning stops at its start
@@ -33,6 +34,7 @@ import dataclasses
 import struct
 
 import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
 from google.protobuf.message import DecodeError
 
 from tensorboard.compat.proto import event_pb2
@@ -182,23 +184,15 @@ _GATHER_CELLS = 1 << 22  # cap on n*width per gathered matrix (memory bound)
 
 
 def _gather(arr: np.ndarray, starts: np.ndarray, width: int) -> np.ndarray:
-    """Rows arr[s:s+width] for every start s, as a (n, width) uint8 matrix."""
+    """Rows arr[s:s+width] for every start s, as a (n, width) uint8 matrix.
+
+    Every row must lie inside `arr`. Row-indexing a sliding-window view copies
+    whole rows, ~100x faster than an element-wise fancy index.
+    """
     n = starts.shape[0]
     if width == 0 or n == 0:
         return np.zeros((n, width), dtype=np.uint8)
-    if width <= 16:
-        out = np.empty((n, width), dtype=np.uint8)
-        for j in range(width):
-            out[:, j] = arr[starts + j]
-        return out
-    step = max(1, _GATHER_CELLS // width)
-    if n <= step:
-        return arr[starts[:, None] + np.arange(width, dtype=np.int64)]
-    out = np.empty((n, width), dtype=np.uint8)
-    cols = np.arange(width, dtype=np.int64)
-    for lo in range(0, n, step):
-        out[lo : lo + step] = arr[starts[lo : lo + step, None] + cols]
-    return out
+    return sliding_window_view(arr, width)[starts]
 
 
 def _crc32c_var(arr: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
@@ -209,7 +203,7 @@ def _crc32c_var(arr: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.
         return out
     zs = _zero_states(int(lengths.max()))
     # Exact-length groups (the common case) need no padding.
-    by_len = np.argsort(lengths, kind="stable")
+    by_len = _stable_order(lengths)
     sorted_len = lengths[by_len]
     cuts = [0] + (np.flatnonzero(np.diff(sorted_len)) + 1).tolist() + [n]
     rest = []
@@ -241,12 +235,46 @@ def _crc32c_padded(arr, starts, lengths, zs):
             ends = starts[part] + lengths[part]
             # Right-align each record in a `width`-wide row, zeros on the left.
             first = ends - width
-            idx = first[:, None] + np.arange(width, dtype=np.int64)
-            valid = idx >= starts[part][:, None]
-            rows = arr[np.maximum(idx, 0)]
-            rows[~valid] = 0
+            low = first < 0
+            if low.any():  # rows near the buffer start: gather from a padded copy
+                head = np.concatenate([np.zeros(width, np.uint8), arr[: int(ends[low].max())]])
+                rows = np.empty((part.shape[0], width), dtype=np.uint8)
+                rows[low] = _gather(head, first[low] + width, width)
+                rows[~low] = _gather(arr, first[~low], width)
+            else:
+                rows = _gather(arr, first, width)
+            pad = width - lengths[part]
+            rows[np.arange(width)[None, :] < pad[:, None]] = 0
             out[part] = _raw_crc_rows(rows) ^ zs[lengths[part]]
     return out ^ np.uint32(_U32)
+
+
+def _stable_order(keys: np.ndarray) -> np.ndarray:
+    """Stable argsort; small non-negative keys use numpy's O(n) radix sort."""
+    if keys.shape[0] and keys.min() >= 0 and keys.max() < (1 << 16):
+        return np.argsort(keys.astype(np.uint16), kind="stable")
+    return np.argsort(keys, kind="stable")
+
+
+def _merge_order(f_rec: np.ndarray, b_rec: np.ndarray, nrec: int) -> np.ndarray:
+    """Permutation sorting concat(f_rec, b_rec) by record, stably, in O(n).
+
+    f_rec holds distinct record indices in any order; b_rec is non-decreasing
+    (may repeat) and shares no record with f_rec.
+    """
+    nf, nb = f_rec.shape[0], b_rec.shape[0]
+    slot = np.full(nrec, -1, dtype=np.int64)
+    slot[f_rec] = np.arange(nf)
+    f_order = slot[slot >= 0]
+    if not nb:
+        return f_order
+    b_pos = np.searchsorted(f_rec[f_order], b_rec, side="right") + np.arange(nb)
+    out = np.empty(nf + nb, dtype=np.int64)
+    mask = np.ones(nf + nb, dtype=bool)
+    mask[b_pos] = False
+    out[mask] = f_order
+    out[b_pos] = nf + np.arange(nb)
+    return out
 
 
 def _u32_at(arr: np.ndarray, pos: np.ndarray) -> np.ndarray:
@@ -382,8 +410,6 @@ def _resync(arr: np.ndarray, pos: int, end: int):
 
     Returns (offset, None) or (None, resume_offset) if none was found.
     """
-    from numpy.lib.stride_tricks import sliding_window_view
-
     while pos + 12 <= end:
         hi = min(end, pos + _RESYNC_WINDOW + 11)
         window = arr[pos:hi]
@@ -699,7 +725,7 @@ def decode_scalars(buf, offsets: np.ndarray, lengths: np.ndarray, *, verify: boo
 
     fast_parts = []  # (rec, tag, step, wall, value, tensor) arrays
     fallback = []  # record indices for protobuf
-    by_len = np.argsort(lengths, kind="stable")
+    by_len = _stable_order(lengths)
     sorted_len = lengths[by_len]
     cuts = np.flatnonzero(np.diff(sorted_len)) + 1
     bounds = [0] + cuts.tolist() + [nrec]
@@ -736,7 +762,7 @@ def decode_scalars(buf, offsets: np.ndarray, lengths: np.ndarray, *, verify: boo
                         fallback.append(part[remaining])
                         break
                     continue
-                sub = rows[remaining]
+                sub = rows if remaining.shape[0] == rows.shape[0] else rows[remaining]
                 ref = rows[first]
                 fixed = np.ones(length, dtype=bool)
                 if t.wall >= 0:
@@ -791,12 +817,9 @@ def decode_scalars(buf, offsets: np.ndarray, lengths: np.ndarray, *, verify: boo
                 n_bad += int(bad.shape[0])
                 fb = np.setdiff1d(fb, bad)
     from_string = event_pb2.Event.FromString
-    offs_l = offsets.tolist()
-    lens_l = lengths.tolist()
-    for r in fb.tolist():
-        o = offs_l[r]
+    for r, o, n in zip(fb.tolist(), offsets[fb].tolist(), lengths[fb].tolist()):
         try:
-            ev = from_string(mv[o : o + lens_l[r]].tobytes())
+            ev = from_string(mv[o : o + n].tobytes())
         except (DecodeError, RuntimeError, ValueError):
             n_bad += 1
             continue
@@ -811,7 +834,8 @@ def decode_scalars(buf, offsets: np.ndarray, lengths: np.ndarray, *, verify: boo
             own_plugin = None
             if v.HasField("metadata"):
                 own_plugin = v.metadata.plugin_data.plugin_name
-                plugins.append((v.tag, own_plugin))
+                if own_plugin:
+                    plugins.append((v.tag, own_plugin))
             if kind == "simple_value":
                 val = v.simple_value
                 tensor = False
@@ -832,28 +856,26 @@ def decode_scalars(buf, offsets: np.ndarray, lengths: np.ndarray, *, verify: boo
             fb_val.append(val)
             fb_tensor.append(tensor)
 
-    # Every fast record carries a summary.
-    parts_rec = [p[0] for p in fast_parts]
-    all_sum_rec = np.concatenate(parts_rec + [np.array(sum_rec, dtype=np.int64)])
-    all_sum_step = np.concatenate([p[2] for p in fast_parts] + [np.array(sum_step, dtype=np.int64)])
-    order = np.argsort(all_sum_rec, kind="stable")
-
+    # Every fast record carries a summary and yields one point.
     cols = list(zip(*fast_parts)) if fast_parts else [[] for _ in range(6)]
-    p_rec = np.concatenate(list(cols[0]) + [np.array(fb_rec, dtype=np.int64)])
-    p_tag = np.concatenate(list(cols[1]) + [np.array(fb_tag, dtype=np.int64)])
-    p_step = np.concatenate(list(cols[2]) + [np.array(fb_step, dtype=np.int64)])
-    p_wall = np.concatenate(list(cols[3]) + [np.array(fb_wall, dtype=np.float64)])
-    p_val = np.concatenate(list(cols[4]) + [np.array(fb_val, dtype=np.float64)])
-    p_ten = np.concatenate(list(cols[5]) + [np.array(fb_tensor, dtype=bool)])
-    if fast_parts and (len(fast_parts) > 1 or fb_rec):
-        porder = np.argsort(p_rec, kind="stable")  # record order, value order kept
-        p_rec, p_tag, p_step = p_rec[porder], p_tag[porder], p_step[porder]
-        p_wall, p_val, p_ten = p_wall[porder], p_val[porder], p_ten[porder]
+    f_rec = np.concatenate(list(cols[0])) if fast_parts else np.zeros(0, np.int64)
+    b_sum_rec = np.array(sum_rec, dtype=np.int64)
+    order = _merge_order(f_rec, b_sum_rec, nrec)
+    all_sum_rec = np.concatenate([f_rec, b_sum_rec])[order]
+    all_sum_step = np.concatenate(list(cols[2]) + [np.array(sum_step, dtype=np.int64)])[order]
+
+    porder = _merge_order(f_rec, np.array(fb_rec, dtype=np.int64), nrec)
+    p_rec = np.concatenate([f_rec, np.array(fb_rec, dtype=np.int64)])[porder]
+    p_tag = np.concatenate(list(cols[1]) + [np.array(fb_tag, dtype=np.int64)])[porder]
+    p_step = np.concatenate(list(cols[2]) + [np.array(fb_step, dtype=np.int64)])[porder]
+    p_wall = np.concatenate(list(cols[3]) + [np.array(fb_wall, dtype=np.float64)])[porder]
+    p_val = np.concatenate(list(cols[4]) + [np.array(fb_val, dtype=np.float64)])[porder]
+    p_ten = np.concatenate(list(cols[5]) + [np.array(fb_tensor, dtype=bool)])[porder]
     return DecodedBatch(
         n_records=nrec,
         n_corrupt=n_bad,
-        summary_rec=all_sum_rec[order],
-        summary_step=all_sum_step[order],
+        summary_rec=all_sum_rec,
+        summary_step=all_sum_step,
         point_rec=p_rec,
         point_tag=p_tag,
         point_step=p_step,

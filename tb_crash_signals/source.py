@@ -263,10 +263,10 @@ class RunReader:
                     fs.size = max(fs.size, fs.offset + len(data) - res.end)
                     if len(data) < want:
                         break  # end of file
-                    if res.end == 0:
-                        if want >= 2 * _CHUNK_BYTES:
+                    if res.end == 0:  # a record longer than the chunk: read more at once
+                        if want >= eventfile.MAX_RECORD_LEN + 16:
                             break
-                        want *= 2
+                        want = min(2 * want, eventfile.MAX_RECORD_LEN + 16)
             fs.error = None
         except OSError as e:
             fs.error = e.strerror or str(e)
@@ -341,7 +341,7 @@ class RunReader:
             groups = [(int(p_tag[0]), slice(0, k))]
             order = None
         else:
-            order = np.argsort(p_tag, kind="stable")
+            order = eventfile._stable_order(p_tag)
             st = p_tag[order]
             cuts = [0] + (np.flatnonzero(np.diff(st)) + 1).tolist() + [k]
             groups = [(int(st[a]), slice(a, b)) for a, b in zip(cuts[:-1], cuts[1:])]

@@ -1,7 +1,8 @@
 """End to end: the real `tensorboard` process, our tab found through its entry point.
 
-Needs the package installed (`pip install -e .`) so that TensorBoard finds the
-`tensorboard_plugins` entry point; skipped otherwise.
+Needs the package installed (`pip install -e .`, as scripts/test_all.sh does) so
+that TensorBoard finds the `tensorboard_plugins` entry point; fails otherwise,
+never skips.
 """
 
 from __future__ import annotations
@@ -32,9 +33,9 @@ def _entry_point_installed():
     return any(ep.value == "tb_crash_signals.loader:CrashSignalsLoader" for ep in eps)
 
 
-pytestmark = pytest.mark.skipif(
-    not _entry_point_installed(), reason="tb-crash-signals is not installed (pip install -e .)"
-)
+@pytest.fixture(autouse=True, scope="module")
+def _require_entry_point():
+    assert _entry_point_installed(), "tb-crash-signals is not installed: pip install -e ."
 
 
 def _get(url, timeout=30):

@@ -504,6 +504,11 @@ def test_nested_run_discovery(tmp_path):
     os.symlink(tmp_path / "elsewhere", logdir / "linked")  # not followed
     assert discover_runs(logdir) == [".", "a", "a/b", "c/d"]
     assert discover_runs(tmp_path / "missing") == []
+    src = LogdirSource(logdir)
+    src.reload()
+    assert src.runs() == [".", "a", "a/b", "c/d"]
+    for run in src.runs():
+        assert src.run_tags()[run] == ["x"] and len(src.series(run, "x")) == 1
 
 
 def test_logdir_source(tmp_path):
@@ -600,3 +605,47 @@ def test_many_tags_and_irregular_logging_match_protobuf(tmp_path):
     assert r.tags() == sorted(want)
     for tag, rows in want.items():
         assert_series(r.series(tag), [x[0] for x in rows], [x[1] for x in rows])
+
+
+def test_speculative_walk_matches_plain_walk_and_handles_corruption():
+    # Long periodic runs of record lengths (one per tag) with breaks, as loggers write them.
+    rng = np.random.default_rng(5)
+    payloads = []
+    for block in range(12):
+        period = [int(x) for x in rng.integers(10, 60, int(rng.integers(1, 6)))]
+        for i in range(int(rng.integers(1, 900))):
+            payloads.append(bytes([block]) * period[i % len(period)])
+    frames = [ew.frame(p) for p in payloads]
+    blob = b"".join(frames)
+    arr = np.frombuffer(blob, np.uint8)
+    offs, pos = eventfile._walk(memoryview(blob), arr, 0, len(blob))
+    want, lens = [], []
+    assert eventfile._walk_py(memoryview(blob), 0, len(blob), want, lens, -1) == pos == len(blob)
+    np.testing.assert_array_equal(offs, want)
+    recs, end, bad = eventfile.iter_records(blob)
+    assert recs == payloads and bad == 0
+    # Corrupt one length deep inside a periodic run, one data byte elsewhere, cut the tail.
+    starts = np.cumsum([0] + [len(f) for f in frames])
+    b = bytearray(blob)
+    k1, k2 = len(frames) // 3, 2 * len(frames) // 3
+    b[starts[k1] : starts[k1] + 2] = b"\x00\x7f"
+    b[starts[k2] + 13] ^= 0x01
+    b = bytes(b[:-3])
+    recs, end, bad = eventfile.iter_records(b)
+    assert bad == 2
+    assert recs == [p for i, p in enumerate(payloads[:-1]) if i not in (k1, k2)]
+    assert end == starts[-2]
+
+
+def test_records_longer_than_a_read_chunk(tmp_path, monkeypatch):
+    monkeypatch.setattr(source, "_CHUNK_BYTES", 64)
+    evs = []
+    for step in range(20):
+        evs.append(ew.scalar_event("loss", step, float(step)))
+        big = event_pb2.Event(step=step, wall_time=1.0)
+        big.summary.value.add(tag="img", image=summary_pb2.Summary.Image(encoded_image_string=bytes(5000)))
+        evs.append(big)
+    ew.write_events(tmp_path / "run", evs)
+    r = read(tmp_path / "run")
+    assert_series(r.series("loss"), range(20), range(20))
+    assert r.stats.corrupt_records == 0 and not r.stats.truncated_tail

@@ -3,6 +3,11 @@
     node dev/serve.mjs --port 6007 &
     python3 dev/screenshot.py [--base http://127.0.0.1:6007] [--out /tmp/cs-shots]
 
+or against a real TensorBoard with the plugin installed (one screenshot per run):
+
+    tensorboard --logdir demo_logs --port 6006 &
+    python3 dev/screenshot.py --tensorboard http://127.0.0.1:6006 [--runs 3]
+
 Uses Playwright with the system Chromium (never downloads a browser). Prints console errors,
 page errors and dialogs; exits 1 if there were any.
 """
@@ -33,6 +38,8 @@ def main(argv=None):
     ap.add_argument("--base", default="http://127.0.0.1:6007")
     ap.add_argument("--out", default="/tmp/cs-shots")
     ap.add_argument("--width", type=int, default=1440)
+    ap.add_argument("--tensorboard", metavar="URL", help="screenshot a real TensorBoard instead")
+    ap.add_argument("--runs", type=int, default=100, help="with --tensorboard: at most this many runs")
     args = ap.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
     problems = []
@@ -42,6 +49,9 @@ def main(argv=None):
         page = browser.new_page(viewport={"width": args.width, "height": 1000}, device_scale_factor=1)
         page.on("console", lambda m: m.type == "error" and problems.append(f"console: {m.text}"))
         page.on("pageerror", lambda e: problems.append(f"pageerror: {e}"))
+        # A top-level plugin_entry.html makes Chromium ask for /favicon.ico, which TensorBoard lacks.
+        page.route("**/favicon.ico", lambda route: route.fulfill(status=204, body=""))
+        page.on("response", lambda r: r.status >= 400 and problems.append(f"HTTP {r.status}: {r.url}"))
 
         def on_dialog(d):
             problems.append(f"dialog: {d.message}")
@@ -57,6 +67,13 @@ def main(argv=None):
         def ready():
             page.wait_for_selector("body[data-ready='1']:not([data-loading])", timeout=15000)
             page.wait_for_timeout(250)
+
+        if args.tensorboard:
+            tensorboard_shots(page, args, problems)
+            browser.close()
+            for p_ in problems:
+                print(p_, file=sys.stderr)
+            return 1 if problems else 0
 
         # The iframe page on its own, full height, one screenshot per interesting run.
         page.goto(entry_url(args.base, "default"))
@@ -116,6 +133,23 @@ def main(argv=None):
     for p_ in problems:
         print(p_, file=sys.stderr)
     return 1 if problems else 0
+
+
+def tensorboard_shots(page, args, problems):
+    """Each run of a real TensorBoard's Crash Signals tab: its iframe page, full height."""
+    page.goto(f"{args.tensorboard.rstrip('/')}/data/plugin_entry.html?name=crash_signals")
+    page.wait_for_selector("body[data-ready='1']:not([data-loading])", timeout=60000)
+    runs = page.locator("[data-run]")
+    names = [runs.nth(i).get_attribute("data-run") for i in range(runs.count())]
+    for i, name in enumerate(names[: args.runs]):
+        page.locator("[data-run]").nth(i).click()
+        page.wait_for_timeout(100)
+        page.wait_for_selector("body[data-ready='1']:not([data-loading])", timeout=60000)
+        page.wait_for_timeout(250)
+        safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in name)[:40]
+        path = os.path.join(args.out, f"tb-{i:02d}-{safe}.png")
+        page.screenshot(path=path, full_page=True)
+        print(path)
 
 
 if __name__ == "__main__":

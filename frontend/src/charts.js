@@ -2,7 +2,7 @@
 
 import uPlot from 'uplot';
 import {chartData, chartIdFor, nonfiniteMarks, SIGNAL_LABEL} from './model.js';
-import {fmtAxis, fmtNum, fmtStep, fmtStepAxis, fmtTick} from './format.js';
+import {fmtAxis, fmtNum, fmtStep, fmtStepAxis, fmtTicks} from './format.js';
 import {episodesPlugin, fitPlugin, hbandPlugin, nonfinitePlugin, thresholdPlugin} from './overlays.js';
 
 const FONT = '11px Roboto, "Helvetica Neue", Arial, sans-serif';
@@ -22,9 +22,17 @@ function alpha(hex, a) {
 }
 
 const isDecade = (v) => v > 0 && Math.abs(Math.log10(v) - Math.round(Math.log10(v))) < 1e-9;
-const decadesOnly = (u, splits) => splits.map((v) => (v !== null && isDecade(v) ? v : null));
 
-function axis(values, size, log = false) {
+/** Log axes: grid, ticks and labels on decades only, thinned to every k-th decade when crowded. */
+function decadesOnly(u, splits) {
+  const decades = splits.filter((v) => v !== null && isDecade(v));
+  const height = u.bbox.height / ((typeof devicePixelRatio === 'number' && devicePixelRatio) || 1);
+  const room = Math.max(1, Math.floor(height / 18));
+  const k = Math.max(1, Math.ceil(decades.length / room));
+  return splits.map((v) => (v !== null && isDecade(v) && Math.round(Math.log10(v)) % k === 0 ? v : null));
+}
+
+function axis(format, size, log = false) {
   const a = {
     stroke: '#616161',
     font: FONT,
@@ -32,13 +40,14 @@ function axis(values, size, log = false) {
     gap: 4,
     grid: {stroke: '#eeeeee', width: 1},
     ticks: {stroke: '#e0e0e0', width: 1, size: 4},
-    values: (u, splits, ai, space, incr) => splits.map((v) => values(v, incr)),
+    values: (u, splits, ai, space, incr) => format(splits, incr),
   };
   if (log) {
     // uPlot puts a grid line at every 1..9 × 10^k; decades are enough.
     a.grid.filter = decadesOnly;
     a.ticks.filter = decadesOnly;
-    a.values = (u, splits) => splits.map((v) => (v !== null && isDecade(v) ? fmtAxis(v) : null));
+    a.filter = decadesOnly;
+    a.values = (u, splits) => splits.map((v) => (v === null ? null : fmtAxis(v)));
   }
   return a;
 }
@@ -130,7 +139,7 @@ export function makeChart(target, spec, ctx) {
       x: {time: false},
       y: {distr: log ? 3 : 1, log: 10, range: yRange(log, extras)},
     },
-    axes: [axis(fmtStepAxis, 28), axis(fmtTick, 56, log)],
+    axes: [axis((splits) => splits.map(fmtStepAxis), 28), axis(fmtTicks, 56, log)],
     series,
     bands: band ? [{series: band, fill: COLORS.gap}] : [],
     cursor: {

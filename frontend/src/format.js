@@ -71,3 +71,20 @@ export function fmtTick(v, incr) {
   const decimals = Math.min(Math.max(-Math.floor(Math.log10(inc) + 1e-9), 0), 8);
   return v.toFixed(decimals);
 }
+
+/** Labels for a whole linear axis: one notation for all ticks (no "0.0010" next to "5e-4"). */
+export function fmtTicks(splits, incr) {
+  let big = 0;
+  for (const v of splits) if (v !== null && v !== undefined && Math.abs(v) > big) big = Math.abs(v);
+  const exp = big >= 1e5 || (big > 0 && big < 1e-3);
+  const inc = Math.abs(incr) || big || 1;
+  const decimals = Math.min(Math.max(-Math.floor(Math.log10(inc) + 1e-9), 0), 8);
+  return splits.map((v) => {
+    if (v === null || v === undefined) return null;
+    if (v === 0) return '0';
+    if (!exp) return v.toFixed(decimals);
+    const digits = Math.min(Math.max(Math.ceil(Math.log10(Math.abs(v) / inc) - 1e-9), 0), 4);
+    const [m, e] = v.toExponential(digits).split('e');
+    return `${m.replace(/\.?0+$/, '')}e${e.replace('+', '')}`;
+  });
+}

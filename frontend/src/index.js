@@ -7,7 +7,7 @@ import {makeApi, ApiError} from './api.js';
 import {connectToHost} from './ipc.js';
 import {el, clear} from './dom.js';
 import {ChartGroup, makeChart, updateChartData} from './charts.js';
-import {canLog, defaultSelection, filterRuns, presentCharts, rankRuns, stepExtent, zoomRange} from './model.js';
+import {canLog, wideRange, defaultSelection, filterRuns, presentCharts, rankRuns, stepExtent, zoomRange} from './model.js';
 import {fmtNum, plural} from './format.js';
 import {banner, findingsTable, noSignalsView, runHeader, runListItem} from './views.js';
 
@@ -95,6 +95,7 @@ class App {
       if (my !== this.seq) return;
       this.state.runs = rankRuns(Array.isArray(payload.runs) ? payload.runs : []);
       this.state.configError = payload.config_error || null;
+      this.state.problems = Array.isArray(payload.problems) ? payload.problems.map(String) : [];
       this.state.fetchError = null;
       this.state.selected = defaultSelection(this.state.runs, this.state.selected);
       this.renderRunList();
@@ -219,6 +220,17 @@ class App {
     }
     if (this.state.fetchError) this.banners.appendChild(banner('error', this.state.fetchError));
     const a = this.state.analysis;
+    const problems = [...(this.state.problems || [])];
+    if (a && Array.isArray(a.problems)) for (const p of a.problems) if (!problems.includes(String(p))) problems.push(String(p));
+    if (problems.length) {
+      const details = el('details', {class: 'cs-problems'}, [
+        el('summary', {text: 'details'}),
+        el('ul', {}, problems.slice(0, 50).map((p) => el('li', {text: p}))),
+        problems.length > 50 ? el('div', {class: 'cs-muted', text: `… and ${problems.length - 50} more`}) : null,
+      ]);
+      const n = problems.length;
+      this.banners.appendChild(banner('info', `${n} problem${n === 1 ? '' : 's'} reading the logs (the analysis skipped what it could not read).`, details));
+    }
     if (a && a.sampled && a.run === this.state.selected) {
       this.banners.appendChild(
         banner(
@@ -261,6 +273,16 @@ class App {
       scroller.scrollTop = scrollTop;
     });
     this.view.appendChild(runHeader(a, entry));
+    if (a.error) {
+      this.view.appendChild(
+        el('section', {class: 'cs-card cs-failed'}, [
+          el('h3', {class: 'cs-card-title', text: 'Analysis failed'}),
+          el('pre', {class: 'cs-snippet', text: String(a.error)}),
+        ]),
+      );
+      this.findingsEl = null;
+      return;
+    }
     if (a.health === 'no_signals' || !presentCharts(a).length) {
       this.view.appendChild(noSignalsView(a));
       this.findingsEl = null;
@@ -314,7 +336,7 @@ class App {
   chartLog(spec, a) {
     const vals = spec.signals.filter((s) => a.series[s]).map((s) => a.series[s].values);
     const possible = canLog(vals);
-    const want = spec.id in this.state.log ? this.state.log[spec.id] : spec.log;
+    const want = spec.id in this.state.log ? this.state.log[spec.id] : spec.log || (spec.id === 'loss' && wideRange(vals));
     return {possible, log: possible && want};
   }
 
@@ -390,7 +412,9 @@ class App {
     if (t !== null && t !== undefined) chips.push(el('span', {class: 'cs-chip cs-chip-threshold', text: `threshold ${fmtNum(t)}`}));
     const b = (a.bands || {})[spec.signals[0]];
     if (Array.isArray(b) && b.length === 2) {
-      chips.push(el('span', {class: 'cs-chip cs-chip-band', text: `healthy ${fmtNum(b[0])}–${fmtNum(b[1])}`}));
+      const [lo, hi] = b;
+      const text = lo != null && hi != null ? `${fmtNum(lo)}–${fmtNum(hi)}` : lo != null ? `≥ ${fmtNum(lo)}` : hi != null ? `≤ ${fmtNum(hi)}` : null;
+      if (text) chips.push(el('span', {class: 'cs-chip cs-chip-band', text: `healthy ${text}`}));
     }
     const fits = (a.fits || []).filter((f) => spec.signals.includes(f.signal));
     if (fits.length) chips.push(el('span', {class: 'cs-chip cs-chip-fit', text: 'growth fit'}));

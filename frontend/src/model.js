@@ -152,6 +152,21 @@ export function canLog(valueLists) {
   return any;
 }
 
+/** Whether positive values span more than `decades` orders of magnitude (a blow-up): log y by default. */
+export function wideRange(valueLists, decades = 3) {
+  let lo = Infinity;
+  let hi = 0;
+  for (const vals of valueLists) {
+    for (const v of vals) {
+      const x = toNum(v);
+      if (x === null || x <= 0) continue;
+      if (x < lo) lo = x;
+      if (x > hi) hi = x;
+    }
+  }
+  return hi > 0 && hi / lo > 10 ** decades;
+}
+
 /** Sorted union of several step arrays (numbers only). */
 export function unionSteps(...lists) {
   const set = new Set();

@@ -235,17 +235,19 @@ export function hbandPlugin({lo, hi, fill = 'rgba(46, 125, 50, 0.08)', edge = 'r
     hooks: {
       drawAxes: [
         (u) => {
-          if (lo == null || hi == null) return;
+          if (lo == null && hi == null) return;
           const r = pxr();
           withClip(u, (ctx, bb) => {
-            const y0 = u.valToPos(hi, scale, true);
-            const y1 = u.valToPos(lo, scale, true);
+            // a one-sided band (only a low or only a high limit) runs to the plot's edge
+            const y0 = hi == null ? bb.top : u.valToPos(hi, scale, true);
+            const y1 = lo == null ? bb.top + bb.height : u.valToPos(lo, scale, true);
             ctx.fillStyle = fill;
             ctx.fillRect(bb.left, y0, bb.width, y1 - y0);
             ctx.strokeStyle = edge;
             ctx.lineWidth = r;
             ctx.setLineDash([4 * r, 4 * r]);
-            for (const y of [y0, y1]) {
+            for (const [v, y] of [[hi, y0], [lo, y1]]) {
+              if (v == null) continue;
               ctx.beginPath();
               ctx.moveTo(bb.left, Math.round(y) + 0.5);
               ctx.lineTo(bb.left + bb.width, Math.round(y) + 0.5);
@@ -275,14 +277,12 @@ export function nonfinitePlugin({marks = [], color = '#d32f2f'} = {}) {
             ctx.strokeStyle = color;
             ctx.lineWidth = 1.5 * r;
             let lastX = {top: -Infinity, bottom: -Infinity};
-            let firstX = null;
             ctx.beginPath();
             for (const m of marks) {
               const x = u.valToPos(m.step, 'x', true);
               if (x < bb.left - s || x > bb.left + bb.width + s) continue;
               if (x - lastX[m.edge] < 2 * s) continue;
               lastX[m.edge] = x;
-              if (firstX === null) firstX = {x, edge: m.edge, value: m.value};
               const y = m.edge === 'top' ? bb.top + s + 1 : bb.top + bb.height - s - 1;
               ctx.moveTo(x - s, y - s);
               ctx.lineTo(x + s, y + s);
@@ -290,14 +290,6 @@ export function nonfinitePlugin({marks = [], color = '#d32f2f'} = {}) {
               ctx.lineTo(x - s, y + s);
             }
             ctx.stroke();
-            if (firstX) {
-              ctx.font = `bold ${10 * r}px ${FONT}`;
-              ctx.fillStyle = color;
-              ctx.textAlign = 'right';
-              ctx.textBaseline = firstX.edge === 'top' ? 'top' : 'bottom';
-              const y = firstX.edge === 'top' ? bb.top + 1 : bb.top + bb.height - 1;
-              ctx.fillText(firstX.value, firstX.x - s - 3 * r, y);
-            }
           });
         },
       ],

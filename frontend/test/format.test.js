@@ -1,6 +1,6 @@
 import {test} from 'node:test';
 import assert from 'node:assert/strict';
-import {toNum, fmtNum, fmtStep, fmtSpan, fmtStepAxis, fmtTick, fmtAxis, plural} from '../src/format.js';
+import {toNum, fmtNum, fmtStep, fmtSpan, fmtStepAxis, fmtTick, fmtTicks, fmtAxis, plural} from '../src/format.js';
 
 test('toNum', () => {
   assert.equal(toNum(1.5), 1.5);
@@ -47,4 +47,12 @@ test('axis labels', () => {
 test('plural', () => {
   assert.equal(plural(1, 'warning'), '1 warning');
   assert.equal(plural(3, 'warning'), '3 warnings');
+});
+
+test('fmtTicks: one notation per axis', () => {
+  assert.deepEqual(fmtTicks([0, 5e-4, 0.001, 0.0015, 0.002], 5e-4), ['0', '0.0005', '0.0010', '0.0015', '0.0020']);
+  assert.deepEqual(fmtTicks([0, 1, 2], 1), ['0', '1', '2']);
+  assert.deepEqual(fmtTicks([0, 0.5, 1, 1.5], 0.5), ['0', '0.5', '1.0', '1.5']);
+  assert.deepEqual(fmtTicks([0, 2e22, 5e22], 2.5e22), ['0', '2e22', '5e22']);
+  assert.deepEqual(fmtTicks([1e-5, 2e-5, null], 1e-5), ['1e-5', '2e-5', null]);
 });

@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import {
   rankRuns, filterRuns, defaultSelection, countsOf, headlineOf, smoothEMA, canLog, unionSteps, alignTo,
   presentCharts, chartIdFor, stepExtent, chartData, fitLine, fitLabel, episodeBox, nonfiniteMarks,
-  zoomRange, episodeTitle, tomlString, tomlSnippet, CHARTS,
+  zoomRange, episodeTitle, tomlString, tomlSnippet, CHARTS, wideRange,
 } from '../src/model.js';
 
 const run = (name, health, extra = {}) => ({run: name, health, ...extra});
@@ -220,4 +220,13 @@ test('tomlSnippet: maps guessed tags, comments the rest', () => {
   assert.match(s, /\ngrad_norm = "optim\/gnorm"/);
   assert.match(s, /\n# val_loss = /);
   assert.match(tomlSnippet({}), /train_loss = "your\/loss\/tag"/);
+});
+
+test('wideRange: more than 3 decades of positive values', () => {
+  assert.equal(wideRange([[1, 2, 3]]), false);
+  assert.equal(wideRange([[0.5, null, 1e4]]), true);
+  assert.equal(wideRange([[0, -5, 1]]), false);
+  assert.equal(wideRange([[]]), false);
+  assert.equal(wideRange([[1], [900]], 3), false);
+  assert.equal(wideRange([[1], [2e3]], 3), true);
 });
