@@ -235,7 +235,7 @@ class App {
       this.banners.appendChild(
         banner(
           'info',
-          'Analysed TensorBoard’s sample, not every step: short spikes may be missing. Start TensorBoard with --samples_per_plugin scalars=0 or run `tb-crash-signals scan LOGDIR` for full resolution.',
+          'Analysed TensorBoard’s sample, not every step: short spikes may be missing. Run `tb-crash-signals scan LOGDIR` for a full-resolution analysis.',
         ),
       );
     }

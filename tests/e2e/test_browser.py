@@ -26,7 +26,7 @@ import pytest
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from eventwriters import write_scalars  # noqa: E402  (tests/eventwriters.py)
 
-playwright_api = pytest.importorskip("playwright.sync_api")
+import playwright.sync_api as playwright_api  # noqa: E402  (a missing install fails, never skips)
 
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -56,11 +56,12 @@ def _bundle_built() -> bool:
     return all(os.path.exists(os.path.join(static, f)) for f in ("index.js", "index.css"))
 
 
-pytestmark = [
-    pytest.mark.skipif(not os.path.exists(CHROMIUM), reason=f"no Chromium at {CHROMIUM}"),
-    pytest.mark.skipif(not _plugin_installed(), reason="tb-crash-signals is not installed (pip install -e .)"),
-    pytest.mark.skipif(not _bundle_built(), reason="frontend bundle missing (cd frontend && npm ci && npm run build)"),
-]
+@pytest.fixture(autouse=True, scope="module")
+def _require_tools():
+    # scripts/test_all.sh installs all three; a missing one is a failure, not a skip.
+    assert os.path.exists(CHROMIUM), f"no Chromium at {CHROMIUM} (apt-get install chromium)"
+    assert _plugin_installed(), "tb-crash-signals is not installed (pip install -e .)"
+    assert _bundle_built(), "frontend bundle missing (cd frontend && npm ci && npm run build)"
 
 
 def make_logdir(root: str) -> None:
