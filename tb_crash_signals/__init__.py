@@ -2,6 +2,7 @@
 
 Public API (imported lazily so that TensorBoard's plugin loader stays light):
 
+    Monitor(config=None).update(step, train_loss=..., ...) -> opened episodes
     scan_logdir(logdir, config=None) -> report dict (schema 1)
     analyze_run, Config, load_config, RULES
 """
@@ -9,6 +10,7 @@ Public API (imported lazily so that TensorBoard's plugin loader stays light):
 __version__ = "0.1.0"
 
 _LAZY = {
+    "Monitor": ("tb_crash_signals.monitor", "Monitor"),
     "scan_logdir": ("tb_crash_signals.scan", "scan_logdir"),
     "analyze_run": ("tb_crash_signals.engine", "analyze_run"),
     "Config": ("tb_crash_signals.config", "Config"),

@@ -6,6 +6,7 @@ import dataclasses
 import math
 
 import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
 
 from tb_crash_signals.rules.base import Fit, Hits, fmt, rule
 from tb_crash_signals.stats import linear_fit, trailing_median_mad
@@ -83,43 +84,63 @@ def grad_norm_growth(data, p: GrowthParams):
     finite = np.isfinite(logv)
     # Cheap vectorised pre-filter: the last quarter of the window must sit
     # well above its first quarter. Only candidates get an exact fit.
-    q = max(2, w // 4)
+    q, rise = quarter_rise(p)
     filled = np.where(finite, logv, 0.0)
-    csum = np.concatenate([[0.0], np.cumsum(filled)])
     end = np.arange(w - 1, len(s))
-    first_q = (csum[end - w + 1 + q] - csum[end - w + 1]) / q
-    last_q = (csum[end + 1] - csum[end + 1 - q]) / q
+    # Quarter means summed directly (not as cumsum differences) so the online
+    # monitor, summing the same q values, gets bit-identical results.
+    quarter = sliding_window_view(filled, q).sum(axis=1) / q
+    first_q = quarter[end - w + 1]
+    last_q = quarter[end - q + 1]
     ncum = np.concatenate([[0], np.cumsum(~finite)])
     clean = (ncum[end + 1] - ncum[end - w + 1]) == 0
-    rising = clean & (last_q - first_q >= 0.5 * math.log(p.min_growth))
+    rising = clean & (last_q - first_q >= rise)
     rising &= v[end] < p.threshold
     candidates = end[rising]
     if candidates.size == 0:
         return
     base_med, _ = trailing_median_mad(logv, p.baseline_window, w, at=candidates - w + 1)
-    log_thr = math.log(p.threshold)
     hit_idx, fits = [], {}
     for i in candidates.tolist():
         lo = i - w + 1
-        # The run's normal level is measured before the fit window.
-        base = base_med[lo] if lo < len(base_med) else np.nan
-        if not np.isfinite(base) or logv[i] - base < math.log(p.min_excess):
-            continue
-        a, b, r2 = linear_fit(steps[lo : i + 1], logv[lo : i + 1])
-        span = float(steps[i] - steps[lo])
-        if b <= 0 or r2 < p.min_r2 or b * span < math.log(p.min_growth):
-            continue
-        fitted_now = a + b * span
-        ahead = (log_thr - fitted_now) / b
-        if ahead > p.horizon:
-            continue
-        projected = int(steps[i] + max(0.0, math.ceil(ahead)))
-        hit_idx.append(i)
-        fits[i] = Fit(
-            code="CS201", signal="grad_norm", start_step=int(steps[lo]),
-            end_step=int(steps[i]), start_value=float(math.exp(a)), growth_per_step=b,
-            doubling_steps=math.log(2) / b, r2=r2, projected_step=projected,
-            threshold=p.threshold,
-        )
+        fit = fit_window(steps[lo : i + 1], logv[lo : i + 1], base_med[lo], p)
+        if fit is not None:
+            hit_idx.append(i)
+            fits[i] = fit
     if hit_idx:
         yield Hits("grad_norm", np.asarray(hit_idx), fits=fits)
+
+
+def fit_window(steps: np.ndarray, logv: np.ndarray, base: float, p: GrowthParams) -> Fit | None:
+    """The growth decision for one window that passed the quarter pre-filter.
+
+    Shared by the batch rule and the online monitor, so both decide alike.
+
+    Args:
+        steps: the window's steps (int64).
+        logv: log(grad norm) over the window, all finite.
+        base: median log(grad norm) of the points before the window (the
+            run's normal level), NaN when unknown.
+    """
+    # The current value must stand well above the run's normal level.
+    if not np.isfinite(base) or logv[-1] - base < math.log(p.min_excess):
+        return None
+    a, b, r2 = linear_fit(steps, logv)
+    span = float(steps[-1] - steps[0])
+    if b <= 0 or r2 < p.min_r2 or b * span < math.log(p.min_growth):
+        return None
+    fitted_now = a + b * span
+    ahead = (math.log(p.threshold) - fitted_now) / b
+    if ahead > p.horizon:
+        return None
+    return Fit(
+        code="CS201", signal="grad_norm", start_step=int(steps[0]),
+        end_step=int(steps[-1]), start_value=float(math.exp(a)), growth_per_step=b,
+        doubling_steps=math.log(2) / b, r2=r2,
+        projected_step=int(steps[-1] + max(0.0, math.ceil(ahead))), threshold=p.threshold,
+    )
+
+
+def quarter_rise(p: GrowthParams) -> tuple[int, float]:
+    """The pre-filter: quarter length q and the rise its means must show."""
+    return max(2, p.window // 4), 0.5 * math.log(p.min_growth)

@@ -182,7 +182,7 @@ def lr_rising(data, p: LrJumpParams):
     Cyclic schedules that return to the same peak do not fire.
     """
     s = data.get("lr")
-    if s is None or len(s) <= p.warmup + 2:
+    if s is None or len(s) < 2:
         return
     v = np.where(np.isfinite(s.values), s.values, np.nan)
     peak = np.fmax.accumulate(v)

@@ -23,6 +23,8 @@ class PlateauParams:
         min_patience: points the best must have stood still before the rule fires.
         patience_fraction: ... or this share of the points logged so far, if
             larger, so a long run must stall for a proportionate time.
+        max_patience: ... but never more than this many points (this bounds
+            the history the online monitor keeps).
         cooldown: points after which a new episode starts.
     """
 
@@ -30,6 +32,7 @@ class PlateauParams:
     rel_improvement: float = 0.01
     min_patience: int = 8
     patience_fraction: float = 0.3
+    max_patience: int = 2000
     cooldown: int = 50
 
 
@@ -40,6 +43,12 @@ def _describe_plateau(ep, p):
         f"{ep.note or 'many'} points (around {fmt(s.values[ep.start])} at step "
         f"{int(s.steps[ep.start])})"
     )
+
+
+def plateau_patience(index, p: PlateauParams):
+    """Points the best loss must have stood still at point `index` (vectorised)."""
+    grown = np.floor(p.patience_fraction * (np.asarray(index) + 1)).astype(np.int64)
+    return np.minimum(np.maximum(p.min_patience, grown), max(p.max_patience, p.min_patience))
 
 
 def _in_warmup(data, steps):
@@ -64,7 +73,8 @@ def loss_plateau(data, p: PlateauParams):
     """The best train loss has not improved for a long stretch (trend layer).
 
     The loss is smoothed with a trailing median of `smooth` points. At point
-    i with patience P = max(min_patience, patience_fraction x (i+1)), the rule
+    i with patience P = max(min_patience, patience_fraction x (i+1)), at most
+    max_patience, the rule
     fires when the best smoothed loss so far is not `rel_improvement` below
     the best as of P points earlier. Points where the learning rate is still
     ramping up (warm-up) do not fire.
@@ -76,9 +86,7 @@ def loss_plateau(data, p: PlateauParams):
     sm = trailing_median_inclusive(s.values, p.smooth)
     best = np.fmin.accumulate(np.where(np.isfinite(sm), sm, np.nan))
     idx = np.arange(n)
-    patience = np.maximum(p.min_patience, np.floor(p.patience_fraction * (idx + 1))).astype(
-        np.int64
-    )
+    patience = plateau_patience(idx, p)
     before = idx - patience
     ok = before >= 0
     ref = np.where(ok, best[np.maximum(before, 0)], np.nan)

@@ -98,7 +98,7 @@ def loss_jump(data, p: LossJumpParams):
     v = s.values
     with np.errstate(invalid="ignore", over="ignore"):
         jump = v[1:] > p.factor * v[:-1]
-    jump[: p.min_history - 1] = False
+    jump[: max(p.min_history - 1, 0)] = False
     idx = np.flatnonzero(jump) + 1
     if idx.size:
         yield Hits("train_loss", idx)

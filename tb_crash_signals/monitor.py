@@ -1,0 +1,415 @@
+"""`Monitor`: the same rules, step by step inside a training loop.
+
+    monitor = Monitor()
+    for step, batch in enumerate(loader):
+        ...
+        for ep in monitor.update(step, train_loss=loss, grad_norm=gnorm, lr=lr):
+            print(ep.severity, ep.message)
+        if monitor.should_stop:
+            break
+
+Feeding a run's points in step order gives the episodes `scan` finds in the
+same data written to an event file (tests/test_monitor.py proves it on random
+series). Memory is bounded by the rules' windows: each rule keeps only the
+state it needs, and the last few hundred points are kept for messages and
+the summary — not the whole history, unlike the source article's monitor.
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+import pickle
+from typing import Callable, Iterable
+
+import numpy as np
+
+from tb_crash_signals.config import Config
+from tb_crash_signals.engine import CRASH_FAMILIES, _headline, _loss_trend
+from tb_crash_signals.episodes import Episode
+from tb_crash_signals.report import fit_to_json
+from tb_crash_signals.rules import RULES
+from tb_crash_signals.rules.base import EpisodeView
+from tb_crash_signals.series import Series
+from tb_crash_signals.signals import SIGNALS
+from tb_crash_signals.streaming import STREAMS
+
+# Points kept per signal for messages and the summary (not for the rules).
+_RECENT = 256
+_SIGNAL_SET = frozenset(SIGNALS)
+# Restarts: a full snapshot of the state every _SNAPSHOT_EVERY updates, the
+# last _SNAPSHOTS of them kept, with the updates since the oldest for replay.
+_SNAPSHOT_EVERY = 256
+_SNAPSHOTS = 8
+
+
+class _Signal:
+    """One dimension's counters and its recent raw points."""
+
+    __slots__ = ("n", "last_step", "steps", "values", "max_finite")
+
+    def __init__(self):
+        self.n = 0
+        self.last_step = None
+        self.steps = collections.deque(maxlen=_RECENT)
+        self.values = collections.deque(maxlen=_RECENT)
+        self.max_finite = -math.inf
+
+    def recent(self) -> Series:
+        return Series(
+            np.fromiter(self.steps, dtype=np.int64, count=len(self.steps)),
+            np.fromiter(self.values, dtype=np.float64, count=len(self.values)),
+            np.zeros(len(self.steps)),
+        )
+
+
+class _Open:
+    """A (rule, signal) episode that can still grow, as episodes.build_episodes merges it."""
+
+    __slots__ = ("first", "last", "peak", "extreme", "first_step", "last_step", "peak_step",
+                 "peak_value", "ext_step", "ext_value", "note", "fit", "index")
+
+    def __init__(self, i, step, value, note, fit, index):
+        self.first = self.last = self.peak = i
+        self.first_step = self.last_step = self.peak_step = step
+        self.peak_value = value
+        self.extreme = None  # index of the running extreme since `first`
+        self.ext_step, self.ext_value = step, value
+        self.note, self.fit, self.index = note, fit, index
+
+
+class _State:
+    """Everything `update` changes; pickled for snapshots."""
+
+    def __init__(self, config: Config):
+        self.signals = {s: _Signal() for s in SIGNALS}
+        self.streams: dict[str, list] = {s: [] for s in SIGNALS}  # hit signal -> [(code, stream)]
+        self.feeders: dict[str, list] = {s: [] for s in SIGNALS}
+        for code in config.enabled_codes():
+            cls = STREAMS[code]
+            params = config.params_for(code)
+            for sig in cls.hits:
+                stream = cls(params, sig)
+                self.streams[sig].append((code, stream))
+                for other in cls.feeds:
+                    self.feeders[other].append(stream)
+        # Bound methods, looked up once: update() is on the training hot path.
+        self.checks = {s: [(c, stream.check) for c, stream in self.streams[s]] for s in SIGNALS}
+        self.open: dict[tuple[str, str], _Open] = {}
+        self.open_by_signal: dict[str, dict[str, _Open]] = {s: {} for s in SIGNALS}
+        self.episodes: list[dict] = []  # in opening order, mutable until closed
+        self.max_step = None
+        self.last_gap = None
+        self.updates = 0
+
+
+class Monitor:
+    """The online monitor.
+
+    Args:
+        config: a `Config` (rules, parameters, severities), a path to a TOML
+            file, or None for the defaults.
+        on_episode: called with each `Episode` as it opens.
+        stop_on: rule codes whose critical episodes set `should_stop`
+            (default: every rule's critical episodes).
+        name: the run name used in `report()`.
+    """
+
+    def __init__(
+        self,
+        config: Config | str | None = None,
+        on_episode: Callable[[Episode], None] | None = None,
+        stop_on: Iterable[str] | None = None,
+        name: str = "monitor",
+    ):
+        if isinstance(config, str):
+            from tb_crash_signals.config import load_config
+
+            config = load_config(config)
+        self.config = config or Config()
+        self.on_episode = on_episode
+        self.stop_on = None if stop_on is None else {c.upper() for c in stop_on}
+        self.name = name
+        self.should_stop = False
+        self._state = _State(self.config)
+        self._cooldown = {
+            code: max(int(getattr(self.config.params_for(code), "cooldown", 10)), 1)
+            for code in RULES
+        }
+        self._snapshots: collections.deque = collections.deque()
+        self._log: list[tuple[int, dict]] = []  # updates since the oldest snapshot
+        self._log_from_start = True
+        self.approximate = False
+
+    # -- feeding ---------------------------------------------------------------
+
+    def update(self, step, **values) -> list[Episode]:
+        """Feeds one step's values; returns the episodes that opened at this step.
+
+        Keyword names are the five signals (`train_loss`, `val_loss`,
+        `grad_norm`, `update_ratio`, `lr`); values may be Python or numpy
+        numbers or 0-d tensors of any framework (anything `float()` accepts),
+        or None to skip. Give all of a step's values in one call: rules that
+        compare signals look at the values logged at or before the step.
+        A step below the last one seen is a restart: as TensorBoard purges,
+        everything logged at that step or later is forgotten first.
+
+        Raises:
+            TypeError: an unknown signal name or a value that is not a number.
+        """
+        step = step if type(step) is int else _as_step(step)
+        clean = {}
+        for name, value in values.items():
+            if value is None:
+                continue
+            if name not in _SIGNAL_SET:
+                raise TypeError(f"unknown signal {name!r}; expected one of {', '.join(SIGNALS)}")
+            clean[name] = value if type(value) is float else _as_float(name, value)
+        st = self._state
+        if st.max_step is not None and step <= st.max_step:
+            repeated = any(st.signals[s].last_step == step for s in clean)
+            if step < st.max_step or repeated:
+                if step == st.max_step:
+                    # The same step again: its earlier values stay unless replaced.
+                    merged = {}
+                    for s, v in self._log:
+                        if s == step:
+                            merged.update(v)
+                    clean = {**merged, **clean}
+                self._restart(step)
+        opened = self._apply(step, clean)
+        self._log.append((step, clean))
+        st.updates += 1
+        if st.updates % _SNAPSHOT_EVERY == 0:
+            self._snapshot()
+        return opened
+
+    def _apply(self, step: int, values: dict, quiet: bool = False) -> list[Episode]:
+        st = self._state
+        if not values:
+            return []
+        st.max_step = step if st.max_step is None else max(st.max_step, step)
+        # Cross-signal rules see every value of this step before any check.
+        for name, v in values.items():
+            sig = st.signals[name]
+            for stream in st.feeders[name]:
+                stream.feed(name, sig.n, step, v)
+        opened = []
+        isfinite = math.isfinite
+        for name, v in values.items():
+            sig = st.signals[name]
+            i = sig.n
+            sig.n = i + 1
+            sig.last_step = step
+            sig.steps.append(step)
+            sig.values.append(v)
+            if v > sig.max_finite and isfinite(v):
+                sig.max_finite = v
+            if st.open_by_signal[name]:
+                self._grow_open(name, i, step, v)
+            for code, check in st.checks[name]:
+                hit = check(i, step, v)
+                if hit is not None:
+                    ep = self._hit(code, name, i, step, v, hit)
+                    if ep is not None:
+                        opened.append(ep)
+            if name == "val_loss" and st.signals["train_loss"].n:
+                st.last_gap = v - st.signals["train_loss"].values[-1]
+        if quiet:
+            return opened
+        for ep in opened:
+            if ep.severity == "critical" and (self.stop_on is None or ep.code in self.stop_on):
+                self.should_stop = True
+            if self.on_episode is not None:
+                self.on_episode(ep)
+        return opened
+
+    def _grow_open(self, name, i, step, v):
+        """Tracks each growing episode's extreme over the points since it began."""
+        for code, op in self._state.open_by_signal[name].items():
+            if i - op.last > self._cooldown[code]:
+                continue
+            how = RULES[code].peak
+            if how == "first" or not math.isfinite(v):
+                continue
+            better = op.extreme is None or (v > op.ext_value if how == "max" else v < op.ext_value)
+            if better:
+                op.extreme, op.ext_step, op.ext_value = i, step, v
+
+    def _hit(self, code, name, i, step, v, hit):
+        st = self._state
+        key = (code, name)
+        op = st.open.get(key)
+        if op is not None and i - op.last <= self._cooldown[code]:
+            op.last, op.last_step = i, step
+            if op.extreme is not None:
+                op.peak, op.peak_step, op.peak_value = op.extreme, op.ext_step, op.ext_value
+            st.episodes[op.index]["end"] = (i, step)
+            st.episodes[op.index]["peak"] = (op.peak, op.peak_step, op.peak_value)
+            return None
+        how = RULES[code].peak
+        op = _Open(i, step, v, hit.note, hit.fit, len(st.episodes))
+        if how != "first" and math.isfinite(v):
+            op.extreme, op.ext_step, op.ext_value = i, step, v
+        st.open[key] = op
+        st.open_by_signal[name][code] = op
+        record = {
+            "code": code, "signal": name, "start": (i, step), "end": (i, step),
+            "peak": (i, step, v), "note": hit.note, "fit": hit.fit,
+        }
+        record["message"] = self._message(record)
+        st.episodes.append(record)
+        return self._episode(record)
+
+    # -- restarts ----------------------------------------------------------------
+
+    def _snapshot(self):
+        self._snapshots.append((len(self._log), pickle.dumps(self._state, protocol=5)))
+        if len(self._snapshots) > _SNAPSHOTS:
+            # Forget the updates before the oldest snapshot we keep.
+            self._snapshots.popleft()
+            drop = self._snapshots[0][0]
+            self._log = self._log[drop:]
+            self._snapshots = collections.deque((p - drop, b) for p, b in self._snapshots)
+            self._log_from_start = False
+
+    def _restart(self, step: int):
+        """Forgets everything at steps >= `step`, as TensorBoard's purge does."""
+        state, pos = None, 0
+        while self._snapshots:
+            pos, blob = self._snapshots[-1]
+            candidate = pickle.loads(blob)
+            if candidate.max_step is None or candidate.max_step < step:
+                state = candidate
+                break
+            self._snapshots.pop()
+        replay = []
+        if state is None and self._log_from_start:
+            state, pos = _State(self.config), 0
+        if state is not None:
+            replay = [(s, v) for s, v in self._log[pos:] if s < step]
+            self._log = self._log[:pos]
+        else:
+            # Further back than the kept history: keep the episodes that
+            # started before the restart and start the baselines afresh.
+            state = _State(self.config)
+            state.episodes = [e for e in self._state.episodes if e["start"][1] < step]
+            self._log = []
+            self._snapshots.clear()
+            self.approximate = True
+        self._state = state
+        for s, v in replay:
+            self._apply(s, v, quiet=True)
+            self._log.append((s, v))
+
+    # -- reading -----------------------------------------------------------------
+
+    def _message(self, record) -> str:
+        code, name = record["code"], record["signal"]
+        sig = self._state.signals[name]
+        recent = sig.recent()
+        offset = sig.n - len(recent)
+        start, end = record["start"][0] - offset, record["end"][0] - offset
+        peak = record["peak"][0] - offset
+        if start < 1 and record["start"][0] > 0:
+            return record.get("message", RULES[code].symbol)
+        view = EpisodeView(
+            signal=name, series=recent, start=max(start, 0), end=max(end, 0),
+            peak=max(peak, 0), note=record["note"], fit=record["fit"],
+        )
+        try:
+            return RULES[code].describe(view, self.config.params_for(code))
+        except (IndexError, ValueError):
+            return RULES[code].symbol
+
+    def _episode(self, record) -> Episode:
+        code, name = record["code"], record["signal"]
+        rule = RULES[code]
+        n = self._state.signals[name].n
+        peak_value = record["peak"][2]
+        return Episode(
+            code=code, rule=rule.symbol, family=rule.family,
+            severity=self.config.severity_for(code), signal=name,
+            start_step=record["start"][1], end_step=record["end"][1],
+            peak_step=record["peak"][1],
+            peak_value=peak_value if math.isfinite(peak_value) else None,
+            open=record["end"][0] + self._cooldown[code] >= n - 1,
+            message=record["message"], advice=rule.advice, fit=record["fit"],
+        )
+
+    def episodes(self) -> list[Episode]:
+        """Every episode so far, ordered like the offline report."""
+        eps = [self._episode(r) for r in self._state.episodes]
+        eps.sort(key=lambda e: (e.start_step, e.severity != "critical", e.code, e.signal))
+        return eps
+
+    @property
+    def health(self) -> str:
+        st = self._state
+        if not any(st.signals[s].n for s in SIGNALS):
+            return "no_signals"
+        severities = {self.config.severity_for(r["code"]) for r in st.episodes}
+        for level in ("critical", "warning"):
+            if level in severities:
+                return level
+        return "ok"
+
+    def summary(self) -> dict:
+        """The run's summary: the source article's loss trend, max grad norm and
+        val-train gap, plus the first warning and critical steps."""
+        st = self._state
+        eps = self.episodes()
+        train = st.signals["train_loss"]
+        grad = st.signals["grad_norm"]
+        out = {
+            "first_critical_step": min(
+                (e.start_step for e in eps if e.severity == "critical"), default=None
+            ),
+            "first_warning_step": min(
+                (e.start_step for e in eps if e.severity == "warning"), default=None
+            ),
+            "loss_trend": _loss_trend(train.recent()) if train.n else None,
+            "grad_norm_max": grad.max_finite if grad.n and math.isfinite(grad.max_finite) else None,
+            "val_train_gap": st.last_gap if st.last_gap is not None and math.isfinite(st.last_gap) else None,
+        }
+        data = {s: st.signals[s].recent() for s in SIGNALS if st.signals[s].n}
+        out["headline"] = _headline(self.health, eps, out, data)
+        return out
+
+    def report(self) -> dict:
+        """This run's entry in the report schema, as `scan --format json` writes it."""
+        st = self._state
+        eps = self.episodes()
+        present = [s for s in SIGNALS if st.signals[s].n]
+        return {
+            "run": self.name,
+            "health": self.health,
+            "signals": {s: ({"run": self.name, "tag": s} if s in present else None) for s in SIGNALS},
+            "points": {s: st.signals[s].n for s in present},
+            "sampled": False,
+            "episodes": [
+                {**e.to_json(), "peak_value": e.peak_value} for e in eps
+            ],
+            "fits": [fit_to_json(e.fit) for e in eps if e.fit is not None],
+            "summary": self.summary(),
+            "tags": {self.name: present},
+        }
+
+
+def _as_step(step) -> int:
+    try:
+        as_int = int(step)
+    except (TypeError, ValueError):
+        raise TypeError(f"step must be an integer, got {step!r}") from None
+    if as_int != step and not (isinstance(step, float) and step.is_integer()):
+        raise TypeError(f"step must be an integer, got {step!r}")
+    return as_int
+
+
+def _as_float(name, value) -> float:
+    if isinstance(value, (bool, str, bytes)):
+        raise TypeError(f"{name} must be a number, got {value!r}")
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name} must be a number, got {type(value).__name__}") from None

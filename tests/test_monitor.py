@@ -1,0 +1,218 @@
+"""The online Monitor gives the answers of the offline analysis, with bounded state."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import pickle
+
+import jsonschema
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from tensorboard.compat.proto import event_pb2
+
+from tb_crash_signals import Monitor
+from tb_crash_signals.config import Config
+from tb_crash_signals.scan import scan_logdir
+
+from eventwriters import scalar_value, write_events
+from helpers import healthy_grad, healthy_loss
+
+TAGS = {
+    "train_loss": "train/loss",
+    "val_loss": "eval/loss",
+    "grad_norm": "train/grad_norm",
+    "update_ratio": "optim/update_ratio",
+    "lr": "train/learning_rate",
+}
+SCHEMA = json.load(
+    open(
+        os.path.join(os.path.dirname(__file__), "..", "tb_crash_signals", "report.schema.json"),
+        encoding="utf-8",
+    )
+)
+
+
+def f32(x: float) -> float:
+    """Event files store simple_value as float32: feed the monitor the same numbers."""
+    return float(np.float32(x))
+
+
+def offline(tmp_path, updates):
+    events = []
+    for step, values in updates:
+        ev = event_pb2.Event(step=step, wall_time=1.7e9 + len(events))
+        for name, v in values.items():
+            ev.summary.value.append(scalar_value(TAGS[name], v))
+        events.append(ev)
+    write_events(tmp_path / "run", events)
+    (entry,) = scan_logdir(str(tmp_path))["runs"]
+    return entry
+
+
+def online(updates, **kwargs):
+    m = Monitor(**kwargs)
+    for step, values in updates:
+        m.update(step, **values)
+    return m
+
+
+def key(episodes):
+    return sorted((e["code"], e["signal"], e["start_step"], e["severity"]) for e in episodes)
+
+
+@st.composite
+def update_streams(draw):
+    n = draw(st.integers(min_value=1, max_value=140))
+    walk = np.cumsum(draw(st.lists(st.floats(-0.4, 0.4), min_size=n, max_size=n)))
+    scale = {s: draw(st.sampled_from([1e-4, 0.01, 1.0, 50.0])) for s in TAGS}
+    every = {
+        "train_loss": 1, "grad_norm": draw(st.sampled_from([1, 1, 2])),
+        "lr": draw(st.sampled_from([1, 5])), "update_ratio": draw(st.sampled_from([3, 10])),
+        "val_loss": draw(st.sampled_from([2, 5, 10])),
+    }
+    specials = [math.nan, math.inf, -math.inf, 0.0, 1e6, -1.0]
+    updates, step = [], 0
+    for i in range(n):
+        values = {}
+        for name in TAGS:
+            if i % every[name] or draw(st.integers(0, 30)) == 0:  # irregular, with gaps
+                continue
+            v = math.exp(walk[i]) * scale[name]
+            if draw(st.integers(0, 40)) == 0:
+                v = draw(st.sampled_from(specials))
+            values[name] = f32(v)
+        if values:
+            updates.append((step, values))
+        if draw(st.integers(0, 25)) == 0 and step > 3:
+            step = draw(st.integers(0, step - 1))  # a restart from a checkpoint
+        else:
+            step += draw(st.sampled_from([1, 1, 1, 2, 7]))
+    return updates
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(update_streams())
+def test_monitor_matches_scan_on_random_series(tmp_path_factory, updates):
+    tmp = tmp_path_factory.mktemp("m")
+    entry = offline(tmp, updates)
+    m = online(updates)
+    assert key([e.to_json() for e in m.episodes()]) == key(entry["episodes"])
+    report = m.report()
+    assert report["points"] == entry["points"]
+    assert report["health"] == entry["health"]
+
+
+def crash_run(n=3000):
+    loss, g = healthy_loss(n), healthy_grad(n)
+    g[2500:] *= np.exp(0.05 * np.arange(n - 2500))
+    loss[2700:] = np.nan
+    loss[1200] *= 5
+    lr = np.concatenate([np.linspace(1e-5, 1e-3, 100), np.full(n - 100, 1e-3)])
+    updates = []
+    for i in range(n):
+        values = {"train_loss": f32(loss[i]), "grad_norm": f32(g[i]), "lr": f32(lr[i])}
+        if i % 10 == 0:
+            values["update_ratio"] = f32(1e-3)
+        if i % 50 == 0:
+            values["val_loss"] = f32(loss[i] * 1.1)
+        updates.append((i, values))
+    return updates
+
+
+def test_long_run_with_restart_uses_snapshots_and_matches(tmp_path):
+    updates = crash_run()
+    # Restart from step 2300 after reaching 2450 (inside the kept history).
+    restarted = [u for u in updates if u[0] < 2450] + [u for u in updates if u[0] >= 2300]
+    entry = offline(tmp_path, restarted)
+    m = online(restarted)
+    assert not m.approximate
+    assert key([e.to_json() for e in m.episodes()]) == key(entry["episodes"])
+    jsonschema.validate({"schema": 1, "runs": [m.report()]}, SCHEMA)
+    assert m.report()["points"] == entry["points"]
+
+
+def test_restart_further_back_than_the_history_is_flagged_approximate():
+    updates = crash_run()
+    m = online(updates[:2800])
+    m.update(5, train_loss=1.0)
+    assert m.approximate
+    assert all(e.start_step < 5 for e in m.episodes())
+
+
+def test_same_step_again_replaces_the_value(tmp_path):
+    updates = [(i, {"train_loss": 1.0}) for i in range(30)]
+    updates.append((29, {"train_loss": 50.0}))  # logged again for the same step
+    entry = offline(tmp_path, updates)
+    m = online(updates)
+    assert key([e.to_json() for e in m.episodes()]) == key(entry["episodes"])
+    assert m.report()["points"]["train_loss"] == 30
+
+
+def test_state_is_bounded_by_the_windows_not_the_run_length():
+    def size(n):
+        m = Monitor()
+        loss, g = healthy_loss(n, seed=2), healthy_grad(n, seed=3)
+        for i in range(n):
+            m.update(i, train_loss=float(loss[i]), grad_norm=float(g[i]), lr=1e-3)
+        return len(pickle.dumps(m._state))
+
+    assert size(40_000) < 1.2 * size(10_000)
+
+
+def test_update_returns_opened_episodes_and_acting_on_them():
+    seen = []
+    m = Monitor(on_episode=seen.append)
+    for i in range(50):
+        assert m.update(i, train_loss=1.0 - i * 0.01, grad_norm=1.0) == []
+    opened = m.update(50, train_loss=0.5, grad_norm=250.0)
+    assert {e.code for e in opened} == {"CS101", "CS102"} and seen == opened
+    assert m.should_stop
+    assert m.update(51, train_loss=0.5, grad_norm=300.0) == []  # same episode continues
+    (ep,) = [e for e in m.episodes() if e.code == "CS101"]
+    assert (ep.start_step, ep.end_step, ep.peak_value) == (50, 51, 300.0)
+
+
+def test_stop_on_limits_which_criticals_stop():
+    m = Monitor(stop_on=["CS001"])
+    for i in range(30):
+        m.update(i, train_loss=1.0, grad_norm=1.0)
+    m.update(30, grad_norm=500.0)
+    assert not m.should_stop
+    m.update(31, train_loss=float("nan"))
+    assert m.should_stop
+
+
+def test_inputs_of_any_numeric_type():
+    m = Monitor()
+    m.update(np.int64(0), train_loss=np.float32(1.5), grad_norm=np.array(2.0), lr=1)
+    m.update(1.0, train_loss=None, val_loss=np.float16(0.5))
+    assert m.report()["points"] == {"train_loss": 1, "val_loss": 1, "grad_norm": 1, "lr": 1}
+    for bad in ("1.0", [1.0], object()):
+        with pytest.raises(TypeError):
+            m.update(2, train_loss=bad)
+    with pytest.raises(TypeError, match="unknown signal"):
+        m.update(2, loss=1.0)
+    with pytest.raises(TypeError, match="step"):
+        m.update(2.5, train_loss=1.0)
+
+
+def test_summary_has_the_articles_fields():
+    m = online(crash_run())
+    s = m.summary()
+    assert s["loss_trend"] == "nonfinite"
+    assert s["grad_norm_max"] > 100
+    assert s["first_critical_step"] < 2700
+    assert "early" in s["headline"]
+
+
+def test_config_path_and_selection(tmp_path):
+    path = tmp_path / "c.toml"
+    path.write_text('select = ["CS101"]\n[rules.CS101]\nthreshold = 5.0\n')
+    m = Monitor(str(path))
+    m.update(0, grad_norm=6.0, train_loss=float("nan"))
+    assert [e.code for e in m.episodes()] == ["CS101"]
+    assert Monitor(Config(select=("CS0",))).update(0, train_loss=float("nan"))[0].code == "CS001"
