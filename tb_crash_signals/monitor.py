@@ -131,6 +131,7 @@ class Monitor:
         self.stop_on = None if stop_on is None else {c.upper() for c in stop_on}
         self.name = name
         self.should_stop = False
+        self.last_hits: list[tuple[str, str]] = []  # (code, signal) that fired at the last update
         self._state = _State(self.config)
         self._cooldown = {
             code: max(int(getattr(self.config.params_for(code), "cooldown", 10)), 1)
@@ -195,6 +196,7 @@ class Monitor:
             for stream in st.feeders[name]:
                 stream.feed(name, sig.n, step, v)
         opened = []
+        hits = self.last_hits = []
         isfinite = math.isfinite
         for name, v in values.items():
             sig = st.signals[name]
@@ -210,6 +212,7 @@ class Monitor:
             for code, check in st.checks[name]:
                 hit = check(i, step, v)
                 if hit is not None:
+                    hits.append((code, name))
                     ep = self._hit(code, name, i, step, v, hit)
                     if ep is not None:
                         opened.append(ep)

@@ -11,11 +11,13 @@ without following symlinks) that holds a file whose name contains
 separators (``.`` for the logdir itself). Files of a run are read in sorted
 name order.
 
-Restart purge: when an event that carries a summary has a step below the
-largest step seen so far in the run, the points of every tag at steps >= that
-event's step are dropped (the training restarted from a checkpoint), then
-reading continues. A value logged again at the same step replaces the earlier
-one.
+Restart purge: when a tag is logged at a step below the largest step seen so
+far for that tag, its points at steps >= that step are dropped (the training
+restarted from a checkpoint), then reading continues. The purge is per tag,
+as TensorBoard does for files without a session log: a second writer sharing
+the run directory with other tags (your own SummaryWriter next to
+Lightning's) must not wipe the first one's data. A value logged again at the
+same step replaces the earlier one.
 """
 
 from __future__ import annotations
@@ -101,7 +103,33 @@ class _TagStore:
         self.increasing = True  # steps strictly increasing overall
         self.cache = None
 
-    def append(self, steps, walls, values):
+    def append(self, steps, walls, values, purge: bool = False) -> int:
+        """Appends points in write order; returns how many restart purges it made.
+
+        With `purge`, a step lower than the tag's largest so far is a restart:
+        the tag's points at that step and later are dropped first.
+        """
+        k = steps.shape[0]
+        if not k:
+            return 0
+        purges = 0
+        if purge:
+            while k:
+                prev = np.iinfo(np.int64).min if self.max_step is None else self.max_step
+                before = np.maximum.accumulate(np.concatenate([[prev], steps[:-1]]))
+                back = np.flatnonzero(steps < before)
+                if not back.shape[0]:
+                    break
+                j = int(back[0])
+                self._append(steps[:j], walls[:j], values[:j])
+                self.purge(int(steps[j]))
+                purges += 1
+                steps, walls, values = steps[j:], walls[j:], values[j:]
+                k = steps.shape[0]
+        self._append(steps, walls, values)
+        return purges
+
+    def _append(self, steps, walls, values):
         k = steps.shape[0]
         if not k:
             return
@@ -289,49 +317,9 @@ class RunReader:
                 p_wall, p_val = p_wall[keep], p_val[keep]
         self.stats.scalar_points += int(p_rec.shape[0])
 
-        purges = self._find_purges(dec.summary_rec, dec.summary_step)
-        changed = False
-        lo = 0
-        for rec, step in purges:
-            hi = int(np.searchsorted(p_rec, rec, side="left"))
-            changed |= self._append(dec.tags, p_tag[lo:hi], p_step[lo:hi], p_wall[lo:hi], p_val[lo:hi])
-            for st in self._tags.values():
-                changed |= st.purge(step)
-            self.stats.purges += 1
-            lo = hi
         n = p_rec.shape[0]
-        changed |= self._append(dec.tags, p_tag[lo:n], p_step[lo:n], p_wall[lo:n], p_val[lo:n])
+        changed = self._append(dec.tags, p_tag[:n], p_step[:n], p_wall[:n], p_val[:n])
         return changed
-
-    def _find_purges(self, recs: np.ndarray, steps: np.ndarray):
-        """[(record index, step)] of the restart purges in this batch."""
-        if not steps.shape[0]:
-            return []
-        prev = self._max_step
-        running = np.maximum.accumulate(steps)
-        new_max = int(running[-1]) if prev is None else max(prev, int(running[-1]))
-        if not self.purge:
-            self._max_step = new_max
-            return []
-        before = np.empty_like(steps)
-        before[0] = np.iinfo(np.int64).min if prev is None else prev
-        if steps.shape[0] > 1:
-            before[1:] = np.maximum(running[:-1], before[0])
-        viol = np.flatnonzero(steps < before)
-        if not viol.shape[0]:
-            self._max_step = new_max
-            return []
-        first = int(viol[0])
-        cur = int(before[first])
-        purges = []
-        for r, s in zip(recs[first:].tolist(), steps[first:].tolist()):
-            if s < cur:
-                purges.append((r, s))
-                cur = s
-            elif s > cur:
-                cur = s
-        self._max_step = cur
-        return purges
 
     def _append(self, tags, p_tag, p_step, p_wall, p_val) -> bool:
         k = p_tag.shape[0]
@@ -351,7 +339,7 @@ class RunReader:
             store = self._tags.get(tag)
             if store is None:
                 store = self._tags[tag] = _TagStore()
-            store.append(p_step[sl], p_wall[sl], p_val[sl])
+            self.stats.purges += store.append(p_step[sl], p_wall[sl], p_val[sl], purge=self.purge)
         return True
 
 

@@ -1,4 +1,10 @@
-"""The online Monitor gives the answers of the offline analysis, with bounded state."""
+"""The online Monitor gives the answers of the offline analysis, with bounded state.
+
+Restarts: the event-file source purges per tag (a tag logged at a lower step
+drops its later points); the monitor treats a lower step as a restart of the
+whole loop. The two agree when a restarted loop logs its signals again, which
+is what the generated runs do.
+"""
 
 from __future__ import annotations
 
@@ -75,19 +81,24 @@ def update_streams(draw):
         "val_loss": draw(st.sampled_from([2, 5, 10])),
     }
     specials = [math.nan, math.inf, -math.inf, 0.0, 1e6, -1.0]
-    updates, step = [], 0
+    updates, step, last, restarted = [], 0, {}, False
     for i in range(n):
         values = {}
         for name in TAGS:
-            if i % every[name] or draw(st.integers(0, 30)) == 0:  # irregular, with gaps
+            # A training loop that restarts logs every signal again; between
+            # restarts logging is irregular, with gaps.
+            again = restarted and last.get(name, -1) >= step
+            if not again and (i % every[name] or draw(st.integers(0, 30)) == 0):
                 continue
             v = math.exp(walk[i]) * scale[name]
             if draw(st.integers(0, 40)) == 0:
                 v = draw(st.sampled_from(specials))
             values[name] = f32(v)
+            last[name] = step
         if values:
             updates.append((step, values))
-        if draw(st.integers(0, 25)) == 0 and step > 3:
+        restarted = draw(st.integers(0, 25)) == 0 and step > 3
+        if restarted:
             step = draw(st.integers(0, step - 1))  # a restart from a checkpoint
         else:
             step += draw(st.sampled_from([1, 1, 1, 2, 7]))

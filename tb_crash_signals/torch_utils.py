@@ -1,0 +1,61 @@
+"""Optional PyTorch helpers: the two signals a training loop does not log by itself.
+
+torch is imported lazily and is not a dependency of the package.
+
+    gnorm = global_grad_norm(model)            # after loss.backward()
+    with update_ratio(model) as ratio:         # around optimizer.step()
+        optimizer.step()
+    monitor.update(step, train_loss=loss, grad_norm=gnorm, update_ratio=ratio.value)
+"""
+
+from __future__ import annotations
+
+import math
+
+
+def _parameters(model_or_params):
+    params = model_or_params.parameters() if hasattr(model_or_params, "parameters") else model_or_params
+    return [p for p in params if p is not None]
+
+
+def global_grad_norm(model_or_params, norm_type: float = 2.0) -> float:
+    """The norm of all gradients taken together (what clip_grad_norm_ measures).
+
+    Parameters without a gradient are skipped; returns 0.0 if none has one.
+    """
+    import torch
+
+    grads = [p.grad.detach() for p in _parameters(model_or_params) if p.grad is not None]
+    if not grads:
+        return 0.0
+    if math.isinf(norm_type):
+        return float(max(g.abs().max() for g in grads))
+    norms = torch.stack([torch.linalg.vector_norm(g, norm_type) for g in grads])
+    return float(torch.linalg.vector_norm(norms, norm_type))
+
+
+class update_ratio:
+    """Context manager measuring ||theta_after - theta_before|| / ||theta_before||.
+
+    Copies the parameters on entry, so use it every ~10 steps on big models
+    (the source article's advice): it costs one copy of the weights.
+    """
+
+    def __init__(self, model_or_params):
+        self.params = [p for p in _parameters(model_or_params) if p.requires_grad]
+        self.value: float | None = None
+
+    def __enter__(self):
+        self.before = [p.detach().clone() for p in self.params]
+        return self
+
+    def __exit__(self, *exc):
+        import torch
+
+        if exc[0] is None:
+            with torch.no_grad():
+                delta = sum(float((p - b).pow(2).sum()) for p, b in zip(self.params, self.before))
+                base = sum(float(b.pow(2).sum()) for b in self.before)
+            self.value = math.sqrt(delta) / math.sqrt(base) if base > 0 else math.inf
+        del self.before
+        return False
