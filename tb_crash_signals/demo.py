@@ -1,45 +1,55 @@
 """Demo logs from real (small) training runs, one crash story per run.
 
-``python -m tb_crash_signals.demo OUTDIR`` trains a handful of small networks
-with plain numpy (forward pass, backprop, SGD / momentum / Adam / AdamW written
-out below) on synthetic data generated from fixed seeds, and logs them with
-TensorBoard's own event writer in the tag styles of the common training stacks:
+``python -m tb_crash_signals.demo OUTDIR`` (or ``tb-crash-signals demo
+OUTDIR``) trains small networks with plain numpy -- forward pass, backprop and
+the optimisers (SGD, momentum, Adam, AdamW) are written out below -- on
+synthetic data drawn from fixed seeds, and logs them with TensorBoard's own
+``EventFileWriter`` in the tag styles of the common training stacks. No
+number in the logs is made up: every value is what the training produced.
 
-=========================  =========  ==============================================
-run                        style      story
-=========================  =========  ==============================================
-``hf/healthy``             HF         AdamW, warm-up + linear decay, clipping: fine
-``custom/healthy``         custom     SGD + momentum, cosine decay: fine (update
-                                      ratio baseline ~1e-3)
-``lightning/grad-explosion`` Lightning  deep ReLU regressor, SGD + momentum, LR warm-up
-                                      to a peak above the stability limit, no
-                                      clipping: grad norm grows exponentially, crosses
-                                      100, overflows, loss -> inf -> NaN
-``pytorch/abrupt-nan``     PyTorch    Adam classifier; one record with an -inf
-                                      feature (log of a zero count) -> NaN at once
-``pytorch/loss-spikes``    PyTorch    SGD + momentum; four corrupted batches
-                                      (shuffled labels, unnormalised inputs) spike
-                                      the loss, training recovers
-``keras/overfit``          Keras      200 noisy samples, 2x512 MLP, Adam: train loss
-                                      -> ~0, validation loss turns up
-``lightning/plateau``      Lightning  StepLR stepped per batch instead of per epoch:
-                                      LR ~0 after a few hundred steps, loss flat
-``custom/lr-too-high``     custom     Adam with lr=0.05 (meant 5e-4), clipped:
-                                      update ratio >> 0.1, loss oscillates
-=========================  =========  ==============================================
+Runs (style: story):
 
-Everything except wall times is deterministic: the same scalar values at the
-same steps on every generation (float32 arithmetic, fixed seeds, no threads in
-the training code). Each run directory gets exactly one event file; files left
-by an earlier generation in the directories written here are removed first.
+- ``hf/healthy`` (HF Trainer): AdamW, warm-up + linear decay, max_grad_norm 1.
+- ``custom/healthy`` (custom loop): SGD + Nesterov momentum, cosine decay;
+  the update-ratio baseline (~5e-3 falling to ~5e-5).
+- ``lightning/grad-explosion`` (Lightning): Wide & Deep regressor, plain SGD,
+  linear LR warm-up over 2500 steps to a peak twice the stability limit, no
+  clipping. Once the LR passes the limit the grad norm grows exponentially
+  (doubling every ~17 steps for ~90 steps), crosses 100, the deep part
+  blows up, the loss overflows to inf, then NaN.
+- ``pytorch/abrupt-nan`` (PyTorch SummaryWriter): Adam classifier; one record
+  with a -inf feature (log of a zero count) turns loss, gradients and weights
+  NaN in one step, with no precursor.
+- ``pytorch/loss-spikes`` (PyTorch SummaryWriter): SGD + momentum, no
+  clipping; four corrupted batches (two with shuffled labels, two with
+  unnormalised x16 inputs) spike the loss 3-8x; training recovers (fast after
+  the label ones, over ~20 steps after the input ones).
+- ``keras/overfit`` (Keras sibling runs ``train`` / ``validation``): 256 noisy
+  samples, 2x512 MLP, Adam, 100 epochs: train loss -> ~0.03, validation loss
+  bottoms out at epoch 5 and ends ~2.3x higher.
+- ``lightning/plateau`` (Lightning): StepLR(step_size=30, gamma=0.5) stepped
+  every batch instead of every epoch: the LR is ~1e-6 by step 300; train
+  loss flat, validation loss frozen.
+- ``custom/lr-too-high`` (custom loop): SGD + momentum with lr=1.0 (meant
+  0.01), clipped: update ratio ~0.2 at every step, loss bouncing around
+  1.3-1.5 (chance is ln 5 = 1.61), never converging.
 
-TensorBoard's writer computes CRC32C in pure Python, so the runs are short (at
-most a few thousand steps) and the whole directory stays around 3 MB.
+Everything except wall times (and event file names) is deterministic: the
+same scalar values at the same steps on every generation, bit for bit
+(float32 arithmetic, fixed seeds, OpenBLAS pinned to one thread while
+generating -- with more BLAS threads, or another BLAS, the last bits differ).
+Each run directory gets exactly one event file; event files an earlier
+generation left in the directories written here are removed first.
+
+TensorBoard's writer computes CRC32C in pure Python, so the runs are short
+(1-2.5k steps, ~33k scalar events in all, ~2 MB).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import glob
 import os
 import sys
 import time
@@ -59,7 +69,7 @@ HF_TAGS = {
     "grad_norm": "train/grad_norm",
     "lr": "train/learning_rate",
     "val_loss": "eval/loss",
-    "epoch": "train/epoch",
+    "epoch_frac": "train/epoch",  # fractional epoch, with every log
     "val_acc": "eval/accuracy",
 }
 LIGHTNING_TAGS = {
@@ -67,7 +77,7 @@ LIGHTNING_TAGS = {
     "val_loss": "val_loss",
     "lr": "lr-Adam",
     "grad_norm": "grad_norm",
-    "epoch": "epoch",
+    "epoch_int": "epoch",  # Lightning adds the epoch to every logged step
     "val_acc": "val_acc",
 }
 PYTORCH_TAGS = {
@@ -105,46 +115,47 @@ class ScalarWriter:
 
     ``tensor=False`` writes ``simple_value`` scalars as PyTorch's
     ``SummaryWriter`` (and HF / Lightning through it) does; ``tensor=True``
-    writes TF2-style rank-0 float tensors with ``scalars`` plugin metadata, as
-    ``tf.summary.scalar`` (Keras' TensorBoard callback) does.
+    writes TF2-style rank-0 DT_FLOAT tensors with ``scalars`` plugin metadata,
+    as ``tf.summary.scalar`` (Keras' TensorBoard callback) does.
     """
 
     def __init__(self, logdir: str, tensor: bool = False):
+        # TensorBoard is imported here, not at module level: importing this
+        # module (e.g. for the CLI's argument parser) stays cheap.
+        from tensorboard.compat.proto import event_pb2, summary_pb2
+        from tensorboard.compat.proto import tensor_pb2, tensor_shape_pb2, types_pb2
         from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
+        self._event_pb2, self._summary_pb2 = event_pb2, summary_pb2
+        self._tensor_pb2, self._shape_pb2, self._types_pb2 = (
+            tensor_pb2, tensor_shape_pb2, types_pb2,
+        )
+        self._metadata = summary_pb2.SummaryMetadata(
+            plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="scalars"),
+            data_class=summary_pb2.DATA_CLASS_SCALAR,
+        )
+        self._tensor = tensor
         _clear_event_files(logdir)
         self._writer = EventFileWriter(logdir, max_queue_size=1000, flush_secs=30)
-        self._tensor = tensor
-        self._tag_map: Dict[str, str] = {}
         self.n_events = 0
 
     def scalar(self, tag: str, value: float, step: int) -> None:
-        from tensorboard.compat.proto import event_pb2, summary_pb2
-
+        spb = self._summary_pb2
         if self._tensor:
-            from tensorboard.compat.proto import tensor_pb2, tensor_shape_pb2, types_pb2
-
-            val = summary_pb2.Summary.Value(
+            val = spb.Summary.Value(
                 tag=tag,
-                tensor=tensor_pb2.TensorProto(
-                    dtype=types_pb2.DT_FLOAT,
-                    tensor_shape=tensor_shape_pb2.TensorShapeProto(),
+                tensor=self._tensor_pb2.TensorProto(
+                    dtype=self._types_pb2.DT_FLOAT,
+                    tensor_shape=self._shape_pb2.TensorShapeProto(),
                     float_val=[float(value)],
                 ),
-                metadata=summary_pb2.SummaryMetadata(
-                    plugin_data=summary_pb2.SummaryMetadata.PluginData(
-                        plugin_name="scalars"
-                    ),
-                    data_class=summary_pb2.DATA_CLASS_SCALAR,
-                ),
+                metadata=self._metadata,
             )
         else:
-            val = summary_pb2.Summary.Value(tag=tag, simple_value=float(value))
+            val = spb.Summary.Value(tag=tag, simple_value=float(value))
         self._writer.add_event(
-            event_pb2.Event(
-                wall_time=time.time(),
-                step=int(step),
-                summary=summary_pb2.Summary(value=[val]),
+            self._event_pb2.Event(
+                wall_time=time.time(), step=int(step), summary=spb.Summary(value=[val])
             )
         )
         self.n_events += 1
@@ -189,13 +200,14 @@ def _teacher(rng, d_in, d_hidden, d_out):
 
 
 def make_classification(
-    seed: int, n_train: int, n_val: int, d: int = 20, k: int = 5, label_noise=0.1
+    seed: int, n_train: int, n_val: int, d: int = 10, k: int = 5, label_noise=0.05,
+    teacher_hidden: int = 64,
 ) -> Dataset:
     """Gaussian inputs labelled by a random teacher MLP, with label noise."""
     rng = np.random.default_rng(seed)
-    teacher = _teacher(rng, d, 64, k)
+    teacher = _teacher(rng, d, teacher_hidden, k)
     x = rng.standard_normal((n_train + n_val, d))
-    y = np.argmax(teacher(x) * 3.0, axis=1)
+    y = np.argmax(teacher(x), axis=1)
     flip = rng.random(len(y)) < label_noise
     y[flip] = rng.integers(0, k, int(flip.sum()))
     x = x.astype(F32)
@@ -205,7 +217,7 @@ def make_classification(
 def make_regression(
     seed: int, n_train: int, n_val: int, d: int = 16, k: int = 1, n_wide: int = 0,
     wide_mean: float = 5.0,
-):
+) -> Dataset:
     """Gaussian inputs, smooth teacher targets plus noise.
 
     ``n_wide`` > 0 appends unstandardised features (log-counts: unit spread
@@ -305,13 +317,18 @@ class MLP:
 
 class WideDeep:
     """Wide & Deep regressor: an MLP on the dense features plus a linear
-    ("wide") part on raw, unnormalised count-like features.
+    ("wide") part on raw, unstandardised features.
 
     The input is ``[dense | wide]`` column-wise; ``n_wide`` trailing columns
-    feed the linear part. The linear part's curvature is fixed by the raw
-    feature scale, so once the learning rate passes its stability limit
-    (2(1+momentum)/lambda_max) its error grows by a constant factor per step:
+    feed the linear part. Its curvature is fixed by the raw feature scale
+    (lambda_max ~ 2 * n_wide * mean^2), so once the learning rate passes the
+    stability limit (2 / lambda_max for plain SGD) the error along that
+    direction flips sign and grows by a factor |1 - lr * lambda| every step:
     the textbook exponential gradient-norm growth before an explosion.
+    ``deep_scale`` multiplies the deep part's output (an output multiplier):
+    it keeps the deep ReLU stack out of that sharp direction, so it cannot
+    self-stabilise the oscillation (the "catapult"), while its gradients
+    still blow it up once the residuals are huge -- then the loss overflows.
     """
 
     def __init__(self, sizes: Sequence[int], n_wide: int, rng, act: str = "relu",
@@ -348,7 +365,7 @@ def softmax_xent(logits: np.ndarray, y: np.ndarray):
 def mse(pred: np.ndarray, y: np.ndarray):
     with np.errstate(invalid="ignore", over="ignore"):
         diff = pred - y
-        loss = float(np.mean(diff.astype(np.float32) ** 2))
+        loss = float(np.mean(diff * diff))
         d = (2.0 / diff.size) * diff
     return loss, d.astype(F32)
 
@@ -359,11 +376,13 @@ def global_norm(arrs: Sequence[np.ndarray]) -> float:
 
 
 def clip_by_global_norm(grads, max_norm: float, norm: float):
-    if norm > max_norm:  # False for NaN, as torch's clip_grad_norm_ would
-        scale = F32(max_norm / (norm + 1e-6))
-        return [g * scale for g in grads]
+    """As ``torch.nn.utils.clip_grad_norm_``: rescale to ``max_norm`` when the
+    global norm exceeds it; a non-finite norm makes every gradient NaN."""
     if not np.isfinite(norm):
         return [g * F32(np.nan) for g in grads]
+    if norm > max_norm:
+        scale = F32(max_norm / (norm + 1e-6))
+        return [g * scale for g in grads]
     return grads
 
 
@@ -419,7 +438,8 @@ def update_ratio(before: Sequence[np.ndarray], after: Sequence[np.ndarray]) -> f
     return delta / max(global_norm(before), 1e-12)
 
 
-def evaluate(model: MLP, x, y, kind: str = "ce", batch: int = 1000):
+def evaluate(model, x, y, kind: str = "ce", batch: int = 1000):
+    """Mean loss and accuracy over a whole split (accuracy 0 for regression)."""
     losses, correct, n = [], 0, 0
     for i in range(0, len(x), batch):
         out, _ = model.forward(x[i : i + batch])
@@ -474,18 +494,18 @@ class LoopConfig:
     ratio_every: int = 10
     lr_every: int = 1
     nan_patience: int = 100  # stop this many steps after the first non-finite loss
-    first_step: int = 0  # HF / Lightning log from step 1 (global_step after the update)
+    first_step: int = 0  # HF logs from step 1 (global_step after the update), others from 0
+    stop_on_nonfinite_val: bool = True  # early stopping's check_finite / a NaN guard
     corrupt: Optional[Callable[[int, np.ndarray, np.ndarray, np.random.Generator], tuple]] = None
 
 
-def train(model: MLP, opt, data: Dataset, cfg: LoopConfig, log: Callable, rng) -> dict:
+def train(model, opt, data: Dataset, cfg: LoopConfig, log: Callable, rng) -> dict:
     """Trains ``model`` and calls ``log(signal, value, step)`` like a real loop.
 
     Returns a small dict of facts (first non-finite step, ...) for the summary.
     """
     batches = Batches(len(data.x_train), cfg.batch_size, rng)
     first_bad = None
-    epoch_losses: List[float] = []
     for it in range(cfg.steps):
         step = it + cfg.first_step
         idx = batches.next()
@@ -498,6 +518,7 @@ def train(model: MLP, opt, data: Dataset, cfg: LoopConfig, log: Callable, rng) -
         else:
             loss, dout = mse(out, yb)
         grads = model.backward(acts, dout)
+        # the grad norm before clipping, as HF / Lightning / clip_grad_norm_ report it
         gnorm = global_norm(grads)
         if cfg.clip is not None:
             grads = clip_by_global_norm(grads, cfg.clip, gnorm)
@@ -511,13 +532,12 @@ def train(model: MLP, opt, data: Dataset, cfg: LoopConfig, log: Callable, rng) -
             log("lr", lr, step)
         if want_ratio:
             log("update_ratio", update_ratio(before, model.params), step)
-        epoch_losses.append(loss)
         end_epoch = batches.end_of_epoch
         do_eval = (
             (it + 1) % cfg.eval_every == 0 if cfg.eval_every else end_epoch
         ) or it == cfg.steps - 1
-        if end_epoch:
-            log("epoch", batches.epoch + 1, step)
+        log("epoch_frac", (it + 1) / batches.per_epoch, step)
+        log("epoch_int", batches.epoch, step)
         vloss = 0.0
         if do_eval:
             vloss, vacc = evaluate(model, data.x_val, data.y_val, cfg.kind)
@@ -526,8 +546,8 @@ def train(model: MLP, opt, data: Dataset, cfg: LoopConfig, log: Callable, rng) -
                 log("val_acc", vacc, step)
         if not np.isfinite(loss) and first_bad is None:
             first_bad = step
-        if not np.isfinite(vloss):
-            break  # early stopping's check_finite / the loop's NaN guard
+        if cfg.stop_on_nonfinite_val and not np.isfinite(vloss):
+            break
         if first_bad is not None and step - first_bad >= cfg.nan_patience:
             break  # the engineer kills the job
     return {"first_nonfinite_step": first_bad, "last_step": step}
@@ -599,11 +619,13 @@ def run_lightning_grad_explosion(outdir: str) -> dict:
 
     The wide part sees unstandardised features (mean 5), so the loss has one
     sharp direction with curvature ~400: plain SGD is stable only for
-    lr < 2/400 = 0.005, which the warm-up passes at step ~1250. From there the
-    error along that direction flips sign and grows every step (the growth
-    rate rising with the LR), the grad norm grows exponentially, then the
-    deep ReLU part blows up, the loss overflows to inf and turns NaN, and
-    early stopping (check_finite) ends the run at the next validation.
+    lr < ~2/400 = 0.005, which the warm-up reaches around steps 1150-1250.
+    From there the error along that direction flips sign and grows every
+    step (the growth rate rising with the LR): the grad norm grows
+    exponentially from ~3 at step ~1140 to 100 at step 1225 while the loss
+    barely moves until ~1190; then the deep ReLU part blows up, the loss
+    overflows to inf (step 1350) and turns NaN (1351); the job is killed 30
+    steps later (no early stopping configured).
     Lightning: ``grad_2.0_norm_total`` from ``grad_norm(self, 2)``,
     ``lr-SGD`` from ``LearningRateMonitor``, validation every epoch.
     """
@@ -613,7 +635,8 @@ def run_lightning_grad_explosion(outdir: str) -> dict:
     opt = SGD(model.params)
     cfg = LoopConfig(
         steps=2500, batch_size=512, kind="mse",
-        lr=lambda it: 0.01 * min(1.0, (it + 1) / 2500), first_step=1,
+        lr=lambda it: 0.01 * min(1.0, (it + 1) / 2500),
+        stop_on_nonfinite_val=False, nan_patience=30,
     )
     lg = _styled(
         outdir, "lightning/grad-explosion", LIGHTNING_TAGS,
@@ -655,8 +678,9 @@ def run_pytorch_abrupt_nan(outdir: str) -> dict:
         lg.close()
 
 
-LOSS_SPIKE_STEPS = {420: "shuffled labels", 780: "unnormalised inputs (x8)",
-                    1130: "shuffled labels", 1390: "unnormalised inputs (x8)"}
+SCALE = 16.0
+LOSS_SPIKE_STEPS = {420: "shuffled labels", 780: "unnormalised inputs (x16)",
+                    1130: "shuffled labels", 1390: "unnormalised inputs (x16)"}
 
 
 def _bad_batches(spec: Dict[int, str]):
@@ -666,7 +690,7 @@ def _bad_batches(spec: Dict[int, str]):
             return xb, yb
         if what.startswith("shuffled"):
             return xb, rng.permutation(yb)
-        return xb * F32(8.0), yb
+        return xb * F32(SCALE), yb
 
     return corrupt
 
@@ -701,7 +725,7 @@ def run_lightning_plateau(outdir: str) -> dict:
     model = MLP([10, 128, 128, 5], rng)
     opt = Adam(model.params)
     cfg = LoopConfig(
-        steps=1500, batch_size=64, lr=lambda it: 1e-3 * 0.5 ** (it // 30), first_step=1,
+        steps=1500, batch_size=64, lr=lambda it: 1e-3 * 0.5 ** (it // 30),
     )
     lg = _styled(outdir, "lightning/plateau", LIGHTNING_TAGS)
     try:
@@ -712,14 +736,19 @@ def run_lightning_plateau(outdir: str) -> dict:
 
 @_run("custom/lr-too-high")
 def run_custom_lr_too_high(outdir: str) -> dict:
-    """Adam with lr=0.05 (meant 5e-4) and clipping: clipping bounds the
-    gradient, not Adam's step, so every step moves the weights by ~lr each."""
+    """SGD + momentum 0.9 with lr=1.0 (meant 0.01), weight decay 0.05, clip 1.
+
+    Clipping keeps it from blowing up, but every step moves the weights by
+    ~20 % of their norm (weight decay holds the norm down while the huge steps
+    push it up): the loss bounces around 1.3-1.5 (chance is ln 5 = 1.61; the
+    healthy runs reach ~0.4) and never settles.
+    """
     rng = np.random.default_rng(606)
     data = make_classification(7, 20000, 1000, d=10, label_noise=0.05)
     model = MLP([10, 128, 128, 5], rng)
-    opt = Adam(model.params)
+    opt = SGD(model.params, momentum=0.9, weight_decay=0.05)
     cfg = LoopConfig(
-        steps=1500, batch_size=64, lr=lambda it: 0.05, clip=1.0, eval_every=100,
+        steps=1500, batch_size=64, lr=lambda it: 1.0, clip=1.0, eval_every=100,
     )
     lg = _styled(outdir, "custom/lr-too-high", CUSTOM_TAGS)
     try:
@@ -730,7 +759,7 @@ def run_custom_lr_too_high(outdir: str) -> dict:
 
 @_run("keras/overfit")
 def run_keras_overfit(outdir: str) -> dict:
-    """model.fit on 256 noisy samples with a 2x512 MLP, Adam, 150 epochs.
+    """model.fit on 256 noisy samples with a 2x512 MLP, Adam, 100 epochs.
 
     Keras' TensorBoard callback (update_freq="batch") writes sibling runs
     ``keras/overfit/train`` (``batch_loss`` per batch: the running mean of
@@ -741,8 +770,8 @@ def run_keras_overfit(outdir: str) -> dict:
     batch summaries the 1-based global batch count.
     """
     rng = np.random.default_rng(707)
-    data = make_classification(8, 256, 1000, d=10, label_noise=0.2)
-    model = MLP([10, 512, 512, 5], rng, act="relu")
+    data = make_classification(8, 256, 1000, d=4, label_noise=0.15, teacher_hidden=16)
+    model = MLP([4, 512, 512, 5], rng)
     opt = Adam(model.params)
     lr = 1e-3
     base = os.path.join(outdir, "keras", "overfit")
@@ -751,7 +780,7 @@ def run_keras_overfit(outdir: str) -> dict:
     batches = Batches(len(data.x_train), 32, rng)
     gstep = 0
     try:
-        for epoch in range(150):
+        for epoch in range(100):
             tot, n_ok, n = 0.0, 0, 0
             for _ in range(batches.per_epoch):
                 idx = batches.next()
@@ -776,20 +805,64 @@ def run_keras_overfit(outdir: str) -> dict:
     return {"run_names": ["keras/overfit/train", "keras/overfit/validation"]}
 
 
-def main_runs() -> List[str]:
-    return list(RUNS)
+@contextlib.contextmanager
+def _blas_single_thread():
+    """Runs the block with OpenBLAS limited to one thread.
+
+    The matrices here are tiny (a batch of 64 through 128 units): OpenBLAS'
+    threads cost far more than they give (48 s instead of 16 s for the whole
+    demo on two busy cores). numpy bundles OpenBLAS under a prefixed name; we
+    find it next to numpy and call its setter through ctypes, as threadpoolctl
+    does. Any failure leaves the thread count alone: slower, and the last
+    bits of the logged values may differ from a single-threaded generation.
+    """
+    setter = prev = None
+    try:
+        import ctypes
+
+        base = os.path.dirname(np.__file__)
+        paths = glob.glob(os.path.join(base, os.pardir, "numpy.libs", "*openblas*"))
+        paths += glob.glob(os.path.join(base, ".dylibs", "*openblas*"))
+        for path in paths:
+            try:
+                lib = ctypes.CDLL(path)
+            except OSError:
+                continue
+            for prefix in ("scipy_openblas", "openblas"):
+                for suffix in ("64_", "_64_", ""):
+                    get = getattr(lib, f"{prefix}_get_num_threads{suffix}", None)
+                    put = getattr(lib, f"{prefix}_set_num_threads{suffix}", None)
+                    if get is not None and put is not None:
+                        get.restype = ctypes.c_int
+                        prev, setter = int(get()), put
+                        break
+                if setter is not None:
+                    break
+            if setter is not None:
+                break
+        if setter is not None:
+            setter(1)
+    except Exception:  # noqa: BLE001 - an optimisation only
+        setter = None
+    try:
+        yield
+    finally:
+        if setter is not None and prev:
+            setter(prev)
 
 
 def generate(outdir: str, runs: Optional[Sequence[str]] = None) -> List[str]:
     """Trains every demo run (or only ``runs``) and writes its logs under ``outdir``.
 
     Returns the TensorBoard run names written, in order (Keras runs give two:
-    ``X/train`` and ``X/validation``).
+    ``X/train`` and ``X/validation``). Raises ``KeyError`` for an unknown run
+    and ``OSError`` if ``outdir`` cannot be written.
     """
     names: List[str] = []
-    for name in runs if runs is not None else list(RUNS):
-        facts = RUNS[name](outdir)
-        names.extend(facts.get("run_names", [name]))
+    with _blas_single_thread():
+        for name in runs if runs is not None else list(RUNS):
+            facts = RUNS[name](outdir)
+            names.extend(facts.get("run_names", [name]))
     return names
 
 
