@@ -32,7 +32,7 @@ from tb_crash_signals.rules import RULES
 from tb_crash_signals.rules.base import EpisodeView
 from tb_crash_signals.series import Series
 from tb_crash_signals.signals import SIGNALS
-from tb_crash_signals.streaming import STREAMS
+from tb_crash_signals.streaming import HIT, STREAMS
 
 # Points kept per signal for messages and the summary (not for the rules).
 _RECENT = 256
@@ -85,7 +85,12 @@ class _State:
         self.signals = {s: _Signal() for s in SIGNALS}
         self.streams: dict[str, list] = {s: [] for s in SIGNALS}  # hit signal -> [(code, stream)]
         self.feeders: dict[str, list] = {s: [] for s in SIGNALS}
-        for code in config.enabled_codes():
+        codes = config.enabled_codes()
+        # NaN/Inf is checked inline in Monitor._apply: the commonest rule, the cheapest test.
+        self.nonfinite = "CS001" in codes
+        for code in codes:
+            if code == "CS001":
+                continue
             cls = STREAMS[code]
             params = config.params_for(code)
             for sig in cls.hits:
@@ -157,8 +162,9 @@ class Monitor:
 
         Raises:
             TypeError: an unknown signal name or a value that is not a number.
+            ValueError: a step outside TensorBoard's int64 range.
         """
-        step = step if type(step) is int else _as_step(step)
+        step = step if type(step) is int and _STEP_MIN <= step <= _STEP_MAX else _as_step(step)
         clean = {}
         for name, value in values.items():
             if value is None:
@@ -209,6 +215,11 @@ class Monitor:
                 sig.max_finite = v
             if st.open_by_signal[name]:
                 self._grow_open(name, i, step, v)
+            if st.nonfinite and not v - v == 0.0:
+                hits.append(("CS001", name))
+                ep = self._hit("CS001", name, i, step, v, HIT)
+                if ep is not None:
+                    opened.append(ep)
             for code, check in st.checks[name]:
                 hit = check(i, step, v)
                 if hit is not None:
@@ -399,13 +410,19 @@ class Monitor:
         }
 
 
+# TensorBoard's step is an int64.
+_STEP_MIN, _STEP_MAX = -(2**63), 2**63 - 1
+
+
 def _as_step(step) -> int:
     try:
         as_int = int(step)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # OverflowError: int(inf)
         raise TypeError(f"step must be an integer, got {step!r}") from None
     if as_int != step and not (isinstance(step, float) and step.is_integer()):
         raise TypeError(f"step must be an integer, got {step!r}")
+    if not _STEP_MIN <= as_int <= _STEP_MAX:
+        raise ValueError(f"step must fit in a signed 64-bit integer, got {step!r}")
     return as_int
 
 
@@ -414,5 +431,7 @@ def _as_float(name, value) -> float:
         raise TypeError(f"{name} must be a number, got {value!r}")
     try:
         return float(value)
+    except OverflowError:  # an int beyond float range: as large as a float gets
+        return math.inf if value > 0 else -math.inf
     except (TypeError, ValueError):
         raise TypeError(f"{name} must be a number, got {type(value).__name__}") from None

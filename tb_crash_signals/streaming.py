@@ -62,40 +62,11 @@ class _Filled:
         self.values.append(self.last)
 
 
-class _TrailingMin:
-    """Min of the last `size` forward-filled values (monotonic deque, O(1))."""
-
-    __slots__ = ("size", "queue", "i")
-
-    def __init__(self, size):
-        self.size = size
-        self.queue = collections.deque()  # (index, value), values increasing
-        self.i = 0
-
-    def value(self):
-        return self.queue[0][1] if self.queue else math.nan
-
-    def push(self, x):
-        x = x if _isfinite(x) else math.inf
-        q = self.queue
-        while q and q[-1][1] >= x:
-            q.pop()
-        q.append((self.i, x))
-        self.i += 1
-        while q[0][0] <= self.i - 1 - self.size:
-            q.popleft()
-
-
-def _trailing_min_value(tm: _TrailingMin):
-    v = tm.value()
-    return math.nan if v == math.inf else v
-
-
 def _median_mad(window: _Filled, i: int, size: int, min_points: int, mad=True):
     """Median/MAD of the points before i, as stats.trailing_median_mad computes them."""
     if i < min_points:
         return math.nan, math.nan
-    w = np.fromiter(window.values, dtype=np.float64, count=len(window.values))
+    w = np.fromiter(window.values, dtype=np.float64, count=len(window.values))  # before i
     if i < size:
         w = w[np.isfinite(w)]
         if w.size < min_points:
@@ -166,41 +137,84 @@ class LossJump(Stream):
         return None
 
 
-class _Spike(Stream):
+class _Windowed(Stream):
+    """A forward-filled window and its trailing minimum, inlined for speed.
+
+    `values` holds the last `size` forward-filled values (NaN before the first
+    finite one), `mins` a monotonic deque of (index, value) giving their
+    minimum, as stats.trailing_median_mad and stats.trailing_min see them.
+    """
+
+    def _init_window(self, size):
+        self.size = size
+        self.values = collections.deque(maxlen=size)
+        self.last = math.nan
+        self.mins = collections.deque()
+        self.count = 0
+
+    def _absorb(self, x):
+        if x - x == 0.0:  # finite
+            self.last = x
+        last = self.last
+        self.values.append(last)
+        y = last if last == last else math.inf
+        mins = self.mins
+        while mins and mins[-1][1] >= y:
+            mins.pop()
+        mins.append((self.count, y))
+        self.count += 1
+        if mins[0][0] <= self.count - 1 - self.size:
+            mins.popleft()
+
+    def _trailing_min(self):
+        mins = self.mins
+        if not mins or mins[0][1] == math.inf:
+            return math.nan
+        return mins[0][1]
+
+
+class _Spike(_Windowed):
     """loss-spike (linear) and grad-norm-spike (log), as rules.spikes._spike_index."""
 
     log = False
 
     def __init__(self, p, signal):
         self.p = p
-        self.window = _Filled(p.window)
-        self.tmin = _TrailingMin(p.window)
+        self.min_points = p.min_points
+        self.min_ratio = p.min_ratio
+        self._init_window(p.window)
         self.log_ratio = math.log(p.min_ratio)
 
     def check(self, i, step, v):
-        p = self.p
-        x = _log(v) if self.log else v
+        if self.log:
+            x = math.log(v) if v > 0 else math.nan
+        else:
+            x = v
         hit = None
-        if i >= p.min_points and _isfinite(x):
-            lo = _trailing_min_value(self.tmin)
+        if i >= self.min_points and x - x == 0.0:
+            lo = self._trailing_min()
             if self.log:
                 candidate = x - lo > self.log_ratio
             else:
-                candidate = not (lo > 0) or x >= p.min_ratio * lo
+                candidate = not (lo > 0) or x >= self.min_ratio * lo
             if candidate:
-                med, mad = _median_mad(self.window, i, p.window, p.min_points)
-                if self.log:
-                    spike = (x - med) > max(p.z * _MAD_TO_SIGMA * mad, self.log_ratio)
-                else:
-                    scale = max(_MAD_TO_SIGMA * mad, 1e-3 * abs(med))
-                    spike = (x - med) > p.z * scale and (x >= p.min_ratio * med if med > 0 else True)
-                if spike:
-                    base = math.exp(med) if self.log else med
-                    ratio = v / base if base > 0 else math.nan
-                    hit = StreamHit(note=f"{fmt(ratio)}x its recent median {fmt(base)}")
-        self.window.push(x)
-        self.tmin.push(x if _isfinite(x) else self.window.last)
+                hit = self._decide(i, v, x)
+        self._absorb(x)
         return hit
+
+    def _decide(self, i, v, x):
+        p = self.p
+        med, mad = _median_mad(self, i, p.window, p.min_points)
+        if self.log:
+            spike = (x - med) > max(p.z * _MAD_TO_SIGMA * mad, self.log_ratio)
+        else:
+            scale = max(_MAD_TO_SIGMA * mad, 1e-3 * abs(med))
+            spike = (x - med) > p.z * scale and (x >= p.min_ratio * med if med > 0 else True)
+        if not spike:
+            return None
+        base = math.exp(med) if self.log else med
+        ratio = v / base if base > 0 else math.nan
+        return StreamHit(note=f"{fmt(ratio)}x its recent median {fmt(base)}")
 
 
 class LossSpike(_Spike):
@@ -212,27 +226,27 @@ class GradSpike(_Spike):
     log = True
 
 
-class LossDivergence(Stream):
+class LossDivergence(_Windowed):
     hits = ("train_loss",)
 
     def __init__(self, p, signal):
         self.p = p
-        self.window = _Filled(p.window)
-        self.tmin = _TrailingMin(p.window)
+        self.factor = p.factor
+        self.min_points = p.min_points
+        self.consecutive = p.consecutive
+        self._init_window(p.window)
         self.run = 0
 
     def check(self, i, step, v):
-        p = self.p
         elevated = False
-        if _isfinite(v) and i >= p.min_points:
-            lo = _trailing_min_value(self.tmin)
-            if not (lo > 0 and v < p.factor * lo):
-                med, _ = _median_mad(self.window, i, p.window, p.min_points, mad=False)
-                elevated = v >= p.factor * med and med > 0
+        if i >= self.min_points and v - v == 0.0:
+            lo = self._trailing_min()
+            if not (lo > 0 and v < self.factor * lo):
+                med, _ = _median_mad(self, i, self.p.window, self.min_points, mad=False)
+                elevated = v >= self.factor * med and med > 0
         self.run = self.run + 1 if elevated else 0
-        self.window.push(v)
-        self.tmin.push(v if _isfinite(v) else self.window.last)
-        return HIT if self.run > p.consecutive else None
+        self._absorb(v)
+        return HIT if self.run > self.consecutive else None
 
 
 class GradGrowth(Stream):
@@ -240,59 +254,63 @@ class GradGrowth(Stream):
 
     def __init__(self, p, signal):
         self.p = p
-        w = p.window
+        w = self.w = p.window
+        self.threshold = p.threshold
         self.q, self.rise = quarter_rise(p)
         self.logs = collections.deque(maxlen=w)  # raw log values
         self.steps = collections.deque(maxlen=w)
-        self.history = _Filled(p.baseline_window + w)  # forward-filled logs
+        self.history = collections.deque(maxlen=p.baseline_window + w)  # forward-filled logs
+        self.last = math.nan
         self.bad = 0  # non-finite logs in the window
-
-    def _may_rise(self):
-        """A quick pure-Python version of the quarter test, with a safety margin.
-
-        It only rules windows out when they miss the rise by far more than
-        any rounding difference, so the exact test decides every close call.
-        """
-        logs, q = self.logs, self.q
-        w = len(logs)
-        first = sum(logs[k] for k in range(q))
-        last = sum(logs[k] for k in range(w - q, w))
-        return (last - first) / q >= self.rise - 1e-9 * (1.0 + abs(first) + abs(last))
+        self.margin = self.rise - 1e-9
 
     def check(self, i, step, v):
-        p, w = self.p, self.p.window
-        x = _log(v)
-        if len(self.logs) == w and not _isfinite(self.logs[0]):
+        w, logs = self.w, self.logs
+        x = math.log(v) if v > 0 else math.nan
+        if len(logs) == w and not logs[0] - logs[0] == 0.0:
             self.bad -= 1
-        self.logs.append(x)
+        logs.append(x)
         self.steps.append(step)
-        if not _isfinite(x):
+        finite = x - x == 0.0
+        if not finite:
             self.bad += 1
         hit = None
-        if i >= w - 1 and self.bad == 0 and v < p.threshold and self._may_rise():
-            logs = np.fromiter(self.logs, dtype=np.float64, count=w)
+        if i >= w - 1 and self.bad == 0 and v < self.threshold:
+            # A quick pure-Python quarter test with a safety margin: it only
+            # rules out windows that miss the rise by far more than rounding,
+            # so the exact (numpy) test below decides every close call.
             q = self.q
-            # The batch rule's exact arithmetic, once the quick test passed.
-            first_q = logs[:q].sum() / q
-            last_q = logs[w - q :].sum() / q
-            if last_q - first_q >= self.rise:
-                lo = i - w + 1
-                # The baseline: forward-filled logs before the window.
-                before = list(self.history.values)[: len(self.history.values) - (w - 1)]
-                base = math.nan
-                if lo >= w:
-                    arr = np.asarray(before[-p.baseline_window :], dtype=np.float64)
-                    if lo < p.baseline_window:
-                        arr = arr[np.isfinite(arr)]
-                        base = float(np.median(arr)) if arr.size >= w else math.nan
-                    else:
-                        base = float(np.median(arr))
-                steps = np.fromiter(self.steps, dtype=np.int64, count=w)
-                fit = fit_window(steps, logs, base, p)
-                if fit is not None:
-                    hit = StreamHit(fit=fit)
-        self.history.push(x)
+            first = last = 0.0
+            for k in range(q):
+                first += logs[k]
+                last += logs[w - 1 - k]
+            if (last - first) / q >= self.margin - 1e-9 * (abs(first) + abs(last)):
+                hit = self._decide(i)
+        if finite:
+            self.last = x
+        self.history.append(self.last)
         return hit
+
+    def _decide(self, i):
+        p, w, q = self.p, self.w, self.q
+        logs = np.fromiter(self.logs, dtype=np.float64, count=w)
+        # The batch rule's exact arithmetic.
+        if logs[w - q :].sum() / q - logs[:q].sum() / q < self.rise:
+            return None
+        lo = i - w + 1
+        base = math.nan
+        if lo >= w:
+            # The run's normal level: forward-filled logs before the window.
+            hist = list(self.history)
+            before = np.asarray(hist[: len(hist) - (w - 1)][-p.baseline_window :], dtype=np.float64)
+            if lo < p.baseline_window:
+                before = before[np.isfinite(before)]
+                base = float(np.median(before)) if before.size >= w else math.nan
+            else:
+                base = float(np.median(before))
+        steps = np.fromiter(self.steps, dtype=np.int64, count=w)
+        fit = fit_window(steps, logs, base, p)
+        return None if fit is None else StreamHit(fit=fit)
 
 
 class Plateau(Stream):
@@ -315,7 +333,14 @@ class Plateau(Stream):
         p = self.p
         self.smooth.push(v)
         window = self.smooth.values
-        sm = _finite_median(window) if i < window.maxlen - 1 else _small_median(window)
+        if i >= window.maxlen - 1 and window.maxlen == 3:
+            a, b, c = window
+            if a != a or b != b or c != c:
+                sm = math.nan
+            else:  # the middle of three
+                sm = max(min(a, b), min(max(a, b), c))
+        else:
+            sm = _finite_median(window) if i < window.maxlen - 1 else _small_median(window)
         if _isfinite(sm) and not (sm >= self.best):  # fmin: a NaN best takes sm
             self.best = sm
         self.bests.append(self.best)
@@ -358,19 +383,28 @@ class _TrainAtVal(Stream):
         self.train = _Filled(max(1, smooth))
         self.n_train = 0
         self.smooth = max(1, smooth)
-        self.train_now = math.nan
+        self._train_now = math.nan
+        self._stale = False
 
     def feed(self, signal, i, step, v):
         self.n_train += 1
         self.train.push(v)
-        if self.smooth == 1:
-            self.train_now = v
-            return
-        window = self.train.values
-        if self.n_train < self.smooth:
-            self.train_now = _finite_median(window)
-        else:
-            self.train_now = _small_median(window)
+        self.raw_last = v
+        self._stale = True
+
+    @property
+    def train_now(self):
+        """The (smoothed) train loss at the last train point, computed when asked."""
+        if self._stale:
+            window = self.train.values
+            if self.smooth == 1:
+                self._train_now = self.raw_last  # unsmoothed: the raw value, NaN/Inf included
+            elif self.n_train < self.smooth:
+                self._train_now = _finite_median(window)
+            else:
+                self._train_now = _small_median(window)
+            self._stale = False
+        return self._train_now
 
 
 class Overfit(_TrainAtVal):
