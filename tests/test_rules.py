@@ -114,8 +114,10 @@ def test_growth_predicts_the_crossing_before_it_happens():
     assert first.start_step < cross - 20, (first.start_step, cross)
     fit = first.fit
     assert fit is not None and fit.projected_step is not None
-    assert abs(fit.projected_step - cross) < 40
-    assert 0.02 < fit.growth_per_step < 0.04
+    # At first detection the fit sees only the start of the growth: its
+    # projection must still land near the real crossing, relative to the lead.
+    assert abs(fit.projected_step - cross) < 0.6 * (cross - first.start_step)
+    assert 0.015 < fit.growth_per_step < 0.045
     assert "crosses 100" in first.message
     assert result.fits and result.fits[0].projected_step == fit.projected_step
 

@@ -32,8 +32,8 @@ class GrowthParams:
         cooldown: points without a prediction after which a new episode starts.
     """
 
-    window: int = 20
-    min_r2: float = 0.8
+    window: int = 40
+    min_r2: float = 0.6
     min_growth: float = 2.0
     threshold: float = 100.0
     horizon: int = 500
@@ -86,17 +86,18 @@ def grad_norm_growth(data, p: GrowthParams):
     # well above its first quarter. Only candidates get an exact fit.
     q, rise = quarter_rise(p)
     filled = np.where(finite, logv, 0.0)
-    end = np.arange(w - 1, len(s))
+    n = len(s)
     # Quarter means summed directly (not as cumsum differences) so the online
     # monitor, summing the same q values, gets bit-identical results.
     quarter = sliding_window_view(filled, q).sum(axis=1) / q
-    first_q = quarter[end - w + 1]
-    last_q = quarter[end - q + 1]
+    # Window ending at i = w-1 .. n-1 (slices rather than fancy indexing).
+    first_q = quarter[: n - w + 1]
+    last_q = quarter[w - q : n - q + 1]
     ncum = np.concatenate([[0], np.cumsum(~finite)])
-    clean = (ncum[end + 1] - ncum[end - w + 1]) == 0
+    clean = (ncum[w:] - ncum[: n - w + 1]) == 0
     rising = clean & (last_q - first_q >= rise)
-    rising &= v[end] < p.threshold
-    candidates = end[rising]
+    rising &= v[w - 1 :] < p.threshold
+    candidates = np.flatnonzero(rising) + (w - 1)
     if candidates.size == 0:
         return
     base_med, _ = trailing_median_mad(logv, p.baseline_window, w, at=candidates - w + 1)
