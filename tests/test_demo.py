@@ -30,9 +30,8 @@ RUNS = [
 ]
 
 # ---------------------------------------------------------------------------
-# For the lead: what the analysis engine must find in each (logical) run.
-# Families from DESIGN §5. Healthy runs: no critical episode at all (warnings
-# at most rare). Hook these into engine.scan(...) once its contract is frozen.
+# What the analysis must find in each (logical) run: families from DESIGN §5.
+# Healthy runs: no critical episode at all (warnings at most rare).
 # ---------------------------------------------------------------------------
 EXPECTED = {
     "hf/healthy": set(),
@@ -288,3 +287,48 @@ def test_lr_too_high(scalars):
     assert val.min() > 1.0  # healthy runs on this task reach ~0.6
     flips = np.sum(np.diff(np.sign(np.diff(val))) != 0)
     assert flips >= 5  # bouncing, not converging
+
+
+# ---------------------------------------------------------------------------
+# The analysis on the regenerated logs
+# ---------------------------------------------------------------------------
+
+
+def test_analysis_finds_each_story(logdir):
+    from tb_crash_signals.scan import scan_logdir
+
+    report = {r["run"]: r for r in scan_logdir(str(logdir))["runs"]}
+    assert set(report) == set(EXPECTED)
+    for run, families in EXPECTED.items():
+        found = {e["family"] for e in report[run]["episodes"]}
+        assert families <= found, (run, found)
+    for run in HEALTHY:
+        assert report[run]["health"] != "critical", report[run]["episodes"]
+    explosion = report["lightning/grad-explosion"]
+    growth = min(e["start_step"] for e in explosion["episodes"] if e["family"] == "growth")
+    crossing = min(e["start_step"] for e in explosion["episodes"] if e["code"] == "CS101")
+    assert crossing - growth >= 20, "the growth fit must predict the explosion well before it"
+    assert explosion["fits"] and explosion["fits"][0]["projected_step"] > growth
+
+
+def test_monitor_fed_step_by_step_agrees_with_scan(logdir):
+    """The online Monitor, fed each demo run in step order, finds what scan finds."""
+    from tb_crash_signals import Monitor
+    from tb_crash_signals.scan import scan_logdir
+    from tb_crash_signals.signals import group_runs
+    from tb_crash_signals.source import LogdirSource
+
+    source = LogdirSource(str(logdir))
+    report = {r["run"]: r for r in scan_logdir(str(logdir), source=source)["runs"]}
+    for run in group_runs(source.run_tags()):
+        data = {k: source.series(ref.run, ref.tag) for k, ref in run.signals.items() if ref}
+        steps = sorted({int(s) for series in data.values() for s in series.steps})
+        lookup = {k: dict(zip(s.steps.tolist(), s.values.tolist())) for k, s in data.items()}
+        monitor = Monitor()
+        for step in steps:
+            monitor.update(step, **{k: d[step] for k, d in lookup.items() if step in d})
+        ours = sorted((e.code, e.signal, e.start_step, e.severity) for e in monitor.episodes())
+        theirs = sorted(
+            (e["code"], e["signal"], e["start_step"], e["severity"]) for e in report[run.name]["episodes"]
+        )
+        assert ours == theirs, run.name
