@@ -1,0 +1,83 @@
+"""The tab on the demo logs in a real TensorBoard and headless Chromium; saves the screenshots.
+
+Screenshots go to $SCREENSHOT_DIR (default: a temp dir); `scripts/screenshots.sh`
+points it at docs/img, where the README takes them from.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from test_browser import CHROMIUM, CHROMIUM_ARGS, PLUGIN, Tab, _free_port, _get  # noqa: E402
+import playwright.sync_api as playwright_api  # noqa: E402
+
+DEMO = os.path.join(os.path.dirname(__file__), "..", "..", "demo_logs")
+SHOTS = {
+    # run to select -> (file name, what must be drawn)
+    "lightning/grad-explosion": ("tab.png", "[data-fit]"),
+    "keras/overfit": ("overfit.png", "[data-gap-band]"),
+    "pytorch/loss-spikes": ("spikes.png", "[data-episode][data-code='CS112']"),
+}
+
+
+@pytest.fixture(scope="module")
+def demo_tensorboard(tmp_path_factory):
+    port = _free_port()
+    log = open(tmp_path_factory.mktemp("tb") / "tensorboard.log", "wb")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tensorboard.main", "--logdir", os.path.abspath(DEMO),
+         "--port", str(port), "--host", "127.0.0.1"],
+        stdout=log, stderr=subprocess.STDOUT,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + 90
+        while True:
+            assert proc.poll() is None, f"tensorboard exited; see {log.name}"
+            try:
+                if _get(f"{base}/data/plugin/{PLUGIN}/runs")[0] == 200:
+                    break
+            except (urllib.error.URLError, ConnectionError, OSError):
+                pass
+            assert time.time() < deadline, f"tensorboard did not start; see {log.name}"
+            time.sleep(0.5)
+        yield base
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+
+
+def test_demo_runs_render_and_are_screenshotted(demo_tensorboard, tmp_path):
+    out = os.environ.get("SCREENSHOT_DIR") or str(tmp_path)
+    os.makedirs(out, exist_ok=True)
+    with playwright_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        try:
+            tab = Tab(browser, demo_tensorboard)
+            ranked = [tab.frame.locator("[data-run]").nth(i).get_attribute("data-health") for i in range(8)]
+            assert ranked[:2] == ["critical", "critical"] and "critical" not in ranked[2:]
+            for run, (name, drawn) in SHOTS.items():
+                tab.frame.locator(f"[data-run='{run}']").click()
+                tab.settle()
+                tab.frame.locator(drawn).first.wait_for(timeout=15000)
+                episodes = tab.analysis(run)["episodes"]
+                assert tab.frame.locator("[data-episode]").count() >= len(episodes) > 0
+                tab.page.wait_for_timeout(300)
+                tab.page.screenshot(path=os.path.join(out, name))
+            assert tab.errors == [] and tab.dialogs == []
+            tab.close()
+        finally:
+            browser.close()
+    for name, _ in SHOTS.values():
+        assert os.path.getsize(os.path.join(out, name)) > 10_000
