@@ -119,6 +119,7 @@ def _rule_code(name: str) -> str:
 
 def _coerce(key: str, value, default):
     """Checks a parameter value against its default's type."""
+    given = value
     if isinstance(default, bool):
         ok = isinstance(value, bool)
     elif isinstance(default, int):
@@ -126,17 +127,41 @@ def _coerce(key: str, value, default):
     elif isinstance(default, float):
         ok = isinstance(value, (int, float)) and not isinstance(value, bool)
         if ok:
-            value = float(value)
+            try:
+                value = float(value)
+            except OverflowError:  # an integer beyond float range (TOML allows 10**400)
+                value = math.inf
             ok = math.isfinite(value)
     else:
         ok = isinstance(value, type(default))
     if not ok:
+        shown = repr(given) if len(repr(given)) <= 40 else repr(given)[:37] + "..."
         raise ConfigError(
-            f"{key}: expected {type(default).__name__} (like {default!r}), got {value!r}"
+            f"{key}: expected {type(default).__name__} (like {default!r}), got {shown}"
         )
     if isinstance(value, (int, float)) and value < 0:
         raise ConfigError(f"{key}: must not be negative, got {value!r}")
+    if isinstance(value, int) and not isinstance(value, bool) and value > _MAX_INT_PARAM:
+        raise ConfigError(f"{key}: must be at most {_MAX_INT_PARAM}, got {value!r}")
+    bound = _PARAM_BOUNDS.get(key.rsplit(".", 1)[-1])
+    if bound is not None and isinstance(value, (int, float)) and not isinstance(value, bool):
+        low, strict, high, what = bound
+        if value < low or (strict and value == low) or (high is not None and value > high):
+            raise ConfigError(f"{key}: must be {what}, got {value!r}")
     return value
+
+
+# Point counts beyond this are no window any run has (and overflow C sizes).
+_MAX_INT_PARAM = 10**9
+# Parameter name -> (low, low excluded, high or None, how to say it). Without
+# these a rule would divide by zero, take log(0) or index an empty window.
+_PARAM_BOUNDS = {
+    "window": (2, False, None, "at least 2 (points)"),
+    "min_ratio": (0.0, True, None, "greater than 0 (a ratio)"),
+    "min_growth": (0.0, True, None, "greater than 0 (a growth factor)"),
+    "min_excess": (0.0, True, None, "greater than 0 (a ratio)"),
+    "patience_fraction": (0.0, False, 1.0, "between 0 and 1 (a share of the points)"),
+}
 
 
 def from_dict(data: Mapping[str, Any], path: str | None = None) -> Config:

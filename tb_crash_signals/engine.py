@@ -12,6 +12,7 @@ from tb_crash_signals.episodes import Episode, build_episodes
 from tb_crash_signals.rules import RULES, Fit
 from tb_crash_signals.series import Series
 from tb_crash_signals.signals import SIGNALS, LogicalRun
+from tb_crash_signals import stats
 from tb_crash_signals.stats import value_at_or_before
 
 HEALTH_ORDER = ("critical", "warning", "ok", "no_signals")
@@ -52,16 +53,17 @@ def run_rules(data: Mapping[str, Series], config: Config) -> tuple[list[Episode]
     """Runs every enabled rule on one run's series and merges the hits."""
     episodes: list[Episode] = []
     fits: list[Fit] = []
-    for code in config.enabled_codes():
-        rule = RULES[code]
-        if not any(sig in data for sig in rule.signals):
-            continue
-        params = config.params_for(code)
-        for hits in rule.func(data, params):
-            series = data[hits.signal]
-            found = build_episodes(rule, hits, series, params, config.severity_for(code))
-            episodes.extend(found)
-            fits.extend(e.fit for e in found if e.fit is not None)
+    with stats.memo():  # rules share intermediate results on the same series
+        for code in config.enabled_codes():
+            rule = RULES[code]
+            if not any(sig in data for sig in rule.signals):
+                continue
+            params = config.params_for(code)
+            for hits in rule.func(data, params):
+                series = data[hits.signal]
+                found = build_episodes(rule, hits, series, params, config.severity_for(code))
+                episodes.extend(found)
+                fits.extend(e.fit for e in found if e.fit is not None)
     episodes.sort(key=lambda e: (e.start_step, e.severity != "critical", e.code, e.signal))
     return episodes, fits
 

@@ -269,7 +269,9 @@ class RunReader:
                 want = _CHUNK_BYTES
                 while True:
                     f.seek(fs.offset)
-                    data = f.read(want)
+                    # Never ask for more than the file holds: read(n) allocates n bytes
+                    # up front, and `want` can be the 64 MiB record bound.
+                    data = f.read(max(0, min(want, size - fs.offset)))
                     if not data:
                         break
                     self.stats.bytes_read += len(data)

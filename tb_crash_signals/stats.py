@@ -6,12 +6,37 @@ never takes part in its own baseline: a spike cannot hide itself.
 
 from __future__ import annotations
 
+import contextlib
+import threading
+
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 # Rows of windows handled per chunk: bounds the memory of the window copies
 # that np.median makes (chunk * window * 8 bytes).
 _CHUNK = 1 << 15
+
+# Per-thread memo of intermediate arrays, active inside memo().
+_MEMO = threading.local()
+
+
+def positive_log(values: np.ndarray) -> np.ndarray:
+    """log(v) where v > 0, NaN elsewhere (NaN included); memoised inside memo().
+
+    Same values as np.where(v > 0, np.log(np.where(v > 0, v, 1.0)), np.nan).
+    """
+    cache = getattr(_MEMO, "cache", None)
+    if cache is not None:
+        hit = cache.get(("log", id(values)))
+        if hit is not None and hit[0] is values:
+            return hit[1]
+    out = np.full(values.shape[0], np.nan)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        np.log(values, out=out, where=values > 0)
+    if cache is not None:
+        cache[("log", id(values))] = (values, out)
+        out.flags.writeable = False
+    return out
 
 
 def ffill_nonfinite(values: np.ndarray) -> np.ndarray:
@@ -61,11 +86,53 @@ def trailing_median_mad(
     return med, mad
 
 
+@contextlib.contextmanager
+def memo():
+    """Within this block, trailing_min results are reused for the same array object.
+
+    engine.run_rules opens one per analysis (its series are not modified while
+    the rules run): loss-spike and loss-divergence share the train loss's
+    trailing minimum.
+    """
+    prev = getattr(_MEMO, "cache", None)
+    _MEMO.cache = {}
+    try:
+        yield
+    finally:
+        _MEMO.cache = prev
+
+
 def trailing_min(values: np.ndarray, window: int) -> np.ndarray:
     """Min of the up-to-`window` finite-filled points before each i (NaN for i == 0)."""
+    cache = getattr(_MEMO, "cache", None)
+    if cache is not None:
+        hit = cache.get((id(values), window))
+        if hit is not None and hit[0] is values:
+            return hit[1]
+    out = _trailing_min(values, window)
+    if cache is not None:
+        cache[(id(values), window)] = (values, out)
+        out.flags.writeable = False
+    return out
+
+
+def _trailing_min(values: np.ndarray, window: int) -> np.ndarray:
+    # Equal to -trailing_max(-x, window) on the finite-filled x (a min selects
+    # one of its inputs), without the negations.
+    n = values.shape[0]
+    out = np.full(n, np.nan)
+    if n < 2:
+        return out
     x = ffill_nonfinite(values.astype(np.float64, copy=False))
-    x = np.where(np.isfinite(x), x, np.inf)
-    return -trailing_max(-x, window)
+    if not np.isfinite(x).all():
+        x = np.where(np.isfinite(x), x, np.inf)
+    head = min(window, n)
+    out[1:head] = np.minimum.accumulate(x[: head - 1])
+    if n > window:
+        out[window:] = sliding_max(-x[:-1], window)
+        np.negative(out[window:], out=out[window:])
+    out[np.isposinf(out)] = np.nan
+    return out
 
 
 def trailing_max(values: np.ndarray, window: int) -> np.ndarray:
@@ -75,12 +142,37 @@ def trailing_max(values: np.ndarray, window: int) -> np.ndarray:
     if n < 2:
         return out
     x = np.where(np.isfinite(values), values, -np.inf)
-    for i in range(1, min(window, n)):
-        out[i] = x[:i].max()
+    head = min(window, n)
+    out[1:head] = np.maximum.accumulate(x[: head - 1])
     if n > window:
-        out[window:] = sliding_window_view(x[:-1], window).max(axis=1)
+        out[window:] = sliding_max(x[:-1], window)
     out[np.isneginf(out)] = np.nan
     return out
+
+
+def sliding_max(y: np.ndarray, window: int) -> np.ndarray:
+    """max(y[j:j+window]) for every j (van Herk / Gil-Werman, O(n), no NaN in y).
+
+    Equal to ``sliding_window_view(y, window).max(axis=1)`` (a max selects one
+    of its inputs, so the grouping does not change any bit) at O(n) instead of
+    O(n * window).
+    """
+    m = y.shape[0]
+    w = int(window)
+    if w <= 1 or m < w:
+        return y[: max(m - w + 1, 0)].copy() if w <= 1 else np.zeros(0, y.dtype)
+    nb = -(-m // w)
+    pad = np.full(nb * w, -np.inf)
+    pad[:m] = y
+    # Running max within each block of w, forwards (pre) and backwards (suf),
+    # one strided column at a time (faster than accumulate along short rows).
+    pre = pad.reshape(nb, w)
+    suf = pre.copy()
+    for j in range(1, w):
+        np.maximum(pre[:, j - 1], pre[:, j], out=pre[:, j])
+    for j in range(w - 2, -1, -1):
+        np.maximum(suf[:, j + 1], suf[:, j], out=suf[:, j])
+    return np.maximum(suf.ravel()[: m - w + 1], pre.ravel()[w - 1 : m])
 
 
 def run_lengths(mask: np.ndarray) -> np.ndarray:
@@ -146,5 +238,62 @@ def trailing_median_inclusive(values: np.ndarray, k: int) -> np.ndarray:
         if w.size:
             out[i] = np.median(w)
     if n >= k:
-        out[k - 1 :] = np.median(sliding_window_view(x, k), axis=1)
+        out[k - 1 :] = sliding_median(x, k)
+    return out
+
+
+_NETWORK_MAX = 9  # windows up to this size use a sorting network
+
+
+def sliding_median(x: np.ndarray, k: int) -> np.ndarray:
+    """np.median of every k-point window of x (bit-identical, faster for small k).
+
+    Small windows are sorted column-wise by an odd-even transposition network
+    of np.minimum/np.maximum (which select inputs, and propagate NaN as
+    np.median does); the median is the middle column, or for even k the mean
+    of the two middle ones computed as np.median computes it.
+    """
+    if k > _NETWORK_MAX:
+        return np.median(sliding_window_view(x, k), axis=1)
+    m = x.shape[0] - k + 1
+    cols = [x[j : j + m] for j in range(k)]
+    return _network_median(cols)
+
+
+def _network_median(cols: list) -> np.ndarray:
+    """np.median across k equal-length columns (k <= _NETWORK_MAX), bit-identical."""
+    k = len(cols)
+    if k == 3:  # median of three: four min/max
+        a, b, c = cols
+        return np.maximum(np.minimum(a, b), np.minimum(np.maximum(a, b), c)) + 0.0
+    cols = list(cols)
+    for rnd in range(k):
+        for j in range(rnd % 2, k - 1, 2):
+            a, b = cols[j], cols[j + 1]
+            cols[j], cols[j + 1] = np.minimum(a, b), np.maximum(a, b)
+    # np.median takes the mean of the middle slice even for odd k (so -0.0
+    # becomes 0.0): do the same.
+    if k % 2:
+        return cols[k // 2] + 0.0
+    return ((cols[k // 2 - 1] + 0.0) + cols[k // 2]) / 2.0
+
+
+def trailing_median_inclusive_at(values: np.ndarray, k: int, at: np.ndarray) -> np.ndarray:
+    """trailing_median_inclusive(values, k)[at], computing only those points."""
+    at = np.asarray(at, dtype=np.int64)
+    k = max(1, k)
+    if k > _NETWORK_MAX or at.shape[0] * 4 > values.shape[0]:
+        return trailing_median_inclusive(values, k)[at]
+    x = ffill_nonfinite(values.astype(np.float64, copy=False))
+    out = np.full(at.shape[0], np.nan)
+    early = at < k - 1
+    for j in np.flatnonzero(early).tolist():
+        w = x[: at[j] + 1]
+        w = w[np.isfinite(w)]
+        if w.size:
+            out[j] = np.median(w)
+    late = np.flatnonzero(~early)
+    if late.size:
+        pos = at[late]
+        out[late] = _network_median([x[pos - (k - 1 - j)] for j in range(k)])
     return out

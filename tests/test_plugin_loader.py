@@ -112,3 +112,84 @@ def test_tensorboard_serves_other_plugins(tmp_path, monkeypatch, broken):
 
 def test_logger_is_tensorboards():
     assert loader_mod.logger.name == "tensorboard"
+
+
+# -- a real `tensorboard` process (entry-point discovery) with a broken plugin -----------------
+
+_BREAKERS = {
+    # An ImportError inside the loader's lazy import (a dependency of the plugin is unusable,
+    # e.g. an incompatible TensorBoard or numpy).
+    "import": "import sys; sys.modules['tb_crash_signals.engine'] = None",
+    # The plugin imports but its constructor raises.
+    "constructor": (
+        "import tb_crash_signals.plugin as p\n"
+        "def _boom(self, context):\n"
+        "    raise RuntimeError('incompatible TensorBoard (simulated)')\n"
+        "p.CrashSignalsPlugin.__init__ = _boom"
+    ),
+}
+
+
+@pytest.mark.parametrize("mode", sorted(_BREAKERS))
+def test_real_tensorboard_survives_a_broken_plugin(tmp_path, mode):
+    """`python -m tensorboard.main` (plugins found through the entry point) with a sitecustomize
+    that breaks the plugin: TensorBoard starts, serves its scalars, and logs why the tab is off."""
+    import json
+    import os
+    import signal
+    import time
+    import urllib.request
+
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(_BREAKERS[mode] + "\n")
+    logdir = tmp_path / "logdir"
+    write_scalars(str(logdir / "run"), {"loss": [(i, 1.0 / (i + 1)) for i in range(20)]})
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(hook), os.environ.get("PYTHONPATH", "")]))
+    port = free_port()
+    log_path = tmp_path / "tb.log"
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tensorboard.main", "--logdir", str(logdir), "--host", "127.0.0.1",
+             "--port", str(port), "--reload_interval", "1"],
+            stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+        )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + 60
+        listing = None
+        while time.time() < deadline:
+            assert proc.poll() is None, log_path.read_text(errors="replace")
+            try:
+                with urllib.request.urlopen(base + "/data/plugins_listing", timeout=5) as r:
+                    listing = json.loads(r.read())
+                with urllib.request.urlopen(base + "/data/plugin/scalars/tags", timeout=5) as r:
+                    tags = json.loads(r.read())
+                if tags.get("run"):
+                    break
+            except OSError:
+                pass
+            time.sleep(0.3)
+        else:
+            raise AssertionError("tensorboard never served its scalars:\n" + log_path.read_text(errors="replace"))
+        assert "crash_signals" not in listing
+        assert listing["scalars"]["enabled"] is True
+        assert "loss" in tags["run"]
+        with urllib.request.urlopen(base + "/data/plugin/scalars/scalars?run=run&tag=loss", timeout=5) as r:
+            assert len(json.loads(r.read())) == 20
+        try:
+            urllib.request.urlopen(base + "/data/plugin/crash_signals/runs", timeout=5)
+            raise AssertionError("the disabled tab still answers")
+        except urllib.error.HTTPError as e:
+            assert e.code == 404
+        text = log_path.read_text(errors="replace")
+        assert "Crash Signals tab disabled" in text
+        assert ("cannot import" in text) if mode == "import" else ("simulated" in text)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=15)

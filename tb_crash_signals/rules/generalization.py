@@ -7,15 +7,25 @@ import dataclasses
 import numpy as np
 
 from tb_crash_signals.rules.base import Hits, fmt, rule
-from tb_crash_signals.stats import run_lengths, trailing_median_inclusive, value_at_or_before
+from tb_crash_signals.stats import (
+    run_lengths,
+    trailing_median_inclusive_at,
+    value_at_or_before,
+)
 
 
 def _train_at_val_steps(data, smooth: int):
     train, val = data.get("train_loss"), data.get("val_loss")
     if train is None or val is None or len(val) == 0 or len(train) == 0:
         return None, None
-    sm = trailing_median_inclusive(train.values, smooth) if smooth > 1 else train.values
-    return val, value_at_or_before(train.steps, sm, val.steps)
+    if smooth <= 1:
+        return val, value_at_or_before(train.steps, train.values, val.steps)
+    # The smoothed train loss is needed only at the validation steps.
+    pos = np.searchsorted(train.steps, val.steps, side="right") - 1
+    out = np.full(val.steps.shape, np.nan)
+    ok = pos >= 0
+    out[ok] = trailing_median_inclusive_at(train.values, smooth, pos[ok])
+    return val, out
 
 
 @dataclasses.dataclass(frozen=True)

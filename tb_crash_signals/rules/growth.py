@@ -9,7 +9,7 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from tb_crash_signals.rules.base import Fit, Hits, fmt, rule
-from tb_crash_signals.stats import linear_fit, trailing_median_mad
+from tb_crash_signals.stats import linear_fit, positive_log, trailing_median_mad
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,8 +79,7 @@ def grad_norm_growth(data, p: GrowthParams):
     if s is None or len(s) < w + 2:
         return
     steps, v = s.steps, s.values
-    with np.errstate(divide="ignore", invalid="ignore"):
-        logv = np.where(v > 0, np.log(np.where(v > 0, v, 1.0)), np.nan)
+    logv = positive_log(v)
     finite = np.isfinite(logv)
     # Cheap vectorised pre-filter: the last quarter of the window must sit
     # well above its first quarter. Only candidates get an exact fit.
@@ -89,7 +88,17 @@ def grad_norm_growth(data, p: GrowthParams):
     n = len(s)
     # Quarter means summed directly (not as cumsum differences) so the online
     # monitor, summing the same q values, gets bit-identical results.
-    quarter = sliding_window_view(filled, q).sum(axis=1) / q
+    if q < 8:
+        # Left-to-right sums of shifted slices: the same additions, in the same
+        # order, as the row sums of the window view (numpy sums fewer than 8
+        # values sequentially), without its slow short-row reduction.
+        m = n - q + 1
+        total = filled[:m] + 0.0
+        for j in range(1, q):
+            total += filled[j : j + m]
+        quarter = total / q
+    else:
+        quarter = sliding_window_view(filled, q).sum(axis=1) / q
     # Window ending at i = w-1 .. n-1 (slices rather than fancy indexing).
     first_q = quarter[: n - w + 1]
     last_q = quarter[w - q : n - q + 1]

@@ -117,6 +117,8 @@ def lr_nonpositive(data, p: LrNonPositiveParams):
         return
     v = s.values
     with np.errstate(invalid="ignore"):
+        if not (v <= 0).any():  # the usual case: nothing to find
+            return
         hit = (v < 0) | (run_lengths(v == 0) >= p.consecutive)
     idx = np.flatnonzero(hit)
     if idx.size:

@@ -56,8 +56,16 @@ def _in_warmup(data, steps):
     lr = data.get("lr")
     if lr is None or len(lr) < 2:
         return np.zeros(steps.shape[0], bool)
-    pos = np.searchsorted(lr.steps, steps, side="right") - 1
     v = lr.values
+    if lr.steps.shape == steps.shape and np.array_equal(lr.steps, steps):
+        # Logged at the same steps (the usual case): pos is 0..n-1, so the two
+        # gathers below are shifted slices.
+        back = np.empty_like(v)
+        back[:3] = v[0]
+        back[3:] = v[:-3]
+        with np.errstate(invalid="ignore"):
+            return v > back
+    pos = np.searchsorted(lr.steps, steps, side="right") - 1
     back = np.maximum(pos - 3, 0)
     with np.errstate(invalid="ignore"):
         return (pos >= 0) & (v[np.maximum(pos, 0)] > v[back])

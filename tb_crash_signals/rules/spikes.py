@@ -8,7 +8,7 @@ import numpy as np
 
 from tb_crash_signals.rules.base import Hits, fmt, rule
 from tb_crash_signals.signals import SIGNAL_LABELS
-from tb_crash_signals.stats import run_lengths, trailing_median_mad, trailing_min
+from tb_crash_signals.stats import positive_log, run_lengths, trailing_median_mad, trailing_min
 
 _MAD_TO_SIGMA = 1.4826
 
@@ -126,8 +126,7 @@ class SpikeParams:
 def _spike_index(values, p: SpikeParams, log: bool):
     x = values
     if log:
-        with np.errstate(divide="ignore", invalid="ignore"):
-            x = np.where(values > 0, np.log(np.where(values > 0, values, 1.0)), np.nan)
+        x = positive_log(values)
     # Necessary condition, cheap to test: a spike is well above the window's
     # minimum (median >= min). Medians are computed only for these candidates.
     lo = trailing_min(x, p.window)
@@ -136,17 +135,21 @@ def _spike_index(values, p: SpikeParams, log: bool):
             candidate = x - lo > np.log(p.min_ratio)
         else:
             candidate = ~(lo > 0) | (x >= p.min_ratio * lo)
-    med, mad = trailing_median_mad(x, p.window, p.min_points, at=np.flatnonzero(candidate))
+    cand = np.flatnonzero(candidate)
+    med, mad = trailing_median_mad(x, p.window, p.min_points, at=cand)
+    # Only candidates can spike (elsewhere med is NaN and every test below is
+    # False): decide on them alone.
+    xc, mc, dc = x[cand], med[cand], mad[cand]
     with np.errstate(invalid="ignore"):
         if log:
             floor = np.log(p.min_ratio)
-            spike = (x - med) > np.maximum(p.z * _MAD_TO_SIGMA * mad, floor)
+            spike = (xc - mc) > np.maximum(p.z * _MAD_TO_SIGMA * dc, floor)
         else:
-            scale = np.maximum(_MAD_TO_SIGMA * mad, 1e-3 * np.abs(med))
-            spike = (x - med) > p.z * scale
-            spike &= np.where(med > 0, x >= p.min_ratio * med, True)
-    spike &= np.isfinite(x)
-    return np.flatnonzero(spike), med
+            scale = np.maximum(_MAD_TO_SIGMA * dc, 1e-3 * np.abs(mc))
+            spike = (xc - mc) > p.z * scale
+            spike &= np.where(mc > 0, xc >= p.min_ratio * mc, True)
+    spike &= np.isfinite(xc)
+    return cand[spike], med
 
 
 def _recovery(s, start, baseline, limit=200):
