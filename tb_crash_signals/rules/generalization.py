@@ -85,14 +85,16 @@ class ValDivergenceParams:
     Attributes:
         evaluations: the last this-many evaluations must all be above the best
             (a rise that persists, not one noisy evaluation).
-        min_rise: ... by at least this much (relative).
+        min_rise: ... by at least this much (relative). 0.10, was 0.05: the
+            same 10 % rise that defines an overfit run in our labels and in
+            the real-log verdicts; 5 % fired on healthy validation noise.
         smooth: trailing train points whose median is compared (noise).
         min_evaluations: evaluations needed before the rule can fire.
         cooldown: evaluations after which a new episode starts.
     """
 
     evaluations: int = 2
-    min_rise: float = 0.05
+    min_rise: float = 0.10
     smooth: int = 5
     min_evaluations: int = 3
     cooldown: int = 10

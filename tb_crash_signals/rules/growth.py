@@ -24,7 +24,10 @@ class GrowthParams:
         threshold: the explosion threshold the projection aims at (same as
             `grad-norm-threshold`).
         horizon: fires only when the projected crossing is at most this many
-            steps ahead.
+            steps ahead (100, was 500: the rise of the grad norm in the first
+            hundred steps of a healthy run projects a crossing a few hundred
+            steps out; an explosion that is coming gets within 100 steps well
+            before it happens -- see docs/detection.md).
         baseline_window: points before the fit window whose median is the
             run's normal level.
         min_excess: the current value must be at least this multiple of that
@@ -36,7 +39,7 @@ class GrowthParams:
     min_r2: float = 0.6
     min_growth: float = 2.0
     threshold: float = 100.0
-    horizon: int = 500
+    horizon: int = 100
     baseline_window: int = 200
     min_excess: float = 2.0
     cooldown: int = 20

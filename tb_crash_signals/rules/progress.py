@@ -17,21 +17,25 @@ class PlateauParams:
 
     Attributes:
         smooth: trailing points whose median is the smoothed loss (per-step
-            losses are noisy; epoch-level ones are already averages).
+            losses are noisy; epoch-level ones are already averages). 9, was 3:
+            the best of a 3-point median is a lucky batch that a healthy run
+            takes hundreds of steps to beat by 1 %.
         rel_improvement: progress means the best smoothed loss fell by at
             least this fraction over the patience window.
         min_patience: points the best must have stood still before the rule fires.
         patience_fraction: ... or this share of the points logged so far, if
-            larger, so a long run must stall for a proportionate time.
+            larger, so a long run must stall for a proportionate time (0.4, was
+            0.3: fewer warnings on healthy runs whose progress slows as the
+            learning rate decays; see docs/detection.md).
         max_patience: ... but never more than this many points (this bounds
             the history the online monitor keeps).
         cooldown: points after which a new episode starts.
     """
 
-    smooth: int = 3
+    smooth: int = 9
     rel_improvement: float = 0.01
     min_patience: int = 8
-    patience_fraction: float = 0.3
+    patience_fraction: float = 0.4
     max_patience: int = 2000
     cooldown: int = 50
 

@@ -112,14 +112,16 @@ class SpikeParams:
         window: trailing points forming the robust baseline (median/MAD).
         min_points: points needed before the rule can fire (warm-up).
         z: robust z-score (deviation / (1.4826 MAD)) above which a point spikes.
-        min_ratio: the point must also be at least this multiple of the baseline.
+        min_ratio: the point must also be at least this multiple of the baseline
+            (2.5, was 1.5: a small-batch loss is heavy-tailed, and 1.5-2x
+            excursions of healthy runs passed the z test; see docs/detection.md).
         cooldown: quiet points after which a new episode starts.
     """
 
     window: int = 100
     min_points: int = 20
     z: float = 6.0
-    min_ratio: float = 1.5
+    min_ratio: float = 2.5
     cooldown: int = 10
 
 
@@ -216,10 +218,11 @@ class GradSpikeParams(SpikeParams):
     """Parameters of `grad-norm-spike` (as `loss-spike`, on log grad norm).
 
     Attributes:
-        min_ratio: the grad norm must be at least this multiple of its median.
+        min_ratio: the grad norm must be at least this multiple of its median
+            (5, was 3: healthy grad norms wander 3x around their median).
     """
 
-    min_ratio: float = 3.0
+    min_ratio: float = 5.0
 
 
 @rule(
@@ -247,7 +250,9 @@ class DivergenceParams:
     Attributes:
         window: trailing points forming the baseline (median).
         min_points: points needed before the rule can fire.
-        factor: a point is elevated when loss >= factor * baseline.
+        factor: a point is elevated when loss >= factor * baseline (2.5, was
+            LLM Foundry's 2: at 2x, a regression loss near zero that doubles
+            for a few points -- noise, not a blow-up -- was critical).
         consecutive: fires once more than this many consecutive points are
             elevated (LLM Foundry: 2x the window mean for > 4 steps).
         cooldown: non-elevated points after which a new episode starts.
@@ -255,7 +260,7 @@ class DivergenceParams:
 
     window: int = 100
     min_points: int = 10
-    factor: float = 2.0
+    factor: float = 2.5
     consecutive: int = 4
     cooldown: int = 20
 
