@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import stat
 import sys
 from typing import Any, Mapping
 
@@ -232,6 +233,33 @@ def from_dict(data: Mapping[str, Any], path: str | None = None) -> Config:
     )
 
 
+#: A config file is a few lines; anything bigger is not one and is not read into memory.
+MAX_CONFIG_BYTES = 1 << 20
+
+
+def _read_config_bytes(path: str, name: str) -> bytes:
+    """The file's bytes; only a regular file, at most MAX_CONFIG_BYTES.
+
+    The file may sit in a shared logdir: a FIFO named crash_signals.toml must not
+    block the reader (O_NONBLOCK; a blocking open waits for a writer forever), and
+    a link to /dev/zero must not be read until memory runs out.
+    """
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
+    fd = os.open(path, flags)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ConfigError(f"{name}: cannot read: not a regular file")
+        f = os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+    with f:
+        data = f.read(MAX_CONFIG_BYTES + 1)
+    if len(data) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"{name}: larger than {MAX_CONFIG_BYTES} bytes; not a config file")
+    return data
+
+
 def load_config(path: str) -> Config:
     """Reads and validates a TOML config file.
 
@@ -241,8 +269,7 @@ def load_config(path: str) -> Config:
     """
     name = os.path.basename(path)
     try:
-        with open(path, "rb") as f:
-            data = tomllib.load(f)
+        data = tomllib.loads(_read_config_bytes(path, name).decode("utf-8"))
     except OSError as e:
         raise ConfigError(f"{name}: cannot read: {e.strerror or e}") from None
     except tomllib.TOMLDecodeError as e:

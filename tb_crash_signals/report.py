@@ -64,7 +64,8 @@ def report_to_json(results, problems=()) -> dict:
 
 
 def safe(text: str) -> str:
-    """Escapes control characters so names cannot move the cursor or hide text."""
+    """Escapes control characters so names cannot move the cursor or hide text
+    (and lone surrogates, which no UTF-8 output can encode)."""
     out = []
     for ch in str(text):
         code = ord(ch)
@@ -72,6 +73,12 @@ def safe(text: str) -> str:
             out.append(ch.encode("unicode_escape").decode("ascii"))
         elif 0x202A <= code <= 0x202E or 0x2066 <= code <= 0x2069:
             out.append(f"\\u{code:04x}")  # bidi overrides can reorder what is shown
+        elif 0xDC80 <= code <= 0xDCFF:
+            # A file-name byte that is not UTF-8 (os.walk's surrogateescape): show the byte.
+            # Written raw, it would make a strict UTF-8 stdout raise.
+            out.append(f"\\x{code - 0xDC00:02x}")
+        elif 0xD800 <= code <= 0xDFFF:
+            out.append(f"\\u{code:04x}")  # any other lone surrogate cannot be encoded
         else:
             out.append(ch)
     return "".join(out)

@@ -138,6 +138,7 @@ def test_real_tensorboard_survives_a_broken_plugin(tmp_path, mode):
     import os
     import signal
     import time
+    import urllib.error
     import urllib.request
 
     hook = tmp_path / "hook"

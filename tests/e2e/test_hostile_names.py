@@ -1,0 +1,212 @@
+"""Hostile run, tag and config strings are shown as text: in the tab (a real TensorBoard driven by
+Chromium) and in the CLI's text report (control characters and bidi overrides escaped).
+
+Every payload tries to run script (`top.__xss = N`, `alert(N)`) or inject an element; the test
+fails on any dialog, any `<img>`/`<svg>`/`<script>` in the tab's document, any console error, or
+a `__xss` global, and checks the text shown equals the string logged.
+
+    python -m pytest tests/e2e/test_hostile_names.py -q
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+import urllib.error
+
+import numpy as np
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+from eventwriters import write_scalars  # noqa: E402  (tests/eventwriters.py)
+from test_browser import CHROMIUM, PLUGIN, Tab, _free_port, _get, _require_tools  # noqa: E402,F401
+
+import playwright.sync_api as playwright_api  # noqa: E402  (a missing install fails, never skips)
+
+from tb_crash_signals import cli  # noqa: E402
+from tb_crash_signals.report import safe  # noqa: E402
+
+LONG = "/".join(["L" * 249 + str(i % 10) for i in range(12)])  # a 3011-char run name (12 nested dirs)
+RUNS = [
+    '<img src=x onerror="top.__xss=1;alert(1)">',
+    '"><svg onload=top.__xss=2>',
+    "<script>top.__xss=3</script>",  # a "/" in a run name is a sub-directory
+    "ctl\x1b[31mred\x07\x08\t\r\x7f\u0085end",
+    "\u202eexe.evil\u202c \u2066iso\u2069 \u200f",
+    "🔥💥 e\u0301\u0301\u0301 ñ 日本語 \U0001F9EA",
+    LONG,
+]
+HOSTILE_TAGS = [
+    "<img src=x onerror=top.__xss=4>",
+    "T" * 10_000,
+    "\u202etag\u202c",
+    "ctl\x1b]0;title\x07tag",
+    "<style>*{display:none}</style>",
+]
+MAPPED_TAG = "<svg/onload=top.__xss=5>/loss"  # mapped to train_loss by the config below
+CONFIG_OK = '[signals]\ntrain_loss = "<svg/onload=top.__xss=5>/loss"\n'
+CONFIG_BAD = '[signals]\n"<img src=x onerror=top.__xss=6>" = "x"\n'
+
+
+def _loss(n=200, nan_from=180):
+    rng = np.random.default_rng(1)
+    v = 2.0 * np.exp(-np.arange(n) / 50) + 0.3 + 0.01 * rng.standard_normal(n)
+    v[nan_from:] = np.nan
+    return [(i, float(x)) for i, x in enumerate(v)]
+
+
+@pytest.fixture(scope="module")
+def logdir(tmp_path_factory):
+    root = str(tmp_path_factory.mktemp("hostile"))
+    for name in RUNS:
+        write_scalars(os.path.join(root, *name.split("/")), {"train/loss": _loss()})
+    write_scalars(os.path.join(root, "tags"), {t: [(0, 1.0), (1, 2.0)] for t in HOSTILE_TAGS})
+    write_scalars(os.path.join(root, "mapped"), {MAPPED_TAG: _loss()})
+    with open(os.path.join(root, "crash_signals.toml"), "w", encoding="utf-8") as f:
+        f.write(CONFIG_OK)
+    return root
+
+
+@pytest.fixture(scope="module")
+def tensorboard(logdir):
+    port = _free_port()
+    log = open(os.path.join(logdir, "..", "tensorboard-hostile.log"), "wb")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tensorboard.main", "--logdir", logdir, "--port", str(port),
+         "--host", "127.0.0.1", "--reload_interval", "1"],
+        stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+    )
+    base = f"http://127.0.0.1:{port}"
+    want = len(RUNS) + 2
+    try:
+        deadline = time.time() + 90
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"tensorboard exited with {proc.returncode}; see {log.name}")
+            try:
+                status, body = _get(f"{base}/data/plugin/{PLUGIN}/runs")
+                if status == 200 and len(json.loads(body)["runs"]) == want:
+                    break
+            except (urllib.error.URLError, ConnectionError, OSError, ValueError, KeyError):
+                pass
+            if time.time() > deadline:
+                raise RuntimeError(f"tensorboard did not list {want} runs in time; see {log.name}")
+            time.sleep(0.5)
+        yield base
+    finally:
+        try:
+            os.killpg(proc.pid, 15)
+            proc.wait(timeout=15)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            try:
+                os.killpg(proc.pid, 9)
+            except ProcessLookupError:
+                pass
+        log.close()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with playwright_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"], headless=True)
+        yield b
+        b.close()
+
+
+def _assert_clean(tab):
+    tab.page.wait_for_timeout(200)
+    assert tab.dialogs == []
+    assert tab.errors == []
+    assert tab.page.evaluate("typeof window.__xss") == "undefined"
+    frame = tab.page.frame_locator(f'iframe[src*="plugin_entry.html?name={PLUGIN}"]')
+    assert frame.locator("body").evaluate("() => typeof window.__xss + typeof window.top.__xss") == "undefinedundefined"
+    assert frame.locator("img").count() == 0
+    assert frame.locator("script").count() <= 1  # the plugin's own module entry, if any
+    hostile = frame.locator("body").evaluate(
+        "() => [...document.querySelectorAll('*')].filter(e => "
+        "[...e.attributes].some(a => a.name.startsWith('on'))).length"
+    )
+    assert hostile == 0  # no element carries an event-handler attribute
+
+
+def _select(tab, name):
+    items = tab.frame.locator("[data-run]")
+    names = [items.nth(i).get_attribute("data-run") for i in range(items.count())]
+    assert names.count(name) == 1, (name, names)
+    items.nth(names.index(name)).click()
+    tab.settle()
+
+
+def test_hostile_run_names_are_text(browser, tensorboard):
+    tab = Tab(browser, tensorboard)
+    try:
+        items = tab.frame.locator("[data-run]")
+        listed = {items.nth(i).get_attribute("data-run") for i in range(items.count())}
+        assert set(RUNS) <= listed
+        for name in RUNS:
+            _select(tab, name)
+            assert tab.frame.locator(".cs-run-title").text_content() == name
+            assert tab.frame.locator(".cs-run-title").get_attribute("title") == name
+            _assert_clean(tab)
+    finally:
+        tab.close()
+
+
+def test_hostile_tag_names_are_text(browser, tensorboard):
+    tab = Tab(browser, tensorboard)
+    try:
+        _select(tab, "tags")
+        shown = tab.frame.locator(".cs-nosignals code").all_text_contents()
+        for tag in HOSTILE_TAGS:
+            assert tag in shown
+        assert tab.frame.locator(".cs-snippet").count() == 1
+        _select(tab, "mapped")  # the hostile tag drives train_loss via the config
+        meta = tab.frame.locator(".cs-meta").get_attribute("title")
+        assert MAPPED_TAG in meta
+        assert tab.frame.locator("[data-episode]").count() >= 1
+        _assert_clean(tab)
+    finally:
+        tab.close()
+
+
+def test_hostile_config_error_is_text(browser, tensorboard, logdir):
+    path = os.path.join(logdir, "crash_signals.toml")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(CONFIG_BAD)
+    try:
+        tab = Tab(browser, tensorboard)
+        try:
+            text = tab.frame.locator("body").text_content()
+            assert "<img src=x onerror=top.__xss=6>" in text  # the message names the key, as text
+            _assert_clean(tab)
+        finally:
+            tab.close()
+    finally:
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(CONFIG_OK)
+
+
+_RAW_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
+def test_cli_text_report_escapes_control_characters(logdir, capsys):
+    code = cli.main(["scan", logdir, "--fail-on", "never"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert not _RAW_CONTROL.search(out), repr(_RAW_CONTROL.search(out))
+    for name in RUNS:
+        assert safe(name) in out
+    assert safe("ctl\x1b[31m") == "ctl\\x1b[31m"
+    assert safe("\u202eexe") == "\\u202eexe"
+    assert safe("a\u0085b\u2028c") == "a\\x85b\\u2028c"
+    for tag in HOSTILE_TAGS[:1] + HOSTILE_TAGS[2:]:
+        assert safe(tag) in out  # the no-signals run lists its tags, escaped
+    code = cli.main(["scan", logdir, "--format", "json", "--fail-on", "never"])
+    report = json.loads(capsys.readouterr().out)
+    assert {r["run"] for r in report["runs"]} >= set(RUNS)  # JSON keeps the names exact
