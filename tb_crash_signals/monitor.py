@@ -145,6 +145,9 @@ class Monitor:
         self._snapshots: collections.deque = collections.deque()
         self._log: list[tuple[int, dict]] = []  # updates since the oldest snapshot
         self._log_from_start = True
+        # Snapshot spacing; drops to 1 once a loop logs the same step twice
+        # (micro-batches), so each repeat replays one update instead of hundreds.
+        self._snapshot_every = _SNAPSHOT_EVERY
         self.approximate = False
 
     # -- feeding ---------------------------------------------------------------
@@ -183,11 +186,12 @@ class Monitor:
                         if s == step:
                             merged.update(v)
                     clean = {**merged, **clean}
+                    self._snapshot_every = 1
                 self._restart(step)
         opened = self._apply(step, clean)
         self._log.append((step, clean))
         st.updates += 1
-        if st.updates % _SNAPSHOT_EVERY == 0:
+        if st.updates % self._snapshot_every == 0:
             self._snapshot()
         return opened
 
