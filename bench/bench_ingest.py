@@ -2,6 +2,7 @@
 
     python bench/bench_ingest.py                # 1M simple_value scalar events
     python bench/bench_ingest.py --events 200000 --kind tensor
+    python bench/bench_ingest.py --layout run --data-server   # 5 signals at 3 rates, + Rust server
 
 Writes one event file (fixed seed) of N scalar events cycling over 4 tags
 (train/loss, train/grad_norm, train/learning_rate, optim/update_ratio; step =
@@ -15,6 +16,16 @@ i // 4), then times:
 
 checks that both read the same points (over TensorBoard's first 20000 events),
 and prints the times and the ratio.
+
+``--layout run`` writes instead a training run's layout (bench/_synth.py: train
+loss, grad norm, lr every step, update ratio every 10, validation every 100;
+``--events`` events in all), which is what real logdirs look like: the tags'
+record lengths repeat with a long cycle. ``--data-server`` also times the Rust
+data server (``--load_fast=true``): ``SubprocessServerDataIngester`` with
+``--samples_per_plugin scalars=0`` (keep every point) on the same logdir, from
+spawning it to every point in Python through its data provider
+(``list_scalars`` polled until the last step is loaded, then
+``read_scalars(downsample=10**9)``), checked to be the same points as ours.
 
 Writer: TensorBoard's EventFileWriter needs ~14 s per 100k events here (its
 CRC32C is pure Python, behind a queue thread), so by default the bench frames
@@ -36,12 +47,15 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from tensorboard.backend.event_processing.event_file_loader import EventFileLoader  # noqa: E402
 from tensorboard.compat.proto import event_pb2, summary_pb2  # noqa: E402
 from tensorboard.summary.writer.event_file_writer import EventFileWriter  # noqa: E402
 from tensorboard.summary.writer.record_writer import RecordWriter  # noqa: E402
 from tensorboard.util import tensor_util  # noqa: E402
+
+import _synth  # noqa: E402
 
 from tb_crash_signals import eventfile  # noqa: E402
 from tb_crash_signals.source import RunReader  # noqa: E402
@@ -150,6 +164,49 @@ def time_tensorboard(path):
     return dt, n, out
 
 
+def time_data_server(logdir, want_points, final_step):
+    """Seconds from spawning the Rust data server to every point read back, and the points."""
+    from tensorboard import context as tb_context
+    from tensorboard.data import server_ingester
+    from tensorboard.util import grpc_util
+
+    ctx = tb_context.RequestContext()
+    t0 = time.perf_counter()
+    ing = server_ingester.SubprocessServerDataIngester(
+        server_binary=server_ingester.get_server_binary(),
+        logdir=logdir,
+        reload_interval=0,  # --reload=once
+        channel_creds_type=grpc_util.ChannelCredsType.LOCAL,
+        samples_per_plugin={"scalars": 0},  # keep every point
+    )
+    try:
+        ing.start()
+        provider = ing.data_provider
+        t_spawned = time.perf_counter()
+        while True:
+            try:
+                listing = provider.list_scalars(ctx, experiment_id="", plugin_name="scalars")
+            except Exception:  # not answering yet
+                listing = {}
+            tags = [ts for run in listing.values() for ts in run.values()]
+            if tags and max(ts.max_step for ts in tags) >= final_step:
+                got = provider.read_scalars(
+                    ctx, experiment_id="", plugin_name="scalars", downsample=10**9,
+                )
+                n = sum(len(pts) for run in got.values() for pts in run.values())
+                if n >= want_points:
+                    break
+            if time.perf_counter() - t0 > 600:
+                raise TimeoutError("data server did not load the file in 10 minutes")
+            time.sleep(0.02)
+        dt = time.perf_counter() - t0
+        return dt, t_spawned - t0, got
+    finally:
+        handle = getattr(ing, "_stdin_handle", None)
+        if handle is not None:
+            handle.close()  # --die-after-stdin
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--events", type=int, default=1_000_000)
@@ -158,14 +215,29 @@ def main(argv=None):
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--skip-tensorboard", action="store_true")
+    ap.add_argument("--layout", choices=["cycle4", "run"], default="cycle4",
+                    help="cycle4: 4 tags every step (default); run: a training run's 5 signals at 3 rates")
+    ap.add_argument("--data-server", action="store_true", help="also time the Rust data server")
     args = ap.parse_args(argv)
+    print(f"machine: {_synth.machine()}")
 
     tmp = tempfile.mkdtemp(prefix="bench_ingest_")
     try:
         run_dir = os.path.join(tmp, "run")
         os.makedirs(run_dir)
         t0 = time.perf_counter()
-        if args.writer == "fast":
+        if args.layout == "run":
+            path = os.path.join(run_dir, "events.out.tfevents.0000000000.bench")
+            steps = int(args.events / 3.11) + 1
+            cols = _synth.run_columns(_synth.make_run(steps, args.seed))
+            k = sum(len(c[0]) for c in cols.values()) - args.events
+            if k > 0:  # trim to exactly --events points (the last ones logged)
+                cols = {t: (st[st < steps - 1], v[st < steps - 1]) for t, (st, v) in cols.items()}
+            _synth.write_events(path, cols)
+            _synth.check_file(path, cols)
+            args.events = sum(len(c[0]) for c in cols.values())
+            wname = "bench/_synth.py's vectorised writer (sample checked with EventFileLoader)"
+        elif args.writer == "fast":
             path = os.path.join(run_dir, "events.out.tfevents.0000000000.bench")
             write_fast(path, make_events(args.events, args.kind, args.seed))
             wname = "bench's vectorised-CRC writer (sample checked against TensorBoard's RecordWriter)"
@@ -181,6 +253,16 @@ def main(argv=None):
         npts = sum(len(s) for s in series.values())
         print(f"ours        : {ours:.3f} s  ({npts} points, {args.events / ours / 1e6:.2f} M events/s, "
               f"best of {args.repeat}; {stats})")
+        if args.data_server:
+            final = max(int(s.steps[-1]) for s in series.values())
+            ds, spawn, got = time_data_server(tmp, npts, final)
+            for tag, s in series.items():
+                pts = got["run"][tag]
+                assert np.array_equal(np.array([p.step for p in pts]), s.steps), tag
+                assert np.array_equal(np.array([p.value for p in pts]), s.values, equal_nan=True), tag
+            print(f"data server : {ds:.3f} s  (Rust, --samples_per_plugin scalars=0: spawn {spawn:.2f} s, "
+                  f"load + read_scalars of all {npts} points; same points as ours)")
+            print(f"ours vs data server: {ds / ours:.1f}x faster end to end")
         if args.skip_tensorboard:
             return 0
         tb, n_events, tb_points = time_tensorboard(path)

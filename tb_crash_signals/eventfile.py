@@ -339,12 +339,34 @@ _SPEC_MAX_PERIOD = 16
 _SPEC_BLOCK_MAX = 1 << 16
 
 
+_SPEC_MAX_LONG_PERIOD = 1024
+
+
 def _period(lens: list) -> int:
-    """Smallest period (<= _SPEC_MAX_PERIOD) of the last record lengths, or 0."""
+    """Smallest period of the last record lengths, or 0.
+
+    Short periods (<= _SPEC_MAX_PERIOD, tags logged at the same rate) need 4
+    repeats in the last 64 lengths. Long ones (<= _SPEC_MAX_LONG_PERIOD: tags
+    logged at different rates, e.g. every step, every 10 and every 100 steps)
+    need 2 repeats; they are found with numpy once the Python walk has seen
+    enough records. A wrong guess costs nothing but time: every predicted
+    length is checked against the file.
+    """
     tail = lens[-64:]
     n = len(tail)
     for p in range(1, min(_SPEC_MAX_PERIOD, n // 4) + 1):
         if tail[p:] == tail[:-p]:
+            return p
+    m = min(len(lens), 2 * _SPEC_MAX_LONG_PERIOD)
+    if m < 4 * _SPEC_MAX_PERIOD:
+        return 0
+    t = np.asarray(lens[-m:], dtype=np.int64)
+    ps = np.arange(_SPEC_MAX_PERIOD + 1, m // 2 + 1)
+    ok = np.ones(ps.shape[0], dtype=bool)
+    for j in range(1, 17):  # the last 16 lengths repeat p records earlier
+        ok &= t[m - j - ps] == t[m - j]
+    for p in ps[ok].tolist():
+        if np.array_equal(t[p:], t[:-p]):
             return p
     return 0
 

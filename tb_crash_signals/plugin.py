@@ -29,6 +29,7 @@ import logging
 import os
 import re
 import threading
+import time
 import types
 
 import numpy as np
@@ -331,7 +332,10 @@ def _dumps(payload) -> str:
         text = json.dumps(payload, allow_nan=False)
     except ValueError:  # a stray NaN/Inf: encode it the way TensorBoard does
         text = json.dumps(json_util.Cleanse(payload))
-    return text.translate(_HTML_UNSAFE)
+    # Same result as text.translate(_HTML_UNSAFE), ~50x faster on big payloads.
+    if "<" in text or ">" in text or "&" in text:
+        text = text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+    return text
 
 
 # -- the plugin --------------------------------------------------------------
@@ -348,6 +352,13 @@ class CrashSignalsPlugin(base_plugin.TBPlugin):
     max_analyses = 256
     # Readers hold every point of every scalar tag of their run: bound the total.
     reader_point_budget = 50_000_000
+    # Big logdirs: when more than `lazy_runs` runs are listed, a `runs` request
+    # spends at most `runs_budget` seconds on full-resolution analyses; the
+    # runs left are summarised from TensorBoard's reservoir (`sampled: true`,
+    # cheap) while a background thread analyses them at full resolution for
+    # the next request.
+    lazy_runs = 100
+    runs_budget = 5.0
 
     def __init__(self, context):
         self._provider = context.data_provider
@@ -376,6 +387,9 @@ class CrashSignalsPlugin(base_plugin.TBPlugin):
         )
         self._assets: dict[str, tuple] = {}
         self.stats = collections.Counter()  # analyses, readers_created, cache_hits (tests, debugging)
+        self._provisional: dict[str, _Entry] = {}  # reservoir-based summaries (big logdirs)
+        self._background: dict[str, tuple] = {}  # run -> arguments of its pending full analysis
+        self._worker = None
 
     # -- TBPlugin -----------------------------------------------------------
 
@@ -573,8 +587,13 @@ class CrashSignalsPlugin(base_plugin.TBPlugin):
             tuple((m, tuple(t)) for m, t in sorted(logical.tags.items())),
         )
 
-    def _ensure(self, logical, listing, cfg, ctx, eid, want_payload):
+    def _ensure(self, logical, listing, cfg, ctx, eid, want_payload, cheap=False):
         """The run's summary entry (and analysis payload text if wanted), cached.
+
+        With `cheap` (big logdirs, see `lazy_runs`; summaries only), a run whose
+        full-resolution summary is not current is not analysed here: its full
+        analysis is queued for the background worker, and the result is its
+        cached reservoir summary, or (None, key) for `_reservoir_summaries`.
 
         Returns (entry, payload_text or None).
         """
@@ -591,6 +610,8 @@ class CrashSignalsPlugin(base_plugin.TBPlugin):
                 for t, ts in sorted((listing.get(m) or {}).items())
             )
             fast_key = (cfg_key, lkey, tb_stats, tuple((m, _file_signature(dirs[m])) for m in members))
+            if cheap and any(d is not None for d in dirs.values()):
+                return self._ensure_cheap(logical, listing, cfg, ctx, eid, refs, members, fast_key)
             with self._lock:
                 entry = self._summaries.get(logical.name)
             if entry is not None and entry.fast_key == fast_key:
@@ -626,6 +647,104 @@ class CrashSignalsPlugin(base_plugin.TBPlugin):
                 self._summaries[logical.name] = entry
                 self._analyses.put(logical.name, (data_key, text))
             return entry, (text if want_payload else None)
+
+    def _ensure_cheap(self, logical, listing, cfg, ctx, eid, refs, members, fast_key):
+        """A cached full-resolution or reservoir summary, else None (see `_reservoir_summaries`).
+
+        Called with the run's lock held. Queues the run's full analysis for
+        the background worker when its full summary is not current.
+        """
+        with self._lock:
+            entry = self._summaries.get(logical.name)
+            prov = self._provisional.get(logical.name)
+        if entry is not None and entry.fast_key == fast_key:
+            self._count("cache_hits")
+            return entry, None
+        with self._lock:
+            self._background[logical.name] = (logical, listing, cfg, ctx, eid)
+        if prov is not None and prov.fast_key == fast_key:
+            return prov, None
+        return None, fast_key
+
+    def _reservoir_summaries(self, todo, listing, cfg, ctx, eid):
+        """Summaries of runs from TensorBoard's reservoir, read in one data-provider call.
+
+        `todo`: [(logical run, fast key)]. Kept apart (`_provisional`) under
+        the full summary's key, listed by `runs` until the background worker
+        has the full-resolution one, never served by `analysis`.
+        """
+        refs = {lr.name: {d: r for d, r in lr.signals.items() if r is not None} for lr, _ in todo}
+        runs = sorted({r.run for rs in refs.values() for r in rs.values()})
+        tags = sorted({r.tag for rs in refs.values() for r in rs.values()})
+        got = {}
+        if runs and self._provider is not None:
+            got = self._provider.read_scalars(
+                ctx,
+                experiment_id=eid,
+                plugin_name=SCALARS_PLUGIN,
+                downsample=PROVIDER_DOWNSAMPLE,
+                run_tag_filter=tb_provider.RunTagFilter(runs=runs, tags=tags),
+            )
+        out = {}
+        for lr, fast_key in todo:
+            try:
+                data, sampled = {}, False
+                for dim, ref in refs[lr.name].items():
+                    points = (got.get(ref.run) or {}).get(ref.tag)
+                    if points is None:
+                        continue
+                    data[dim] = Series.from_arrays(
+                        [p.step for p in points], [p.value for p in points], [p.wall_time for p in points]
+                    )
+                    if self._capacity and len(points) >= self._capacity:
+                        sampled = True
+                result = analyze_run(lr, data, cfg[0], sampled)
+                self._count("reservoir_summaries")
+                report = run_to_json(result)
+                summary = {
+                    "run": report["run"],
+                    "health": report["health"],
+                    "counts": result.counts(),
+                    "first_critical_step": report["summary"].get("first_critical_step"),
+                    "signals": report["signals"],
+                    "sampled": report["sampled"],
+                    "headline": report["summary"].get("headline"),
+                }
+                entry = _Entry(lr.name, fast_key, None, summary, [])
+            except Exception as e:
+                logger.exception("crash_signals: analysing run %r failed", lr.name)
+                entry = self._failed_entry(lr, f"{type(e).__name__}: {e}")
+            with self._lock:
+                self._provisional[lr.name] = entry
+            out[lr.name] = entry
+        return out
+
+    def _start_background(self):
+        """Starts the worker for the queued full-resolution analyses, if needed."""
+        with self._lock:
+            if not self._background:
+                return
+            if self._worker is None or not self._worker.is_alive():
+                self._worker = threading.Thread(
+                    target=self._work, name="crash_signals-analyses", daemon=True
+                )
+                self._worker.start()
+
+    def _work(self):
+        while True:
+            with self._lock:
+                if not self._background:
+                    self._worker = None
+                    return
+                name = next(iter(self._background))
+                args = self._background.pop(name)
+            try:
+                self._ensure(*args, want_payload=False)
+                self._count("background_analyses")
+            except Exception:
+                logger.exception("crash_signals: background analysis of run %r failed", name)
+            with self._lock:
+                self._provisional.pop(name, None)
 
     def _cached_payload(self, name, entry, want_payload):
         """None if no payload is wanted, the cached text, or False if it must be rebuilt."""
@@ -681,13 +800,27 @@ class CrashSignalsPlugin(base_plugin.TBPlugin):
         ctx, eid, listing = self._listing(request)
         logical = group_runs({run: list(tags) for run, tags in listing.items()}, cfg[0].signals)
         entries = []
+        todo = []  # over the time budget, nothing cached: (position, run, key)
+        deadline = time.monotonic() + self.runs_budget if len(logical) > self.lazy_runs else None
         for lr in logical:
+            cheap = deadline is not None and time.monotonic() > deadline
             try:
-                entry, _ = self._ensure(lr, listing, cfg, ctx, eid, want_payload=False)
+                entry, key = self._ensure(lr, listing, cfg, ctx, eid, want_payload=False, cheap=cheap)
             except Exception as e:
                 logger.exception("crash_signals: analysing run %r failed", lr.name)
                 entry = self._failed_entry(lr, f"{type(e).__name__}: {e}")
+            if entry is None:
+                todo.append((len(entries), lr, key))
             entries.append(entry)
+        if todo:
+            try:
+                done = self._reservoir_summaries([(lr, key) for _, lr, key in todo], listing, cfg, ctx, eid)
+            except Exception as e:  # the data provider failed: list the runs, say why
+                logger.exception("crash_signals: reading TensorBoard's reservoir failed")
+                done = {lr.name: self._failed_entry(lr, f"{type(e).__name__}: {e}") for _, lr, _ in todo}
+            for i, lr, _ in todo:
+                entries[i] = done[lr.name]
+        self._start_background()
         self._forget({lr.name for lr in logical})
         problems = [p for e in entries for p in e.problems]
         return {
@@ -703,6 +836,10 @@ class CrashSignalsPlugin(base_plugin.TBPlugin):
             for name in [n for n in self._summaries if n not in names]:
                 del self._summaries[name]
                 self._analyses.pop(name)
+            for name in [n for n in self._provisional if n not in names]:
+                del self._provisional[name]
+            for name in [n for n in self._background if n not in names]:
+                del self._background[name]
             for name in [n for n, lock in self._run_locks.items() if n not in names]:
                 if not self._run_locks[name].locked():
                     del self._run_locks[name]

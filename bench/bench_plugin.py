@@ -1,0 +1,277 @@
+"""Plugin benchmarks: routes next to TensorBoard's own scalars route, incremental reload, big logdirs.
+
+    python bench/bench_plugin.py routes [--steps 1000000]    # analysis cold/warm, reload after +1 %
+    python bench/bench_plugin.py runs [--runs 1000 --steps 10000]   # the runs listing of a big logdir
+
+Data: bench/_synth.py (fixed seeds): train loss, grad norm, lr every step,
+update ratio every 10, validation every 100, written as PyTorch-style event
+files with a vectorised writer, under a temporary directory deleted at the end.
+
+Both subcommands serve TensorBoard's own WSGI app (``application.TensorBoardWSGI``
+with TensorBoard's ``ScalarsPlugin`` and our ``CrashSignalsPlugin``, as
+tests/plugin_harness.py does) over the Rust data server
+(``SubprocessServerDataIngester``, i.e. ``--load_fast=true``, default
+``--samples_per_plugin``: TensorBoard's 1000-point reservoir), and time requests
+through werkzeug's test Client.
+
+``routes``:
+* TensorBoard: the time the data server takes to load the run (spawn -> its last
+  step listed), then ``/data/plugin/scalars/scalars?run=R&tag=T`` for the five
+  tags, first and warm (median);
+* ours: ``/data/plugin/crash_signals/analysis?run=R`` cold (first request: reads
+  the event file at full resolution, analyses, builds the payload) and warm
+  (median of repeats, cache hit);
+* reload: 1 % more steps are appended to the event file, then ``analysis`` is
+  requested again (the reader parses only the appended bytes; the run is
+  re-analysed); its cost is compared with the cold request. Repeated on fresh
+  plugins, medians.
+
+``runs``: a logdir of ``--runs`` runs x ``--steps`` steps; the first ``runs``
+request (cold: every run read and analysed), a second one (nothing changed),
+and the memory: the process RSS growth and what the plugin's caches hold.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, ".."))
+sys.path.insert(0, os.path.join(HERE, "..", "tests"))
+
+import numpy as np  # noqa: E402
+
+import _synth  # noqa: E402
+from tensorboard import context as tb_context  # noqa: E402
+from tensorboard.backend import application  # noqa: E402
+from tensorboard.data import server_ingester  # noqa: E402
+from tensorboard.plugins import base_plugin  # noqa: E402
+from tensorboard.plugins.scalar import scalars_plugin  # noqa: E402
+from tensorboard.util import grpc_util  # noqa: E402
+from werkzeug import test as werkzeug_test  # noqa: E402
+from werkzeug import wrappers  # noqa: E402
+
+from plugin_harness import tb_flags  # noqa: E402
+from tb_crash_signals.plugin import CrashSignalsPlugin  # noqa: E402
+
+EVENTS = "events.out.tfevents.1700000000.bench"
+
+
+def rss_mb() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+class Server:
+    """TensorBoard's WSGI app with the Scalars plugin and ours, over the Rust data server."""
+
+    def __init__(self, logdir, expect_runs, final_step):
+        self.logdir = logdir
+        self.flags = tb_flags(logdir=logdir)
+        t0 = time.perf_counter()
+        self.ing = server_ingester.SubprocessServerDataIngester(
+            server_binary=server_ingester.get_server_binary(),
+            logdir=logdir,
+            reload_interval=1,
+            channel_creds_type=grpc_util.ChannelCredsType.LOCAL,
+            samples_per_plugin={},  # TensorBoard's defaults (1000 scalars per tag)
+        )
+        self.ing.start()
+        self.provider = self.ing.data_provider
+        self.wait(expect_runs, final_step)
+        self.load_seconds = time.perf_counter() - t0
+
+    def wait(self, expect_runs, final_step, timeout=1800):
+        ctx = tb_context.RequestContext()
+        t0 = time.time()
+        while time.time() - t0 < timeout:
+            try:
+                listing = self.provider.list_scalars(ctx, experiment_id="", plugin_name="scalars")
+            except Exception:
+                listing = {}
+            if len(listing) >= expect_runs and all(
+                max((ts.max_step for ts in tags.values()), default=-1) >= final_step
+                for tags in listing.values()
+            ):
+                return listing
+            time.sleep(0.05)
+        raise TimeoutError("the data server did not load the logdir")
+
+    def app(self):
+        """A fresh TensorBoardWSGI app: new plugin instances (empty caches)."""
+        ctx = base_plugin.TBContext(
+            data_provider=self.provider, flags=self.flags, logdir=self.logdir,
+            multiplexer=None, sampling_hints=self.flags.samples_per_plugin,
+        )
+        self.ours = CrashSignalsPlugin(ctx)
+        scalars = scalars_plugin.ScalarsPlugin(ctx)
+        app = application.TensorBoardWSGI([scalars, self.ours], "", self.provider)
+        return werkzeug_test.Client(app, wrappers.Response)
+
+    def close(self):
+        handle = getattr(self.ing, "_stdin_handle", None)
+        if handle is not None:
+            handle.close()
+
+
+def timed_get(client, url):
+    t0 = time.perf_counter()
+    r = client.get(url)
+    dt = time.perf_counter() - t0
+    assert r.status_code == 200, (url, r.status_code, r.get_data(as_text=True)[:300])
+    return dt, r
+
+
+def cmd_routes(args):
+    print(f"machine: {_synth.machine()}")
+    tmp = tempfile.mkdtemp(prefix="bench_plugin_")
+    try:
+        run = _synth.make_run(args.steps + args.steps // 100 * args.reloads, args.seed)
+        cut = args.steps
+        cols = _synth.run_columns(run)
+        first = {t: (s[s < cut], v[s < cut]) for t, (s, v) in cols.items()}
+        run_dir = os.path.join(tmp, "run")
+        path = os.path.join(run_dir, EVENTS)
+        n = _synth.write_events(path, first)
+        size = os.path.getsize(path)
+        print(f"run: {args.steps} steps, {n} scalar events, {size / 1e6:.0f} MB")
+        tags = list(cols)
+        server = Server(tmp, 1, cut - 1)
+        print(f"\nTensorBoard (Rust data server, default reservoir): load {server.load_seconds:.2f} s "
+              "(spawn -> last step listed)")
+        client = server.app()
+        tb_first = sum(timed_get(client, f"/data/plugin/scalars/scalars?run=run&tag={t}")[0] for t in tags)
+        tb_warm = statistics.median(
+            sum(timed_get(client, f"/data/plugin/scalars/scalars?run=run&tag={t}")[0] for t in tags)
+            for _ in range(args.repeat)
+        )
+        print(f"  scalars route, 5 tags: first {tb_first * 1e3:.1f} ms, warm {tb_warm * 1e3:.1f} ms (median)")
+        print(f"  load + scalars route: {server.load_seconds + tb_first:.2f} s")
+
+        colds, warms = [], []
+        for _ in range(args.repeat):
+            client = server.app()
+            gc.collect()
+            dt, r = timed_get(client, "/data/plugin/crash_signals/analysis?run=run")
+            colds.append(dt)
+            for _ in range(3):
+                warms.append(timed_get(client, "/data/plugin/crash_signals/analysis?run=run")[0])
+        payload = r.get_json()
+        cold, warm = statistics.median(colds), statistics.median(warms)
+        print(f"\nours: analysis?run=run  cold {cold:.3f} s (median of {args.repeat}: "
+              f"{', '.join(f'{t:.2f}' for t in colds)}), warm {warm * 1e3:.1f} ms (median of {len(warms)})")
+        print(f"  health {payload['health']}, sampled {payload['sampled']}, points {payload['points']}, "
+              f"payload {len(r.get_data()) / 1e3:.0f} kB")
+        print(f"  warm target <= 50 ms: {'met' if warm <= 0.05 else 'MISSED'}; "
+              f"cold vs TensorBoard load + scalars route: {(server.load_seconds + tb_first) / cold:.1f}x "
+              f"({'met' if cold <= server.load_seconds + tb_first else 'MISSED'})")
+
+        # Incremental reload: +1 % steps appended, then analysis again.
+        client = server.app()
+        timed_get(client, "/data/plugin/crash_signals/analysis?run=run")
+        ratios = []
+        for k in range(args.reloads):
+            lo, hi = cut + k * (args.steps // 100), cut + (k + 1) * (args.steps // 100)
+            more = {t: (s[(s >= lo) & (s < hi)], v[(s >= lo) & (s < hi)]) for t, (s, v) in cols.items()}
+            blob = _synth.encode_events(more)
+            head = len(_synth._frame_one(b"\x09" + b"\0" * 8 + b"\x1a\x0dbrain.Event:2"))
+            with open(path, "ab") as f:
+                f.write(blob[head:])  # without a second file_version record
+            gc.collect()
+            dt, r = timed_get(client, "/data/plugin/crash_signals/analysis?run=run")
+            ratios.append(dt)
+        assert r.get_json()["points"]["train_loss"] == cut + args.reloads * (args.steps // 100)
+        inc = statistics.median(ratios)
+        print(f"\nreload after +1 % steps (x{args.reloads}): {inc:.3f} s median "
+              f"({', '.join(f'{t:.3f}' for t in ratios)}) = {inc / cold * 100:.1f} % of cold "
+              f"(target <= 5 %: {'met' if inc <= 0.05 * cold else 'MISSED'})")
+        st = client and server.ours.stats
+        print(f"  plugin counters: {dict(st)}")
+        server.close()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return 0
+
+
+def cmd_runs(args):
+    print(f"machine: {_synth.machine()}")
+    tmp = tempfile.mkdtemp(prefix="bench_runs_", dir=args.dir)
+    try:
+        t0 = time.perf_counter()
+        total = 0
+        for i in range(args.runs):
+            run = _synth.make_run(args.steps, args.seed + i)
+            total += _synth.write_events(os.path.join(tmp, f"exp{i:04d}", EVENTS), _synth.run_columns(run))
+        du = sum(os.path.getsize(os.path.join(tmp, d, EVENTS)) for d in os.listdir(tmp))
+        print(f"logdir: {args.runs} runs x {args.steps} steps, {total} scalar events, {du / 1e9:.2f} GB, "
+              f"written in {time.perf_counter() - t0:.0f} s")
+        server = Server(tmp, args.runs, args.steps - 1)
+        print(f"TensorBoard (Rust data server) loaded it in {server.load_seconds:.1f} s")
+        gc.collect()
+        rss0 = rss_mb()
+        client = server.app()
+        cold, r = timed_get(client, "/data/plugin/crash_signals/runs")
+        body = r.get_json()
+        gc.collect()
+        rss1 = rss_mb()
+        ours = server.ours
+        t0 = time.perf_counter()
+        while True:  # the background worker: full-resolution analyses of the runs left over
+            with ours._lock:
+                if not ours._background and ours._worker is None:
+                    break
+            time.sleep(0.05)
+        background = time.perf_counter() - t0
+        second, r2 = timed_get(client, "/data/plugin/crash_signals/runs")
+        sampled = sum(e["sampled"] for e in r2.get_json()["runs"])
+        gc.collect()
+        rss2 = rss_mb()
+        warm = statistics.median(timed_get(client, "/data/plugin/crash_signals/runs")[0] for _ in range(3))
+        health = {}
+        for e in body["runs"]:
+            health[e["health"]] = health.get(e["health"], 0) + 1
+        pts = sum(slot.reader.stats.scalar_points for slot in ours._readers._d.values())
+        n_res = sum(e["sampled"] for e in body["runs"])
+        print(f"runs: cold {cold:.1f} s ({len(body['runs'])} runs: {health}; {n_res} summarised from "
+              f"TensorBoard's reservoir, sampled: true)")
+        print(f"  background full-resolution analyses finished {background:.1f} s after it; next request "
+              f"{second:.1f} s ({sampled} runs still sampled); warm {warm * 1e3:.0f} ms (median of 3)")
+        print(f"memory: process RSS {rss0:.0f} -> {rss1:.0f} MiB (+{rss1 - rss0:.0f} MiB) after the cold request, "
+              f"{rss2:.0f} MiB after the background analyses; "
+              f"plugin caches: {len(ours._readers)} readers holding {pts / 1e6:.1f} M points, "
+              f"{len(ours._analyses)} payloads, {len(ours._summaries)} summaries; response "
+              f"{len(r.get_data()) / 1e3:.0f} kB")
+        print(f"plugin counters: {dict(ours.stats)}")
+        server.close()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return 0
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    a = sub.add_parser("routes")
+    a.add_argument("--steps", type=int, default=1_000_000)
+    a.add_argument("--repeat", type=int, default=3)
+    a.add_argument("--reloads", type=int, default=3)
+    a.add_argument("--seed", type=int, default=0)
+    b = sub.add_parser("runs")
+    b.add_argument("--runs", type=int, default=1000)
+    b.add_argument("--steps", type=int, default=10_000)
+    b.add_argument("--seed", type=int, default=0)
+    b.add_argument("--dir", default="/tmp", help="where the temporary logdir goes")
+    args = ap.parse_args(argv)
+    return cmd_routes(args) if args.cmd == "routes" else cmd_runs(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
