@@ -48,6 +48,15 @@ from tb_crash_signals.report import SCHEMA_VERSION, run_to_json
 from tb_crash_signals.series import Series
 from tb_crash_signals.signals import SIGNALS, LogicalRun, group_runs
 from tb_crash_signals.source import RunReader
+from tb_crash_signals.plugin_state import (  # noqa: F401  (re-exported for tests)
+    _LRU,
+    _ConfigState,
+    _dumps,
+    _Entry,
+    _rank_entries,
+    _ReaderSlot,
+)
+from tb_crash_signals.runlocator import RunLocator, file_signature, parse_logdir_spec  # noqa: F401
 
 PLUGIN_NAME = "crash_signals"
 TAB_NAME = "Crash Signals"
@@ -61,282 +70,6 @@ DEFAULT_SCALAR_SAMPLES = 1000
 PROVIDER_DOWNSAMPLE = 1_000_000_000
 
 logger = logging.getLogger("tensorboard")
-
-_URI = re.compile(r"[a-zA-Z][0-9a-zA-Z.]*://.*")
-
-
-# -- run name -> directory --------------------------------------------------
-
-
-def parse_logdir_spec(logdir_spec: str | None) -> dict:
-    """`--logdir_spec` -> {path: group name or None}, exactly as TensorBoard parses it.
-
-    A copy of `data_ingester._parse_event_files_spec` (private in TensorBoard;
-    tests check that both agree).
-    """
-    files = {}
-    if logdir_spec is None:
-        return files
-    for specification in logdir_spec.split(","):
-        if (
-            _URI.match(specification) is None
-            and ":" in specification
-            and specification[0] != "/"
-            and not os.path.splitdrive(specification)[0]
-        ):
-            run_name, _, path = specification.partition(":")
-        else:
-            run_name = None
-            path = specification
-        if _URI.match(path) is None:
-            path = os.path.realpath(os.path.expanduser(path))
-        files[path] = run_name
-    return files
-
-
-def _join_run(root: str, rel: str) -> str | None:
-    """root / rel for a TensorBoard relative run path, refusing anything escaping root."""
-    if rel in ("", "."):
-        return root
-    parts = [p for p in re.split(r"[/\\]" if os.sep == "\\" else r"/", rel)]
-    if any(p in ("", "..") for p in parts) or os.path.isabs(rel):
-        return None
-    parts = [p for p in parts if p != "."]
-    return os.path.join(root, *parts) if parts else root
-
-
-class RunLocator:
-    """Maps TensorBoard run names to local run directories.
-
-    With ``--logdir L`` a run is named by its path relative to L (``.`` for L
-    itself). With ``--logdir_spec name:path,...`` runs under a named group are
-    named ``name/<relative path>`` (TensorBoard joins them with
-    ``os.path.join``, so the group's own directory is ``name/.``); unnamed
-    groups add no prefix. Remote paths (``gs://``...) map to nothing.
-    """
-
-    def __init__(self, logdir: str | None = None, logdir_spec: str | None = None):
-        self.roots: list[tuple[str | None, str]] = []
-        self.remote = False
-        if logdir:
-            if _URI.match(logdir) or "://" in logdir:
-                self.remote = True
-            else:
-                self.roots.append((None, os.path.expanduser(logdir)))
-        elif logdir_spec:
-            for path, name in parse_logdir_spec(logdir_spec).items():
-                if _URI.match(path):
-                    self.remote = True
-                    continue
-                self.roots.append((name, path))
-
-    def candidates(self, run: str) -> list[str]:
-        out = []
-        if os.sep != "/":
-            run = run.replace(os.sep, "/")
-        for name, root in self.roots:
-            if name is None:
-                rel = run
-            elif run == name:
-                rel = "."
-            elif run.startswith(name + "/"):
-                rel = run[len(name) + 1 :]
-            else:
-                continue
-            path = _join_run(root, rel)
-            if path is not None:
-                out.append(path)
-        return out
-
-    def directory(self, run: str) -> str | None:
-        """The existing local directory holding `run`'s event files, or None."""
-        for path in self.candidates(run):
-            if os.path.isdir(path):
-                return path
-        return None
-
-    def config_root(self) -> str | None:
-        """Where `crash_signals.toml` is looked up: the logdir, or the first spec
-        directory that holds one (else the first spec directory)."""
-        for _, root in self.roots:
-            if os.path.isfile(os.path.join(root, CONFIG_FILENAME)):
-                return root
-        return self.roots[0][1] if self.roots else None
-
-
-def _file_signature(directory: str | None):
-    """(name, size, mtime) of the event files in a directory: changes when they grow."""
-    if directory is None:
-        return None
-    try:
-        out = []
-        with os.scandir(directory) as it:
-            for e in it:
-                if "tfevents" not in e.name:
-                    continue
-                try:
-                    if not e.is_file():
-                        continue
-                    st = e.stat()
-                except OSError:
-                    continue
-                out.append((e.name, st.st_size, st.st_mtime_ns))
-        return tuple(sorted(out))
-    except OSError as e:
-        return ("error", e.strerror or str(e))
-
-
-# -- configuration -----------------------------------------------------------
-
-
-class _ConfigState:
-    """The config in force, re-read when the file's mtime or size changes."""
-
-    def __init__(self, locator: RunLocator, explicit: str | None):
-        self._locator = locator
-        self._explicit = explicit
-        self._lock = threading.Lock()
-        self._key = object()
-        self._value = (Config(), None)
-
-    def _path(self) -> str | None:
-        if self._explicit:
-            return self._explicit
-        root = self._locator.config_root()
-        return os.path.join(root, CONFIG_FILENAME) if root else None
-
-    def get(self):
-        """(config, error message or None, key identifying this config)."""
-        path = self._path()
-        try:
-            st = os.stat(path) if path else None
-            sig = (st.st_mtime_ns, st.st_size) if st else None
-        except OSError as e:
-            sig = ("missing", e.errno)
-        key = (path, sig)
-        with self._lock:
-            if key == self._key:
-                return self._value + (key,)
-            if path is None or (not self._explicit and sig is not None and sig[0] == "missing"):
-                value = (Config(), None)
-            else:
-                try:
-                    value = (load_config(path), None)
-                except ConfigError as e:
-                    value = (Config(), str(e))
-                except Exception as e:  # a bug in validation must not kill the tab
-                    logger.exception("crash_signals: cannot load config %s", path)
-                    value = (Config(), f"{os.path.basename(path)}: cannot load: {e}")
-                if value[1]:
-                    logger.warning("crash_signals: config error (using defaults): %s", value[1])
-            self._key, self._value = key, value
-            return value + (key,)
-
-
-# -- caches ------------------------------------------------------------------
-
-
-class _LRU:
-    """An ordered dict bounded by entry count and, optionally, total weight.
-
-    Not thread-safe: the plugin guards it with its lock.
-    """
-
-    def __init__(self, max_entries: int, max_weight=None, weight=None):
-        self.max_entries = max_entries
-        self.max_weight = max_weight
-        self._weight = weight
-        self._d: collections.OrderedDict = collections.OrderedDict()
-
-    def __len__(self):
-        return len(self._d)
-
-    def __contains__(self, key):
-        return key in self._d
-
-    def keys(self):
-        return list(self._d)
-
-    def get(self, key):
-        value = self._d.get(key)
-        if value is not None:
-            self._d.move_to_end(key)
-        return value
-
-    def put(self, key, value):
-        self._d[key] = value
-        self._d.move_to_end(key)
-        self.evict()
-
-    def pop(self, key):
-        return self._d.pop(key, None)
-
-    def evict(self):
-        while len(self._d) > max(self.max_entries, 1):
-            self._d.popitem(last=False)
-        if self.max_weight is not None and self._weight is not None:
-            total = sum(self._weight(v) for v in self._d.values())
-            while total > self.max_weight and len(self._d) > 1:
-                _, v = self._d.popitem(last=False)
-                total -= self._weight(v)
-
-
-class _ReaderSlot:
-    """One cached RunReader, with its lock and a data generation counter."""
-
-    __slots__ = ("reader", "lock", "token", "generation", "directory")
-
-    def __init__(self, reader: RunReader, token: int, directory: str):
-        self.reader = reader
-        self.lock = threading.Lock()
-        self.token = token
-        self.generation = 0
-        self.directory = directory
-
-
-class _Entry:
-    """The small per-run summary kept for every run (not the data)."""
-
-    __slots__ = ("name", "fast_key", "data_key", "summary", "problems", "health", "first_critical")
-
-    def __init__(self, name, fast_key, data_key, summary, problems):
-        self.name = name
-        self.fast_key = fast_key
-        self.data_key = data_key
-        self.summary = summary
-        self.problems = problems
-        self.health = summary["health"]
-        self.first_critical = summary.get("first_critical_step")
-
-
-def _rank_entries(entries):
-    """Orders entries with engine.rank (critical, warning, ok, no signals)."""
-    shims = [
-        types.SimpleNamespace(
-            health=e.health,
-            summary={"first_critical_step": e.first_critical},
-            run=types.SimpleNamespace(name=e.name),
-            entry=e,
-        )
-        for e in entries
-    ]
-    return [s.entry for s in rank(shims)]
-
-
-_HTML_UNSAFE = {ord("<"): "\\u003c", ord(">"): "\\u003e", ord("&"): "\\u0026"}
-
-
-def _dumps(payload) -> str:
-    """JSON text; `<`, `>`, `&` escaped (run names are attacker-controlled)."""
-    try:
-        text = json.dumps(payload, allow_nan=False)
-    except ValueError:  # a stray NaN/Inf: encode it the way TensorBoard does
-        text = json.dumps(json_util.Cleanse(payload))
-    # Same result as text.translate(_HTML_UNSAFE), ~50x faster on big payloads.
-    if "<" in text or ">" in text or "&" in text:
-        text = text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
-    return text
-
 
 # -- the plugin --------------------------------------------------------------
 
@@ -609,7 +342,7 @@ class CrashSignalsPlugin(base_plugin.TBPlugin):
                 if dirs[m] is None
                 for t, ts in sorted((listing.get(m) or {}).items())
             )
-            fast_key = (cfg_key, lkey, tb_stats, tuple((m, _file_signature(dirs[m])) for m in members))
+            fast_key = (cfg_key, lkey, tb_stats, tuple((m, file_signature(dirs[m])) for m in members))
             if cheap and any(d is not None for d in dirs.values()):
                 return self._ensure_cheap(logical, listing, cfg, ctx, eid, refs, members, fast_key)
             with self._lock:

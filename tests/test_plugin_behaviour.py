@@ -256,7 +256,11 @@ def test_remote_logdir_uses_tensorboard_data_and_says_sampled(tmp_path, kind):
     ["a:/tmp/x,b:/tmp/y", "/tmp/x", "gs://b/x,a:gs://b/y", "x:rel/dir,/abs:colon", "a:~/x"],
 )
 def test_logdir_spec_parsing_matches_tensorboard(spec):
+    from tb_crash_signals.runlocator import _parse_spec_fallback
+
     assert parse_logdir_spec(spec) == data_ingester._parse_event_files_spec(spec)
+    # The fallback, used if TensorBoard's private parser ever moves, agrees too.
+    assert _parse_spec_fallback(spec) == data_ingester._parse_event_files_spec(spec)
 
 
 def test_locator_refuses_escapes(tmp_path):
