@@ -25,7 +25,7 @@ update ratio every 10 steps).
 Runs are split by seed: seeds 0-1 are the dev half (tune on these), seeds
 2-3 the test half (report only).
 
-    python bench/detection/corpus.py --out /tmp/tbcs-detection-corpus
+    python bench/detection/corpus.py --out "$TMPDIR/tbcs-detection-corpus"
 """
 
 from __future__ import annotations

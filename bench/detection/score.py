@@ -1,6 +1,6 @@
 """Scores crash-signal detectors against the labelled corpus and the real logs.
 
-    python bench/detection/score.py --corpus /tmp/tbcs-detection-corpus [--split dev]
+    python bench/detection/score.py --corpus "$TMPDIR/tbcs-detection-corpus" [--split dev]
     python bench/detection/score.py --real-logs ../shared/real_logs
 
 Detectors: `ours` (the default catalogue), `ours-no-CS111` (the defaults
