@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import collections
 import math
+from itertools import islice
 
 import numpy as np
 
@@ -280,10 +281,8 @@ class GradGrowth(Stream):
             # rules out windows that miss the rise by far more than rounding,
             # so the exact (numpy) test below decides every close call.
             q = self.q
-            first = last = 0.0
-            for k in range(q):
-                first += logs[k]
-                last += logs[w - 1 - k]
+            first = sum(islice(logs, q))
+            last = sum(islice(reversed(logs), q))
             if (last - first) / q >= self.margin - 1e-9 * (abs(first) + abs(last)):
                 hit = self._decide(i)
         if finite:
@@ -321,38 +320,47 @@ class Plateau(Stream):
 
     def __init__(self, p, signal):
         self.p = p
-        self.smooth = _Filled(max(1, p.smooth))
+        self.k = max(1, p.smooth)
+        self.window = collections.deque(maxlen=self.k)  # forward-filled losses
+        self.last = math.nan
         self.best = math.nan
-        self.bests = collections.deque(maxlen=max(p.max_patience, p.min_patience) + 1)
+        self.cap = max(p.max_patience, p.min_patience)
+        self.bests = [math.nan] * (self.cap + 1)  # ring: best as of each recent point
         self.lr = collections.deque(maxlen=4)  # the last lr point and the one 3 before
 
     def feed(self, signal, i, step, v):
         self.lr.append(v)
 
+    def _smoothed(self, i):
+        window = self.window
+        k = self.k
+        if i < k - 1:
+            return _finite_median(window)
+        # Forward-filled: NaN can only lead the window (before the first finite loss).
+        if window[0] != window[0]:
+            return math.nan
+        xs = sorted(window)
+        mid = k // 2
+        return xs[mid] if k % 2 else (xs[mid - 1] + xs[mid]) / 2.0
+
     def check(self, i, step, v):
         p = self.p
-        self.smooth.push(v)
-        window = self.smooth.values
-        if i >= window.maxlen - 1 and window.maxlen == 3:
-            a, b, c = window
-            if a != a or b != b or c != c:
-                sm = math.nan
-            else:  # the middle of three
-                sm = max(min(a, b), min(max(a, b), c))
-        else:
-            sm = _finite_median(window) if i < window.maxlen - 1 else _small_median(window)
-        if _isfinite(sm) and not (sm >= self.best):  # fmin: a NaN best takes sm
+        if v - v == 0.0:
+            self.last = v
+        self.window.append(self.last)
+        sm = self._smoothed(i)
+        if sm - sm == 0.0 and not (sm >= self.best):  # fmin: a NaN best takes sm
             self.best = sm
-        self.bests.append(self.best)
-        patience = min(
-            max(p.min_patience, math.floor(p.patience_fraction * (i + 1))),
-            max(p.max_patience, p.min_patience),
-        )
-        if i - patience < 0 or not _isfinite(v):
+        ring = self.bests
+        size = len(ring)
+        ring[i % size] = self.best
+        grown = int(p.patience_fraction * (i + 1))  # floor, for i >= 0
+        patience = min(grown if grown > p.min_patience else p.min_patience, self.cap)
+        if i < patience or not v - v == 0.0:
             return None
-        ref = self.bests[-(patience + 1)]
-        warmup = bool(self.lr) and self.lr[-1] > self.lr[0]
-        if self.best > ref - p.rel_improvement * abs(ref) and not warmup:
+        ref = ring[(i - patience) % size]
+        lr = self.lr
+        if self.best > ref - p.rel_improvement * abs(ref) and not (lr and lr[-1] > lr[0]):
             return StreamHit(note=str(patience))
         return None
 
