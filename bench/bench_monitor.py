@@ -12,7 +12,6 @@ rules, keeping every state). Prints per-step cost (median over blocks of
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import gc
 import os
 import pickle
@@ -25,16 +24,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from tb_crash_signals import Monitor  # noqa: E402
-
-
-@dataclasses.dataclass
-class TrainingState:
-    epoch: int
-    step: int
-    train_loss: float
-    val_loss: float | None = None
-    grad_norm: float = 0.0
-    param_update_ratio: float = 0.0
+from tb_crash_signals.compat import TrainingState  # noqa: E402  (the article's dataclass)
 
 
 class ArticleMonitor:

@@ -365,16 +365,7 @@ class CrashSignalsPlugin(base_plugin.TBPlugin):
             self._count("analyses")
             result = analyze_run(logical, data, config, sampled)
             report = run_to_json(result)
-            summary = {
-                "run": report["run"],
-                "health": report["health"],
-                "counts": result.counts(),
-                "first_critical_step": report["summary"].get("first_critical_step"),
-                "signals": report["signals"],
-                "sampled": report["sampled"],
-                "headline": report["summary"].get("headline"),
-            }
-            entry = _Entry(logical.name, fast_key, data_key, summary, problems)
+            entry = _Entry(logical.name, fast_key, data_key, _runs_item(report, result), problems)
             text = _dumps(self._analysis_payload(report, result, config, config_error, problems))
             with self._lock:
                 self._summaries[logical.name] = entry
@@ -433,17 +424,7 @@ class CrashSignalsPlugin(base_plugin.TBPlugin):
                         sampled = True
                 result = analyze_run(lr, data, cfg[0], sampled)
                 self._count("reservoir_summaries")
-                report = run_to_json(result)
-                summary = {
-                    "run": report["run"],
-                    "health": report["health"],
-                    "counts": result.counts(),
-                    "first_critical_step": report["summary"].get("first_critical_step"),
-                    "signals": report["signals"],
-                    "sampled": report["sampled"],
-                    "headline": report["summary"].get("headline"),
-                }
-                entry = _Entry(lr.name, fast_key, None, summary, [])
+                entry = _Entry(lr.name, fast_key, None, _runs_item(run_to_json(result), result), [])
             except Exception as e:
                 logger.exception("crash_signals: analysing run %r failed", lr.name)
                 entry = self._failed_entry(lr, f"{type(e).__name__}: {e}")
@@ -654,6 +635,19 @@ class CrashSignalsPlugin(base_plugin.TBPlugin):
         payload = catalogue_json(Config())
         payload["config_error"] = message
         return payload
+
+
+def _runs_item(report: dict, result) -> dict:
+    """One run's line in the `runs` listing, from its report entry."""
+    return {
+        "run": report["run"],
+        "health": report["health"],
+        "counts": result.counts(),
+        "first_critical_step": report["summary"].get("first_critical_step"),
+        "signals": report["signals"],
+        "sampled": report["sampled"],
+        "headline": report["summary"].get("headline"),
+    }
 
 
 def _shown(name: str) -> str:
