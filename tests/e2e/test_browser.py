@@ -9,15 +9,10 @@ here. Skipped, with the reason, when any of these is missing.
 
 from __future__ import annotations
 
-import json
 import math
 import os
-import socket
-import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from importlib import metadata
 
 import numpy as np
@@ -25,6 +20,7 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from eventwriters import write_scalars  # noqa: E402  (tests/eventwriters.py)
+from tbserver import PLUGIN, running_tensorboard, runs_listed  # noqa: E402
 
 import playwright.sync_api as playwright_api  # noqa: E402  (a missing install fails, never skips)
 
@@ -38,7 +34,6 @@ CHROMIUM_ARGS = [
     "--no-first-run",
 ]
 HOSTILE = "<img src=x onerror=alert(1)>"
-PLUGIN = "crash_signals"
 
 
 def _plugin_installed() -> bool:
@@ -92,52 +87,12 @@ def make_logdir(root: str) -> None:
     write_scalars(os.path.join(root, "hparams-only"), {"metrics/top1": [(0, 0.5), (1, 0.6)]})
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _get(url: str, timeout: float = 5.0):
-    with urllib.request.urlopen(url, timeout=timeout) as r:
-        return r.status, r.read()
-
-
 @pytest.fixture(scope="module")
 def tensorboard(tmp_path_factory):
     logdir = str(tmp_path_factory.mktemp("logdir"))
     make_logdir(logdir)
-    port = _free_port()
-    log = open(os.path.join(logdir, "..", "tensorboard.log"), "wb")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tensorboard.main", "--logdir", logdir, "--port", str(port), "--host", "127.0.0.1"],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.time() + 90
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"tensorboard exited with {proc.returncode}; see {log.name}")
-            try:
-                status, body = _get(f"{base}/data/plugin/{PLUGIN}/runs")
-                runs = json.loads(body)["runs"]
-                if status == 200 and len(runs) == 4:
-                    break
-            except (urllib.error.URLError, ConnectionError, OSError, ValueError, KeyError):
-                pass
-            if time.time() > deadline:
-                raise RuntimeError(f"tensorboard did not serve {PLUGIN}/runs in time; see {log.name}")
-            time.sleep(0.5)
+    with running_tensorboard(logdir, ready=runs_listed(4)) as base:
         yield base
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
 
 
 @pytest.fixture(scope="module")

@@ -7,15 +7,13 @@ points it at docs/img, where the README takes them from.
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
-import time
-import urllib.request
 
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_browser import CHROMIUM, CHROMIUM_ARGS, PLUGIN, Tab, _free_port, _get  # noqa: E402
+from test_browser import CHROMIUM, CHROMIUM_ARGS, Tab  # noqa: E402
+from tbserver import running_tensorboard  # noqa: E402
 import playwright.sync_api as playwright_api  # noqa: E402
 
 DEMO = os.path.join(os.path.dirname(__file__), "..", "..", "demo_logs")
@@ -28,34 +26,9 @@ SHOTS = {
 
 
 @pytest.fixture(scope="module")
-def demo_tensorboard(tmp_path_factory):
-    port = _free_port()
-    log = open(tmp_path_factory.mktemp("tb") / "tensorboard.log", "wb")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tensorboard.main", "--logdir", os.path.abspath(DEMO),
-         "--port", str(port), "--host", "127.0.0.1"],
-        stdout=log, stderr=subprocess.STDOUT,
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.time() + 90
-        while True:
-            assert proc.poll() is None, f"tensorboard exited; see {log.name}"
-            try:
-                if _get(f"{base}/data/plugin/{PLUGIN}/runs")[0] == 200:
-                    break
-            except (urllib.error.URLError, ConnectionError, OSError):
-                pass
-            assert time.time() < deadline, f"tensorboard did not start; see {log.name}"
-            time.sleep(0.5)
+def demo_tensorboard():
+    with running_tensorboard(os.path.abspath(DEMO)) as base:
         yield base
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
 
 
 def test_demo_runs_render_and_are_screenshotted(demo_tensorboard, tmp_path):

@@ -13,10 +13,7 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
 import sys
-import time
-import urllib.error
 
 import numpy as np
 import pytest
@@ -25,7 +22,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 from eventwriters import write_scalars  # noqa: E402  (tests/eventwriters.py)
-from test_browser import CHROMIUM, PLUGIN, Tab, _free_port, _get, _require_tools  # noqa: E402,F401
+from test_browser import CHROMIUM, PLUGIN, Tab, _require_tools  # noqa: E402,F401
+from tbserver import running_tensorboard, runs_listed  # noqa: E402
 
 import playwright.sync_api as playwright_api  # noqa: E402  (a missing install fails, never skips)
 
@@ -75,40 +73,8 @@ def logdir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def tensorboard(logdir):
-    port = _free_port()
-    log = open(os.path.join(logdir, "..", "tensorboard-hostile.log"), "wb")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tensorboard.main", "--logdir", logdir, "--port", str(port),
-         "--host", "127.0.0.1", "--reload_interval", "1"],
-        stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-    )
-    base = f"http://127.0.0.1:{port}"
-    want = len(RUNS) + 2
-    try:
-        deadline = time.time() + 90
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"tensorboard exited with {proc.returncode}; see {log.name}")
-            try:
-                status, body = _get(f"{base}/data/plugin/{PLUGIN}/runs")
-                if status == 200 and len(json.loads(body)["runs"]) == want:
-                    break
-            except (urllib.error.URLError, ConnectionError, OSError, ValueError, KeyError):
-                pass
-            if time.time() > deadline:
-                raise RuntimeError(f"tensorboard did not list {want} runs in time; see {log.name}")
-            time.sleep(0.5)
+    with running_tensorboard(logdir, "--reload_interval", "1", ready=runs_listed(len(RUNS) + 2)) as base:
         yield base
-    finally:
-        try:
-            os.killpg(proc.pid, 15)
-            proc.wait(timeout=15)
-        except (ProcessLookupError, subprocess.TimeoutExpired):
-            try:
-                os.killpg(proc.pid, 9)
-            except ProcessLookupError:
-                pass
-        log.close()
 
 
 @pytest.fixture(scope="module")

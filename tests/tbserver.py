@@ -1,0 +1,82 @@
+"""A real `tensorboard` subprocess for end-to-end tests (127.0.0.1, a free port)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+PLUGIN = "crash_signals"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def get(url: str, timeout: float = 5.0):
+    """(status, body) of a GET."""
+    with urllib.request.urlopen(url, timeout=timeout) as r:
+        return r.status, r.read()
+
+
+def runs_listed(count: int | None = None):
+    """A readiness check: our `runs` route answers (with `count` runs, if given)."""
+
+    def ready(base: str) -> bool:
+        status, body = get(f"{base}/data/plugin/{PLUGIN}/runs")
+        return status == 200 and (count is None or len(json.loads(body)["runs"]) == count)
+
+    return ready
+
+
+@contextlib.contextmanager
+def running_tensorboard(logdir, *args, ready=None, timeout: float = 90.0):
+    """Starts `python -m tensorboard.main --logdir LOGDIR *args`; yields its base URL.
+
+    Waits until `ready(base)` is true (default: our `runs` route answers), and
+    always stops the whole process group afterwards. Its log sits next to the
+    logdir and is named in any failure.
+    """
+    ready = ready or runs_listed()
+    port = free_port()
+    logdir = os.path.abspath(str(logdir))
+    log = open(f"{logdir}-tensorboard-{port}.log", "wb")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tensorboard.main", "--logdir", logdir,
+         "--port", str(port), "--host", "127.0.0.1", *args],
+        stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + timeout
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"tensorboard exited with {proc.returncode}; see {log.name}")
+            try:
+                if ready(base):
+                    break
+            except (urllib.error.URLError, ConnectionError, OSError, ValueError, KeyError):
+                pass
+            if time.time() > deadline:
+                raise RuntimeError(f"tensorboard was not ready in {timeout:.0f} s; see {log.name}")
+            time.sleep(0.5)
+        yield base
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=15)
+        log.close()
