@@ -569,10 +569,14 @@ def _run(name: str):
     return deco
 
 
-def _styled(outdir: str, run: str, tags: Dict[str, str], **overrides):
-    tags = dict(tags)
-    tags.update(overrides)
-    return StyledLogger(os.path.join(outdir, *run.split("/")), tags)
+def _train_logged(model, opt, data, cfg, rng, outdir: str, run: str, tags: Dict[str, str],
+                  **overrides):
+    """Trains with `train`, logging in a tag style (overrides rename single tags)."""
+    lg = StyledLogger(os.path.join(outdir, *run.split("/")), {**tags, **overrides})
+    try:
+        return train(model, opt, data, cfg, lg.log, rng)
+    finally:
+        lg.close()
 
 
 @_run("hf/healthy")
@@ -587,11 +591,7 @@ def run_hf_healthy(outdir: str) -> dict:
         steps=steps, batch_size=64, lr=warmup_linear(2e-3, 100, steps), clip=1.0,
         eval_every=100, first_step=1,
     )
-    lg = _styled(outdir, "hf/healthy", HF_TAGS)
-    try:
-        return train(model, opt, data, cfg, lg.log, rng)
-    finally:
-        lg.close()
+    return _train_logged(model, opt, data, cfg, rng, outdir, "hf/healthy", HF_TAGS)
 
 
 @_run("custom/healthy")
@@ -606,11 +606,7 @@ def run_custom_healthy(outdir: str) -> dict:
         steps=steps, batch_size=64, lr=warmup_cosine(0.05, 50, steps, floor=5e-4),
         clip=5.0, eval_every=100,
     )
-    lg = _styled(outdir, "custom/healthy", CUSTOM_TAGS)
-    try:
-        return train(model, opt, data, cfg, lg.log, rng)
-    finally:
-        lg.close()
+    return _train_logged(model, opt, data, cfg, rng, outdir, "custom/healthy", CUSTOM_TAGS)
 
 
 @_run("lightning/grad-explosion")
@@ -638,14 +634,10 @@ def run_lightning_grad_explosion(outdir: str) -> dict:
         lr=lambda it: 0.01 * min(1.0, (it + 1) / 2500),
         stop_on_nonfinite_val=False, nan_patience=30,
     )
-    lg = _styled(
-        outdir, "lightning/grad-explosion", LIGHTNING_TAGS,
+    return _train_logged(
+        model, opt, data, cfg, rng, outdir, "lightning/grad-explosion", LIGHTNING_TAGS,
         lr="lr-SGD", grad_norm="grad_2.0_norm_total", val_acc=None,
     )
-    try:
-        return train(model, opt, data, cfg, lg.log, rng)
-    finally:
-        lg.close()
 
 
 def _inf_record_at(step_bad: int, row: int = 17):
@@ -671,11 +663,7 @@ def run_pytorch_abrupt_nan(outdir: str) -> dict:
         steps=2000, batch_size=64, lr=lambda it: 1e-3, eval_every=200,
         corrupt=_inf_record_at(1137),
     )
-    lg = _styled(outdir, "pytorch/abrupt-nan", PYTORCH_TAGS)
-    try:
-        return train(model, opt, data, cfg, lg.log, rng)
-    finally:
-        lg.close()
+    return _train_logged(model, opt, data, cfg, rng, outdir, "pytorch/abrupt-nan", PYTORCH_TAGS)
 
 
 SCALE = 16.0
@@ -706,11 +694,7 @@ def run_pytorch_loss_spikes(outdir: str) -> dict:
         steps=1600, batch_size=64, lr=lambda it: 0.02, eval_every=200,
         corrupt=_bad_batches(LOSS_SPIKE_STEPS),
     )
-    lg = _styled(outdir, "pytorch/loss-spikes", PYTORCH_TAGS)
-    try:
-        return train(model, opt, data, cfg, lg.log, rng)
-    finally:
-        lg.close()
+    return _train_logged(model, opt, data, cfg, rng, outdir, "pytorch/loss-spikes", PYTORCH_TAGS)
 
 
 @_run("lightning/plateau")
@@ -727,11 +711,7 @@ def run_lightning_plateau(outdir: str) -> dict:
     cfg = LoopConfig(
         steps=1500, batch_size=64, lr=lambda it: 1e-3 * 0.5 ** (it // 30),
     )
-    lg = _styled(outdir, "lightning/plateau", LIGHTNING_TAGS)
-    try:
-        return train(model, opt, data, cfg, lg.log, rng)
-    finally:
-        lg.close()
+    return _train_logged(model, opt, data, cfg, rng, outdir, "lightning/plateau", LIGHTNING_TAGS)
 
 
 @_run("custom/lr-too-high")
@@ -750,11 +730,7 @@ def run_custom_lr_too_high(outdir: str) -> dict:
     cfg = LoopConfig(
         steps=1500, batch_size=64, lr=lambda it: 1.0, clip=1.0, eval_every=100,
     )
-    lg = _styled(outdir, "custom/lr-too-high", CUSTOM_TAGS)
-    try:
-        return train(model, opt, data, cfg, lg.log, rng)
-    finally:
-        lg.close()
+    return _train_logged(model, opt, data, cfg, rng, outdir, "custom/lr-too-high", CUSTOM_TAGS)
 
 
 @_run("keras/overfit")
