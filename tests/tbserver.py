@@ -9,6 +9,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -43,13 +44,14 @@ def running_tensorboard(logdir, *args, ready=None, timeout: float = 90.0):
     """Starts `python -m tensorboard.main --logdir LOGDIR *args`; yields its base URL.
 
     Waits until `ready(base)` is true (default: our `runs` route answers), and
-    always stops the whole process group afterwards. Its log sits next to the
-    logdir and is named in any failure.
+    always stops the whole process group afterwards. Its log goes to a temp
+    file (never into the logdir, which may be the repository's demo_logs) and
+    is named in any failure.
     """
     ready = ready or runs_listed()
     port = free_port()
     logdir = os.path.abspath(str(logdir))
-    log = open(f"{logdir}-tensorboard-{port}.log", "wb")
+    log = tempfile.NamedTemporaryFile(prefix=f"tensorboard-{port}-", suffix=".log", delete=False)
     proc = subprocess.Popen(
         [sys.executable, "-m", "tensorboard.main", "--logdir", logdir,
          "--port", str(port), "--host", "127.0.0.1", *args],
