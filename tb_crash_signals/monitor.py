@@ -32,35 +32,15 @@ from tb_crash_signals.rules import RULES
 from tb_crash_signals.rules.base import EpisodeView
 from tb_crash_signals.series import Series
 from tb_crash_signals.signals import SIGNALS
-from tb_crash_signals.streaming import HIT, STREAMS
+from tb_crash_signals.streaming import HIT, ORDER, STREAMS, Channel
 
 # Points kept per signal for messages and the summary (not for the rules).
 _RECENT = 256
 _SIGNAL_SET = frozenset(SIGNALS)
 # Restarts: a full snapshot of the state every _SNAPSHOT_EVERY updates, the
 # last _SNAPSHOTS of them kept, with the updates since the oldest for replay.
-_SNAPSHOT_EVERY = 256
-_SNAPSHOTS = 8
-
-
-class _Signal:
-    """One dimension's counters and its recent raw points."""
-
-    __slots__ = ("n", "last_step", "steps", "values", "max_finite")
-
-    def __init__(self):
-        self.n = 0
-        self.last_step = None
-        self.steps = collections.deque(maxlen=_RECENT)
-        self.values = collections.deque(maxlen=_RECENT)
-        self.max_finite = -math.inf
-
-    def recent(self) -> Series:
-        return Series(
-            np.fromiter(self.steps, dtype=np.int64, count=len(self.steps)),
-            np.fromiter(self.values, dtype=np.float64, count=len(self.values)),
-            np.zeros(len(self.steps)),
-        )
+_SNAPSHOT_EVERY = 1024
+_SNAPSHOTS = 4
 
 
 class _Open:
@@ -82,26 +62,23 @@ class _State:
     """Everything `update` changes; pickled for snapshots."""
 
     def __init__(self, config: Config):
-        self.signals = {s: _Signal() for s in SIGNALS}
-        self.streams: dict[str, list] = {s: [] for s in SIGNALS}  # hit signal -> [(code, stream)]
-        self.feeders: dict[str, list] = {s: [] for s in SIGNALS}
+        self.channels = {s: Channel(s, _RECENT) for s in SIGNALS}
+        self.order = [self.channels[s] for s in ORDER]
         codes = config.enabled_codes()
         # NaN/Inf is checked inline in Monitor._apply: the commonest rule, the cheapest test.
         self.nonfinite = "CS001" in codes
-        for code in codes:
-            if code == "CS001":
-                continue
-            cls = STREAMS[code]
-            params = config.params_for(code)
+        built = [(code, STREAMS[code], config.params_for(code)) for code in codes if code != "CS001"]
+        # Shared windows first, sized for every rule that reads them.
+        for _, cls, params in built:
             for sig in cls.hits:
-                stream = cls(params, sig)
-                self.streams[sig].append((code, stream))
-                for other in cls.feeds:
-                    self.feeders[other].append(stream)
-        # Bound methods, looked up once: update() is on the training hot path.
-        self.checks = {s: [(c, stream.check) for c, stream in self.streams[s]] for s in SIGNALS}
+                for other, size, log in cls.needs(params, sig):
+                    self.channels[other].need(size, log)
+        for code, cls, params in built:
+            for sig in cls.hits:
+                stream = cls(params, sig, self.channels)
+                # Bound methods, looked up once: update() is on the training hot path.
+                self.channels[sig].checks.append((code, stream.check))
         self.open: dict[tuple[str, str], _Open] = {}
-        self.open_by_signal: dict[str, dict[str, _Open]] = {s: {} for s in SIGNALS}
         self.episodes: list[dict] = []  # in opening order, mutable until closed
         self.max_step = None
         self.last_gap = None
@@ -168,16 +145,17 @@ class Monitor:
             ValueError: a step outside TensorBoard's int64 range.
         """
         step = step if type(step) is int and _STEP_MIN <= step <= _STEP_MAX else _as_step(step)
-        clean = {}
-        for name, value in values.items():
-            if value is None:
-                continue
-            if name not in _SIGNAL_SET:
-                raise TypeError(f"unknown signal {name!r}; expected one of {', '.join(SIGNALS)}")
-            clean[name] = value if type(value) is float else _as_float(name, value)
+        clean = values
+        for value in values.values():
+            if type(value) is not float:
+                clean = _clean(values)
+                break
+        else:
+            if not values.keys() <= _SIGNAL_SET:
+                clean = _clean(values)
         st = self._state
         if st.max_step is not None and step <= st.max_step:
-            repeated = any(st.signals[s].last_step == step for s in clean)
+            repeated = any(st.channels[s].last_step == step for s in clean)
             if step < st.max_step or repeated:
                 if step == st.max_step:
                     # The same step again: its earlier values stay unless replaced.
@@ -199,40 +177,41 @@ class Monitor:
         st = self._state
         if not values:
             return []
-        st.max_step = step if st.max_step is None else max(st.max_step, step)
-        # Cross-signal rules see every value of this step before any check.
-        for name, v in values.items():
-            sig = st.signals[name]
-            for stream in st.feeders[name]:
-                stream.feed(name, sig.n, step, v)
+        if st.max_step is None or step > st.max_step:
+            st.max_step = step
         opened = []
         hits = self.last_hits = []
-        isfinite = math.isfinite
-        for name, v in values.items():
-            sig = st.signals[name]
-            i = sig.n
-            sig.n = i + 1
-            sig.last_step = step
-            sig.steps.append(step)
-            sig.values.append(v)
-            if v > sig.max_finite and isfinite(v):
-                sig.max_finite = v
-            if st.open_by_signal[name]:
-                self._grow_open(name, i, step, v)
-            if st.nonfinite and not v - v == 0.0:
+        for ch in st.order:
+            v = values.get(ch.name)
+            if v is None:
+                continue
+            name = ch.name
+            i = ch.n
+            ch.n = i + 1
+            ch.last_step = step
+            ch.steps.append(step)
+            ch.values.append(v)
+            finite = v - v == 0.0
+            if finite and v > ch.max_finite:
+                ch.max_finite = v
+            if ch.open:
+                self._grow_open(ch, i, step, v, finite)
+            if not finite and st.nonfinite:
                 hits.append(("CS001", name))
                 ep = self._hit("CS001", name, i, step, v, HIT)
                 if ep is not None:
                     opened.append(ep)
-            for code, check in st.checks[name]:
+            for code, check in ch.checks:
                 hit = check(i, step, v)
                 if hit is not None:
                     hits.append((code, name))
                     ep = self._hit(code, name, i, step, v, hit)
                     if ep is not None:
                         opened.append(ep)
-            if name == "val_loss" and st.signals["train_loss"].n:
-                st.last_gap = v - st.signals["train_loss"].values[-1]
+            ch.push_windows(v)
+        v = values.get("val_loss")
+        if v is not None and st.channels["train_loss"].n:
+            st.last_gap = v - st.channels["train_loss"].values[-1]
         if quiet:
             return opened
         for ep in opened:
@@ -242,13 +221,15 @@ class Monitor:
                 self.on_episode(ep)
         return opened
 
-    def _grow_open(self, name, i, step, v):
+    def _grow_open(self, ch, i, step, v, finite):
         """Tracks each growing episode's extreme over the points since it began."""
-        for code, op in self._state.open_by_signal[name].items():
+        if not finite:
+            return
+        for code, op in ch.open.items():
             if i - op.last > self._cooldown[code]:
                 continue
             how = RULES[code].peak
-            if how == "first" or not math.isfinite(v):
+            if how == "first":
                 continue
             better = op.extreme is None or (v > op.ext_value if how == "max" else v < op.ext_value)
             if better:
@@ -270,7 +251,7 @@ class Monitor:
         if how != "first" and math.isfinite(v):
             op.extreme, op.ext_step, op.ext_value = i, step, v
         st.open[key] = op
-        st.open_by_signal[name][code] = op
+        st.channels[name].open[code] = op
         record = {
             "code": code, "signal": name, "start": (i, step), "end": (i, step),
             "peak": (i, step, v), "note": hit.note, "fit": hit.fit,
@@ -324,7 +305,7 @@ class Monitor:
 
     def _message(self, record) -> str:
         code, name = record["code"], record["signal"]
-        sig = self._state.signals[name]
+        sig = self._state.channels[name]
         recent = sig.recent()
         offset = sig.n - len(recent)
         start, end = record["start"][0] - offset, record["end"][0] - offset
@@ -343,7 +324,7 @@ class Monitor:
     def _episode(self, record) -> Episode:
         code, name = record["code"], record["signal"]
         rule = RULES[code]
-        n = self._state.signals[name].n
+        n = self._state.channels[name].n
         peak_value = record["peak"][2]
         return Episode(
             code=code, rule=rule.symbol, family=rule.family,
@@ -364,7 +345,7 @@ class Monitor:
     @property
     def health(self) -> str:
         st = self._state
-        if not any(st.signals[s].n for s in SIGNALS):
+        if not any(st.channels[s].n for s in SIGNALS):
             return "no_signals"
         severities = {self.config.severity_for(r["code"]) for r in st.episodes}
         for level in ("critical", "warning"):
@@ -377,8 +358,8 @@ class Monitor:
         val-train gap, plus the first warning and critical steps."""
         st = self._state
         eps = self.episodes()
-        train = st.signals["train_loss"]
-        grad = st.signals["grad_norm"]
+        train = st.channels["train_loss"]
+        grad = st.channels["grad_norm"]
         out = {
             "first_critical_step": min(
                 (e.start_step for e in eps if e.severity == "critical"), default=None
@@ -390,7 +371,7 @@ class Monitor:
             "grad_norm_max": grad.max_finite if grad.n and math.isfinite(grad.max_finite) else None,
             "val_train_gap": st.last_gap if st.last_gap is not None and math.isfinite(st.last_gap) else None,
         }
-        data = {s: st.signals[s].recent() for s in SIGNALS if st.signals[s].n}
+        data = {s: st.channels[s].recent() for s in SIGNALS if st.channels[s].n}
         out["headline"] = _headline(self.health, eps, out, data)
         return out
 
@@ -398,12 +379,12 @@ class Monitor:
         """This run's entry in the report schema, as `scan --format json` writes it."""
         st = self._state
         eps = self.episodes()
-        present = [s for s in SIGNALS if st.signals[s].n]
+        present = [s for s in SIGNALS if st.channels[s].n]
         return {
             "run": self.name,
             "health": self.health,
             "signals": {s: ({"run": self.name, "tag": s} if s in present else None) for s in SIGNALS},
-            "points": {s: st.signals[s].n for s in present},
+            "points": {s: st.channels[s].n for s in present},
             "sampled": False,
             "episodes": [
                 {**e.to_json(), "peak_value": e.peak_value} for e in eps
@@ -428,6 +409,18 @@ def _as_step(step) -> int:
     if not _STEP_MIN <= as_int <= _STEP_MAX:
         raise ValueError(f"step must fit in a signed 64-bit integer, got {step!r}")
     return as_int
+
+
+def _clean(values: dict) -> dict:
+    """The values given to `update`, checked and converted to float, None dropped."""
+    clean = {}
+    for name, value in values.items():
+        if value is None:
+            continue
+        if name not in _SIGNAL_SET:
+            raise TypeError(f"unknown signal {name!r}; expected one of {', '.join(SIGNALS)}")
+        clean[name] = value if type(value) is float else _as_float(name, value)
+    return clean
 
 
 def _as_float(name, value) -> float:

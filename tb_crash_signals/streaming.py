@@ -6,9 +6,16 @@ State is sized by the rule's windows, never by the run's length.
 
 Protocol: `check(i, step, value)` is called for every point of the rule's hit
 signal, in order, and returns None or a `StreamHit`; it decides with the
-state *before* the point and then absorbs it. Cross-signal rules also get
-`feed(signal, i, step, value)` for their other signals, before any `check`
-of the same step, since batch rules look up other signals "at or before".
+state *before* the point. What rules share lives in one `Channel` per signal
+(its recent raw points and forward-filled windows), which the monitor updates
+after the checks of each point; a rule that compares signals reads the other
+signal's channel, which the monitor updates first (`ORDER`), since batch rules
+look up other signals "at or before" the step.
+
+The checks run on every training step, so the common path of each is a few
+comparisons against cheap necessary conditions (a lower bound of a window's
+minimum, running quarter sums); the exact computation, the batch rule's own
+arithmetic, runs only when those pass.
 """
 
 from __future__ import annotations
@@ -21,20 +28,129 @@ import numpy as np
 
 from tb_crash_signals.rules.base import Fit, fmt
 from tb_crash_signals.rules.growth import fit_window, quarter_rise
+from tb_crash_signals.series import Series
 from tb_crash_signals.signals import SIGNALS
 
 _MAD_TO_SIGMA = 1.4826
 _isfinite = math.isfinite
+_log = math.log
+_nan, _inf = math.nan, math.inf
+# Channels are updated in this order, so a rule reading another signal sees
+# that signal's point of the same step: the plateau rule reads the learning
+# rate, the validation rules read the train loss.
+ORDER = ("lr", "grad_norm", "update_ratio", "train_loss", "val_loss")
+assert sorted(ORDER) == sorted(SIGNALS)
+
+
+class Window:
+    """The last `size` forward-filled values of a signal (NaN before its first
+    finite value), with a cheap lower bound of their minimum.
+
+    The bound is the minimum of the current block of pushes and of the block
+    before it (blocks of `size` pushes), which together cover the window: two
+    comparisons a push instead of a monotonic deque.
+    """
+
+    __slots__ = ("size", "values", "last", "cur", "prev", "fill")
+
+    def __init__(self, size):
+        self.size = size
+        self.values = collections.deque(maxlen=size)
+        self.last = _nan
+        self.cur = self.prev = _inf
+        self.fill = 0
+
+    def push(self, x):
+        """Appends one value (forward-filled)."""
+        if x - x == 0.0:  # finite
+            self.last = x
+        else:
+            x = self.last
+        self.values.append(x)
+        if x < self.cur:  # False for NaN: leading NaNs do not count
+            self.cur = x
+        fill = self.fill + 1
+        if fill == self.size:
+            self.prev, self.cur, self.fill = self.cur, _inf, 0
+        else:
+            self.fill = fill
+
+    def lower_bound(self):
+        """At most the minimum of the window; NaN if nothing finite was pushed."""
+        m = self.prev if self.prev < self.cur else self.cur
+        return m if m != _inf else _nan
+
+    def tail(self, k):
+        """The last k values (fewer if fewer were pushed)."""
+        values = self.values
+        n = len(values)
+        return list(values) if n <= k else list(islice(values, n - k, None))
+
+    def minimum(self, k):
+        """The minimum of the last k values, as stats.trailing_min sees it
+        (NaN when none is finite; NaN can only lead, being forward-filled)."""
+        values = self.values
+        if not values or values[-1] != values[-1]:
+            return _nan
+        tail = values if len(values) <= k else islice(values, len(values) - k, None)
+        return min(x for x in tail if x == x)
+
+
+_push = Window.push
+
+
+class Channel:
+    """One signal as the monitor has seen it: counters, the recent raw points
+    (for messages and the summary) and the forward-filled windows rules share."""
+
+    __slots__ = ("name", "n", "last_step", "steps", "values", "max_finite",
+                 "window", "log_window", "checks", "open")
+
+    def __init__(self, name, recent):
+        self.name = name
+        self.n = 0
+        self.last_step = None
+        self.steps = collections.deque(maxlen=recent)
+        self.values = collections.deque(maxlen=recent)
+        self.max_finite = -_inf
+        self.window = None  # Window of the values, if a rule needs one
+        self.log_window = None  # Window of log(value) (NaN for value <= 0)
+        self.checks = []  # (code, bound check method) of the rules that fire on it
+        self.open = {}  # code -> the episode of that rule on this signal that can still grow
+
+    def need(self, size, log=False):
+        """Makes the shared window at least `size` long (before any point)."""
+        attr = "log_window" if log else "window"
+        current = getattr(self, attr)
+        if current is None or current.size < size:
+            setattr(self, attr, Window(size))
+
+    def push_windows(self, v):
+        """Appends the point to the shared windows (Window.push, inlined: hot path)."""
+        w = self.window
+        if w is not None:
+            _push(w, v)
+        w = self.log_window
+        if w is not None:
+            _push(w, _log(v) if v > 0 else _nan)
+
+    def recent(self) -> Series:
+        return Series(
+            np.fromiter(self.steps, dtype=np.int64, count=len(self.steps)),
+            np.fromiter(self.values, dtype=np.float64, count=len(self.values)),
+            np.zeros(len(self.steps)),
+        )
 
 
 class Stream:
-    """Base of the streaming rules: `hits` are checked, `feeds` only observed."""
+    """Base of the streaming rules: `hits` are the signals it is checked on."""
 
     hits: tuple = ()
-    feeds: tuple = ()
 
-    def feed(self, signal, i, step, v):  # pragma: no cover - overridden where used
-        pass
+    @classmethod
+    def needs(cls, p, signal) -> list:
+        """The shared windows this rule reads: (signal, size, log)."""
+        return []
 
 
 class StreamHit:
@@ -48,32 +164,17 @@ class StreamHit:
 HIT = StreamHit()
 
 
-class _Filled:
-    """A window of forward-filled values (NaN before the first finite one)."""
-
-    __slots__ = ("values", "last")
-
-    def __init__(self, size):
-        self.values = collections.deque(maxlen=size)
-        self.last = math.nan
-
-    def push(self, x):
-        if _isfinite(x):
-            self.last = x
-        self.values.append(self.last)
-
-
-def _median_mad(window: _Filled, i: int, size: int, min_points: int, mad=True):
-    """Median/MAD of the points before i, as stats.trailing_median_mad computes them."""
+def _median_mad(window: Window, i: int, size: int, min_points: int, mad=True):
+    """Median/MAD of the `size` points before i, as stats.trailing_median_mad computes them."""
     if i < min_points:
-        return math.nan, math.nan
-    w = np.fromiter(window.values, dtype=np.float64, count=len(window.values))  # before i
+        return _nan, _nan
+    w = np.asarray(window.tail(size), dtype=np.float64)
     if i < size:
         w = w[np.isfinite(w)]
         if w.size < min_points:
-            return math.nan, math.nan
+            return _nan, _nan
     m = np.median(w)
-    return float(m), (float(np.median(np.abs(w - m))) if mad else math.nan)
+    return float(m), (float(np.median(np.abs(w - m))) if mad else _nan)
 
 
 def _small_median(values):
@@ -81,7 +182,7 @@ def _small_median(values):
     xs = sorted(values)
     n = len(xs)
     if n == 0 or xs[0] != xs[0] or xs[-1] != xs[-1] or any(x != x for x in xs):
-        return math.nan
+        return _nan
     mid = n // 2
     return xs[mid] if n % 2 else (xs[mid - 1] + xs[mid]) / 2.0
 
@@ -90,14 +191,10 @@ def _finite_median(values):
     return _small_median([x for x in values if _isfinite(x)])
 
 
-def _log(v):
-    return math.log(v) if v > 0 else math.nan
-
-
 class NonFinite(Stream):
     hits = SIGNALS
 
-    def __init__(self, p, signal):
+    def __init__(self, p, signal, channels):
         pass
 
     def check(self, i, step, v):
@@ -107,17 +204,17 @@ class NonFinite(Stream):
 class LossBound(Stream):
     hits = ("train_loss", "val_loss")
 
-    def __init__(self, p, signal):
+    def __init__(self, p, signal, channels):
         self.max = p.max_loss
 
     def check(self, i, step, v):
-        return HIT if _isfinite(v) and abs(v) > self.max else None
+        return HIT if abs(v) > self.max and v - v == 0.0 else None
 
 
 class GradThreshold(Stream):
     hits = ("grad_norm",)
 
-    def __init__(self, p, signal):
+    def __init__(self, p, signal, channels):
         self.threshold = p.threshold
 
     def check(self, i, step, v):
@@ -127,85 +224,64 @@ class GradThreshold(Stream):
 class LossJump(Stream):
     hits = ("train_loss",)
 
-    def __init__(self, p, signal):
-        self.p = p
-        self.prev = math.nan
+    def __init__(self, p, signal, channels):
+        self.factor = p.factor
+        self.min_i = max(1, p.min_history)
+        self.values = channels[signal].values  # holds this point and the ones before
 
     def check(self, i, step, v):
-        prev, self.prev = self.prev, v
-        if i >= max(1, self.p.min_history) and v > self.p.factor * prev:
+        if i >= self.min_i and v > self.factor * self.values[-2]:
             return HIT
         return None
 
 
-class _Windowed(Stream):
-    """A forward-filled window and its trailing minimum, inlined for speed.
-
-    `values` holds the last `size` forward-filled values (NaN before the first
-    finite one), `mins` a monotonic deque of (index, value) giving their
-    minimum, as stats.trailing_median_mad and stats.trailing_min see them.
-    """
-
-    def _init_window(self, size):
-        self.size = size
-        self.values = collections.deque(maxlen=size)
-        self.last = math.nan
-        self.mins = collections.deque()
-        self.count = 0
-
-    def _absorb(self, x):
-        if x - x == 0.0:  # finite
-            self.last = x
-        last = self.last
-        self.values.append(last)
-        y = last if last == last else math.inf
-        mins = self.mins
-        while mins and mins[-1][1] >= y:
-            mins.pop()
-        mins.append((self.count, y))
-        self.count += 1
-        if mins[0][0] <= self.count - 1 - self.size:
-            mins.popleft()
-
-    def _trailing_min(self):
-        mins = self.mins
-        if not mins or mins[0][1] == math.inf:
-            return math.nan
-        return mins[0][1]
-
-
-class _Spike(_Windowed):
+class _Spike(Stream):
     """loss-spike (linear) and grad-norm-spike (log), as rules.spikes._spike_index."""
 
     log = False
 
-    def __init__(self, p, signal):
+    @classmethod
+    def needs(cls, p, signal):
+        return [(signal, p.window, cls.log)]
+
+    def __init__(self, p, signal, channels):
         self.p = p
+        self.size = p.window
         self.min_points = p.min_points
         self.min_ratio = p.min_ratio
-        self._init_window(p.window)
         self.log_ratio = math.log(p.min_ratio)
+        ch = channels[signal]
+        self.window = ch.log_window if self.log else ch.window
 
     def check(self, i, step, v):
+        if i < self.min_points:
+            return None
+        window = self.window
         if self.log:
-            x = math.log(v) if v > 0 else math.nan
+            x = _log(v) if v > 0 else _nan
+            if not x - x == 0.0:
+                return None
+            # Candidate: x - (trailing min) > log(min_ratio); the bound first.
+            if not x - window.lower_bound() > self.log_ratio:
+                return None
+            if not x - window.minimum(self.size) > self.log_ratio:
+                return None
         else:
             x = v
-        hit = None
-        if i >= self.min_points and x - x == 0.0:
-            lo = self._trailing_min()
-            if self.log:
-                candidate = x - lo > self.log_ratio
-            else:
-                candidate = not (lo > 0) or x >= self.min_ratio * lo
-            if candidate:
-                hit = self._decide(i, v, x)
-        self._absorb(x)
-        return hit
+            if not x - x == 0.0:
+                return None
+            # Candidate: trailing min <= 0 (or none) or x >= min_ratio x min.
+            lo = window.lower_bound()
+            if lo > 0 and x < self.min_ratio * lo:
+                return None
+            lo = window.minimum(self.size)
+            if lo > 0 and x < self.min_ratio * lo:
+                return None
+        return self._decide(i, v, x)
 
     def _decide(self, i, v, x):
         p = self.p
-        med, mad = _median_mad(self, i, p.window, p.min_points)
+        med, mad = _median_mad(self.window, i, p.window, p.min_points)
         if self.log:
             spike = (x - med) > max(p.z * _MAD_TO_SIGMA * mad, self.log_ratio)
         else:
@@ -214,7 +290,7 @@ class _Spike(_Windowed):
         if not spike:
             return None
         base = math.exp(med) if self.log else med
-        ratio = v / base if base > 0 else math.nan
+        ratio = v / base if base > 0 else _nan
         return StreamHit(note=f"{fmt(ratio)}x its recent median {fmt(base)}")
 
 
@@ -227,84 +303,117 @@ class GradSpike(_Spike):
     log = True
 
 
-class LossDivergence(_Windowed):
+class LossDivergence(Stream):
     hits = ("train_loss",)
 
-    def __init__(self, p, signal):
+    @classmethod
+    def needs(cls, p, signal):
+        return [(signal, p.window, False)]
+
+    def __init__(self, p, signal, channels):
         self.p = p
+        self.size = p.window
         self.factor = p.factor
         self.min_points = p.min_points
         self.consecutive = p.consecutive
-        self._init_window(p.window)
+        self.window = channels[signal].window
         self.run = 0
 
     def check(self, i, step, v):
-        elevated = False
-        if i >= self.min_points and v - v == 0.0:
-            lo = self._trailing_min()
-            if not (lo > 0 and v < self.factor * lo):
-                med, _ = _median_mad(self, i, self.p.window, self.min_points, mad=False)
-                elevated = v >= self.factor * med and med > 0
-        self.run = self.run + 1 if elevated else 0
-        self._absorb(v)
+        if i >= self.min_points and v - v == 0.0 and self._elevated(i, v):
+            self.run += 1
+        else:
+            self.run = 0
         return HIT if self.run > self.consecutive else None
+
+    def _elevated(self, i, v):
+        # Elevated needs v >= factor x (trailing min) unless that min is <= 0.
+        lo = self.window.lower_bound()
+        if lo > 0 and v < self.factor * lo:
+            return False
+        lo = self.window.minimum(self.size)
+        if lo > 0 and v < self.factor * lo:
+            return False
+        med, _ = _median_mad(self.window, i, self.size, self.min_points, mad=False)
+        return v >= self.factor * med and med > 0
 
 
 class GradGrowth(Stream):
     hits = ("grad_norm",)
 
-    def __init__(self, p, signal):
+    # The running quarter sums are recomputed exactly this often, so their
+    # rounding drift stays far below _SLACK.
+    _RESYNC = 1024
+    _SLACK = 1e-6
+
+    @classmethod
+    def needs(cls, p, signal):
+        # The run's normal level: forward-filled logs before the fit window.
+        return [(signal, p.baseline_window + p.window, True)]
+
+    def __init__(self, p, signal, channels):
         self.p = p
         w = self.w = p.window
         self.threshold = p.threshold
         self.q, self.rise = quarter_rise(p)
-        self.logs = collections.deque(maxlen=w)  # raw log values
+        self.q_rise = self.q * self.rise
+        self.logs = collections.deque(maxlen=w)  # logs, 0.0 where not finite
         self.steps = collections.deque(maxlen=w)
-        self.history = collections.deque(maxlen=p.baseline_window + w)  # forward-filled logs
-        self.last = math.nan
-        self.bad = 0  # non-finite logs in the window
-        self.margin = self.rise - 1e-9
+        self.history = channels[signal].log_window
+        self.last_bad = -w  # index of the last non-finite log
+        # Sums of the first and the last q logs of the window, kept running.
+        self.first = self.last = 0.0
+        self.count = 0
 
     def check(self, i, step, v):
-        w, logs = self.w, self.logs
-        x = math.log(v) if v > 0 else math.nan
-        if len(logs) == w and not logs[0] - logs[0] == 0.0:
-            self.bad -= 1
+        w, q, logs = self.w, self.q, self.logs
+        x = _log(v) if v > 0 else _nan
+        if not x - x == 0.0:
+            x = 0.0
+            self.last_bad = i
+        n = len(logs)
+        if n == w and w > q:  # full: the window slides (the usual case)
+            self.last += x - logs[n - q]
+            self.first += logs[q] - logs[0]
+        elif n < q:
+            self.first += x
+            self.last += x
+        else:
+            self.last += x - logs[n - q]
         logs.append(x)
         self.steps.append(step)
-        finite = x - x == 0.0
-        if not finite:
-            self.bad += 1
-        hit = None
-        if i >= w - 1 and self.bad == 0 and v < self.threshold:
-            # A quick pure-Python quarter test with a safety margin: it only
-            # rules out windows that miss the rise by far more than rounding,
-            # so the exact (numpy) test below decides every close call.
-            q = self.q
-            first = sum(islice(logs, q))
-            last = sum(islice(reversed(logs), q))
-            if (last - first) / q >= self.margin - 1e-9 * (abs(first) + abs(last)):
-                hit = self._decide(i)
-        if finite:
-            self.last = x
-        self.history.append(self.last)
-        return hit
+        count = self.count = self.count + 1
+        if count % self._RESYNC == 0 or w <= q:
+            self._resync()
+        if i - self.last_bad < w or i < w - 1 or not v < self.threshold:
+            return None
+        # A necessary condition, with a slack far above the running sums'
+        # rounding: the exact (numpy) test in _decide settles close calls.
+        if self.last - self.first < self.q_rise - self._SLACK:
+            return None
+        return self._decide(i)
+
+    def _resync(self):
+        logs, q = self.logs, self.q
+        n = len(logs)
+        self.first = sum(islice(logs, min(q, n)))
+        self.last = sum(islice(logs, max(n - q, 0), None))
 
     def _decide(self, i):
         p, w, q = self.p, self.w, self.q
-        logs = np.fromiter(self.logs, dtype=np.float64, count=w)
+        logs = np.fromiter(self.logs, dtype=np.float64, count=w)  # all finite here
         # The batch rule's exact arithmetic.
         if logs[w - q :].sum() / q - logs[:q].sum() / q < self.rise:
             return None
         lo = i - w + 1
-        base = math.nan
+        base = _nan
         if lo >= w:
-            # The run's normal level: forward-filled logs before the window.
-            hist = list(self.history)
+            # The history is pushed after this check: it ends at point i - 1.
+            hist = list(self.history.values)
             before = np.asarray(hist[: len(hist) - (w - 1)][-p.baseline_window :], dtype=np.float64)
             if lo < p.baseline_window:
                 before = before[np.isfinite(before)]
-                base = float(np.median(before)) if before.size >= w else math.nan
+                base = float(np.median(before)) if before.size >= w else _nan
             else:
                 base = float(np.median(before))
         steps = np.fromiter(self.steps, dtype=np.int64, count=w)
@@ -316,59 +425,81 @@ class Plateau(Stream):
     """loss-plateau, as rules.progress.loss_plateau."""
 
     hits = ("train_loss",)
-    feeds = ("lr",)
 
-    def __init__(self, p, signal):
-        self.p = p
-        self.k = max(1, p.smooth)
-        self.window = collections.deque(maxlen=self.k)  # forward-filled losses
-        self.last = math.nan
-        self.best = math.nan
+    def __init__(self, p, signal, channels):
+        k = self.k = max(1, p.smooth)
+        self.mid, self.odd = k // 2, k % 2 == 1
+        self.window = collections.deque(maxlen=k)  # forward-filled losses, this point included
+        self.last = _nan
+        self.best = _nan
+        self.rel = p.rel_improvement
+        self.fraction, self.min_patience = p.patience_fraction, p.min_patience
         self.cap = max(p.max_patience, p.min_patience)
-        self.bests = [math.nan] * (self.cap + 1)  # ring: best as of each recent point
-        self.lr = collections.deque(maxlen=4)  # the last lr point and the one 3 before
-
-    def feed(self, signal, i, step, v):
-        self.lr.append(v)
-
-    def _smoothed(self, i):
-        window = self.window
-        k = self.k
-        if i < k - 1:
-            return _finite_median(window)
-        # Forward-filled: NaN can only lead the window (before the first finite loss).
-        if window[0] != window[0]:
-            return math.nan
-        xs = sorted(window)
-        mid = k // 2
-        return xs[mid] if k % 2 else (xs[mid - 1] + xs[mid]) / 2.0
+        self.capped_from = _capped_from(p.patience_fraction, self.min_patience, self.cap)
+        self.bests = [_nan] * (self.cap + 1)  # ring: best as of each recent point
+        # The learning rate's recent points (its channel is updated first).
+        self.lr = channels["lr"].values
 
     def check(self, i, step, v):
-        p = self.p
-        if v - v == 0.0:
+        finite = v - v == 0.0
+        if finite:
             self.last = v
-        self.window.append(self.last)
-        sm = self._smoothed(i)
-        if sm - sm == 0.0 and not (sm >= self.best):  # fmin: a NaN best takes sm
-            self.best = sm
+        window = self.window
+        window.append(self.last)
+        if i >= self.k - 1:
+            # Forward-filled: NaN can only lead, so a finite first value means all are.
+            if window[0] == window[0]:
+                xs = sorted(window)
+                mid = self.mid
+                sm = xs[mid] if self.odd else (xs[mid - 1] + xs[mid]) / 2.0
+                if not sm >= self.best:  # fmin: a NaN best takes sm
+                    self.best = sm
+        else:
+            sm = _finite_median(window)
+            if sm - sm == 0.0 and not sm >= self.best:
+                self.best = sm
+        best = self.best
         ring = self.bests
         size = len(ring)
-        ring[i % size] = self.best
-        grown = int(p.patience_fraction * (i + 1))  # floor, for i >= 0
-        patience = min(grown if grown > p.min_patience else p.min_patience, self.cap)
-        if i < patience or not v - v == 0.0:
+        ring[i % size] = best
+        if i >= self.capped_from:
+            patience = self.cap
+        else:
+            grown = int(self.fraction * (i + 1))  # floor, for i >= 0
+            patience = min(grown if grown > self.min_patience else self.min_patience, self.cap)
+        if i < patience or not finite:
             return None
         ref = ring[(i - patience) % size]
-        lr = self.lr
-        if self.best > ref - p.rel_improvement * abs(ref) and not (lr and lr[-1] > lr[0]):
+        if best > ref - self.rel * abs(ref) and not self._lr_rising():
             return StreamHit(note=str(patience))
         return None
+
+    def _lr_rising(self):
+        """The last lr point above the one 3 points before it (warm-up)."""
+        lr = self.lr
+        n = len(lr)
+        return n > 0 and lr[-1] > lr[-4 if n >= 4 else 0]
+
+
+def _capped_from(fraction, min_patience, cap):
+    """The first point whose patience is the cap: floor(fraction x (i+1)) >= cap."""
+    if min_patience >= cap:
+        return 0
+    if fraction <= 0:
+        return math.inf
+    i = max(0, math.ceil(cap / fraction) - 1)
+    # Settle float rounding against the very expression the check uses.
+    while int(fraction * (i + 1)) < cap:
+        i += 1
+    while i > 0 and int(fraction * i) >= cap:
+        i -= 1
+    return i
 
 
 class ValStagnation(Stream):
     hits = ("val_loss",)
 
-    def __init__(self, p, signal):
+    def __init__(self, p, signal, channels):
         self.p = p
         self.values = collections.deque(maxlen=p.evaluations)
 
@@ -385,72 +516,64 @@ class _TrainAtVal(Stream):
     """The train loss at or before each validation point, optionally smoothed."""
 
     hits = ("val_loss",)
-    feeds = ("train_loss",)
 
-    def __init__(self, smooth):
-        self.train = _Filled(max(1, smooth))
-        self.n_train = 0
+    @classmethod
+    def needs(cls, p, signal):
+        return [("train_loss", p.smooth, False)] if getattr(p, "smooth", 1) > 1 else []
+
+    def __init__(self, smooth, channels):
         self.smooth = max(1, smooth)
-        self._train_now = math.nan
-        self._stale = False
+        self.train = channels["train_loss"]  # updated before the validation channel
 
-    def feed(self, signal, i, step, v):
-        self.n_train += 1
-        self.train.push(v)
-        self.raw_last = v
-        self._stale = True
-
-    @property
     def train_now(self):
-        """The (smoothed) train loss at the last train point, computed when asked."""
-        if self._stale:
-            window = self.train.values
-            if self.smooth == 1:
-                self._train_now = self.raw_last  # unsmoothed: the raw value, NaN/Inf included
-            elif self.n_train < self.smooth:
-                self._train_now = _finite_median(window)
-            else:
-                self._train_now = _small_median(window)
-            self._stale = False
-        return self._train_now
+        """The (smoothed) train loss at the last train point."""
+        train = self.train
+        if train.n == 0:
+            return _nan
+        if self.smooth == 1:
+            return train.values[-1]  # unsmoothed: the raw value, NaN/Inf included
+        window = train.window.tail(self.smooth)
+        if train.n < self.smooth:
+            return _finite_median(window)
+        return _small_median(window)
 
 
 class Overfit(_TrainAtVal):
-    def __init__(self, p, signal):
-        super().__init__(1)
+    def __init__(self, p, signal, channels):
+        super().__init__(1, channels)
         self.p = p
 
     def check(self, i, step, v):
-        t = self.train_now
+        t = self.train_now()
         if t < self.p.max_train_loss and v > self.p.ratio * t:
             return StreamHit(note=fmt(t))
         return None
 
 
 class ValDivergence(_TrainAtVal):
-    def __init__(self, p, signal):
-        super().__init__(p.smooth)
+    def __init__(self, p, signal, channels):
+        super().__init__(p.smooth, channels)
         self.p = p
-        self.best = math.inf
+        self.best = _inf
         self.best_i = 0
         self.best_step = None
-        self.train_at_best = math.nan
+        self.train_at_best = _nan
         self.above = 0
 
     def check(self, i, step, v):
         p = self.p
-        masked = v if _isfinite(v) else math.inf
+        masked = v if _isfinite(v) else _inf
         if i == 0 or masked < self.best:
             self.best = min(masked, self.best) if i else masked
             self.best_i, self.best_step = i, step
-            self.train_at_best = self.train_now
+            self.train_at_best = self.train_now()
         above = _isfinite(v) and v >= self.best * (1 + p.min_rise) and self.best > 0
         self.above = self.above + 1 if above else 0
         if (
             i >= p.min_evaluations
             and self.above >= p.evaluations
             and i - self.best_i >= p.evaluations
-            and self.train_now < self.train_at_best
+            and self.train_now() < self.train_at_best
         ):
             return StreamHit(note=f"{fmt(self.best)} at step {self.best_step}")
         return None
@@ -460,16 +583,15 @@ class _RatioBand(Stream):
     hits = ("update_ratio",)
     above = True
 
-    def __init__(self, p, signal):
-        self.p = p
+    def __init__(self, p, signal, channels):
+        self.high, self.low = p.high, p.low
+        self.warmup, self.consecutive = p.warmup, p.consecutive
         self.run = 0
 
     def check(self, i, step, v):
-        p = self.p
-        out = (v > p.high) if self.above else (v < p.low and v >= 0)
-        out = out and i >= p.warmup
-        self.run = self.run + 1 if out else 0
-        return HIT if self.run >= p.consecutive else None
+        out = (v > self.high) if self.above else (v < self.low and v >= 0)
+        self.run = self.run + 1 if out and i >= self.warmup else 0
+        return HIT if self.run >= self.consecutive else None
 
 
 class RatioHigh(_RatioBand):
@@ -483,49 +605,55 @@ class RatioLow(_RatioBand):
 class LrNonPositive(Stream):
     hits = ("lr",)
 
-    def __init__(self, p, signal):
-        self.p = p
+    def __init__(self, p, signal, channels):
+        self.consecutive = p.consecutive
         self.zeros = 0
 
     def check(self, i, step, v):
+        if v > 0 and self.consecutive > 0:  # the common case: nothing to count
+            self.zeros = 0
+            return None
         self.zeros = self.zeros + 1 if v == 0 else 0
-        return HIT if v < 0 or self.zeros >= self.p.consecutive else None
+        return HIT if v < 0 or self.zeros >= self.consecutive else None
 
 
 class LrJump(Stream):
     hits = ("lr",)
 
-    def __init__(self, p, signal):
-        self.p = p
-        self.prev = math.nan
+    def __init__(self, p, signal, channels):
+        self.factor = p.factor
+        self.min_i = p.warmup + 1
+        self.values = channels[signal].values  # holds this point and the ones before
 
     def check(self, i, step, v):
-        prev, self.prev = self.prev, v
-        p = self.p
-        if i >= p.warmup + 1 and v > p.factor * prev and prev > 0:
-            return HIT
+        if i >= self.min_i:
+            prev = self.values[-2]
+            if v > self.factor * prev and prev > 0:
+                return HIT
         return None
 
 
 class LrRising(Stream):
     hits = ("lr",)
 
-    def __init__(self, p, signal):
+    def __init__(self, p, signal, channels):
         self.p = p
-        self.peak = math.nan
+        self.peak = _nan
         self.first = None
-        self.peak_at_first = math.nan
+        self.limit = _nan  # peak_factor x the peak when the lr first decayed
+        self.from_i = 0
 
     def check(self, i, step, v):
-        p = self.p
-        x = v if _isfinite(v) else math.nan
-        if _isfinite(x) and not (x <= self.peak):  # fmax ignores NaN
-            self.peak = x
+        finite = v - v == 0.0
+        if finite and not v <= self.peak:  # fmax ignores NaN
+            self.peak = v
         if self.first is None:
-            if x < 0.5 * self.peak:
-                self.first, self.peak_at_first = i, self.peak
+            if finite and v < 0.5 * self.peak:
+                self.first = i
+                self.limit = self.p.peak_factor * self.peak
+                self.from_i = max(i + 1, self.p.warmup)
             return None
-        if i >= max(self.first + 1, p.warmup) and x > p.peak_factor * self.peak_at_first:
+        if finite and v > self.limit and i >= self.from_i:
             return HIT
         return None
 

@@ -147,8 +147,8 @@ def test_long_run_with_restart_uses_snapshots_and_matches(tmp_path):
 
 
 def test_restart_further_back_than_the_history_is_flagged_approximate():
-    updates = crash_run()
-    m = online(updates[:2800])
+    updates = crash_run(6000)  # more updates than the snapshots keep for replay
+    m = online(updates[:5800])
     m.update(5, train_loss=1.0)
     assert m.approximate
     assert all(e.start_step < 5 for e in m.episodes())
