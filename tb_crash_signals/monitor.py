@@ -32,8 +32,9 @@ from tb_crash_signals.rules import RULES
 from tb_crash_signals.rules.base import EpisodeView
 from tb_crash_signals.series import Series
 from tb_crash_signals.signals import SIGNALS
-from tb_crash_signals.streaming import HIT, ORDER, STREAMS, Channel
+from tb_crash_signals.streaming import HIT, ORDER, STREAMS, Channel, Screen
 
+_log, _nan = math.log, math.nan
 # Points kept per signal for messages and the summary (not for the rules).
 _RECENT = 256
 _SIGNAL_SET = frozenset(SIGNALS)
@@ -73,11 +74,21 @@ class _State:
             for sig in cls.hits:
                 for other, size, log in cls.needs(params, sig):
                     self.channels[other].need(size, log)
+        quiets = {s: [] for s in SIGNALS}
         for code, cls, params in built:
             for sig in cls.hits:
                 stream = cls(params, sig, self.channels)
                 # Bound methods, looked up once: update() is on the training hot path.
-                self.channels[sig].checks.append((code, stream.check))
+                ch = self.channels[sig]
+                ch.checks.append((code, stream.check))
+                quiet = stream.quiet()
+                if quiet is None:
+                    ch.always.append((code, stream.check))
+                else:
+                    quiets[sig].append(quiet)
+        for sig, found in quiets.items():
+            if found:
+                self.channels[sig].screen = Screen(found, self.channels[sig])
         self.open: dict[tuple[str, str], _Open] = {}
         self.episodes: list[dict] = []  # in opening order, mutable until closed
         self.max_step = None
@@ -155,7 +166,7 @@ class Monitor:
                 clean = _clean(values)
         st = self._state
         if st.max_step is not None and step <= st.max_step:
-            repeated = any(st.channels[s].last_step == step for s in clean)
+            repeated = any(st.channels[s].last_step() == step for s in clean)
             if step < st.max_step or repeated:
                 if step == st.max_step:
                     # The same step again: its earlier values stay unless replaced.
@@ -185,30 +196,34 @@ class Monitor:
             v = values.get(ch.name)
             if v is None:
                 continue
-            name = ch.name
             i = ch.n
             ch.n = i + 1
-            ch.last_step = step
             ch.steps.append(step)
             ch.values.append(v)
-            finite = v - v == 0.0
-            if finite and v > ch.max_finite:
-                ch.max_finite = v
-            if ch.open:
-                self._grow_open(ch, i, step, v, finite)
-            if not finite and st.nonfinite:
-                hits.append(("CS001", name))
-                ep = self._hit("CS001", name, i, step, v, HIT)
+            checks = ch.checks
+            if v - v == 0.0:  # finite
+                if v > ch.max_finite:
+                    ch.max_finite = v
+                if ch.open:
+                    self._grow_open(ch, i, step, v)
+                if ch.screen is not None and ch.screen.quiet(v):
+                    checks = ch.always
+            elif st.nonfinite:
+                hits.append(("CS001", ch.name))
+                ep = self._hit("CS001", ch.name, i, step, v, HIT)
                 if ep is not None:
                     opened.append(ep)
-            for code, check in ch.checks:
+            for code, check in checks:
                 hit = check(i, step, v)
                 if hit is not None:
-                    hits.append((code, name))
-                    ep = self._hit(code, name, i, step, v, hit)
+                    hits.append((code, ch.name))
+                    ep = self._hit(code, ch.name, i, step, v, hit)
                     if ep is not None:
                         opened.append(ep)
-            ch.push_windows(v)
+            if ch.window is not None:
+                ch.window.push(v)
+            if ch.log_window is not None:
+                ch.log_window.push(_log(v) if v > 0 else _nan)
         v = values.get("val_loss")
         if v is not None and st.channels["train_loss"].n:
             st.last_gap = v - st.channels["train_loss"].values[-1]
@@ -221,10 +236,8 @@ class Monitor:
                 self.on_episode(ep)
         return opened
 
-    def _grow_open(self, ch, i, step, v, finite):
-        """Tracks each growing episode's extreme over the points since it began."""
-        if not finite:
-            return
+    def _grow_open(self, ch, i, step, v):
+        """Tracks each growing episode's extreme over the (finite) points since it began."""
         for code, op in ch.open.items():
             if i - op.last > self._cooldown[code]:
                 continue

@@ -6,11 +6,11 @@ State is sized by the rule's windows, never by the run's length.
 
 Protocol: `check(i, step, value)` is called for every point of the rule's hit
 signal, in order, and returns None or a `StreamHit`; it decides with the
-state *before* the point. What rules share lives in one `Channel` per signal
-(its recent raw points and forward-filled windows), which the monitor updates
-after the checks of each point; a rule that compares signals reads the other
-signal's channel, which the monitor updates first (`ORDER`), since batch rules
-look up other signals "at or before" the step.
+state *before* the point. What rules share lives in one `Channel` per signal:
+its recent raw points (this point included when the checks run) and its
+forward-filled windows (pushed after the checks). A rule that compares
+signals reads the other signal's channel, which the monitor updates first
+(`ORDER`), since batch rules look up other signals "at or before" the step.
 
 The checks run on every training step, so the common path of each is a few
 comparisons against cheap necessary conditions (a lower bound of a window's
@@ -21,6 +21,7 @@ arithmetic, runs only when those pass.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import math
 from itertools import islice
 
@@ -96,26 +97,24 @@ class Window:
         return min(x for x in tail if x == x)
 
 
-_push = Window.push
-
-
 class Channel:
     """One signal as the monitor has seen it: counters, the recent raw points
     (for messages and the summary) and the forward-filled windows rules share."""
 
-    __slots__ = ("name", "n", "last_step", "steps", "values", "max_finite",
-                 "window", "log_window", "checks", "open")
+    __slots__ = ("name", "n", "steps", "values", "max_finite",
+                 "window", "log_window", "checks", "always", "screen", "open")
 
     def __init__(self, name, recent):
         self.name = name
         self.n = 0
-        self.last_step = None
         self.steps = collections.deque(maxlen=recent)
         self.values = collections.deque(maxlen=recent)
         self.max_finite = -_inf
         self.window = None  # Window of the values, if a rule needs one
         self.log_window = None  # Window of log(value) (NaN for value <= 0)
         self.checks = []  # (code, bound check method) of the rules that fire on it
+        self.always = []  # ... those the screen cannot vouch for
+        self.screen = None  # Screen of the others, if any
         self.open = {}  # code -> the episode of that rule on this signal that can still grow
 
     def need(self, size, log=False):
@@ -125,14 +124,8 @@ class Channel:
         if current is None or current.size < size:
             setattr(self, attr, Window(size))
 
-    def push_windows(self, v):
-        """Appends the point to the shared windows (Window.push, inlined: hot path)."""
-        w = self.window
-        if w is not None:
-            _push(w, v)
-        w = self.log_window
-        if w is not None:
-            _push(w, _log(v) if v > 0 else _nan)
+    def last_step(self):
+        return self.steps[-1] if self.n else None
 
     def recent(self) -> Series:
         return Series(
@@ -140,6 +133,70 @@ class Channel:
             np.fromiter(self.values, dtype=np.float64, count=len(self.values)),
             np.zeros(len(self.steps)),
         )
+
+
+@dataclasses.dataclass(frozen=True)
+class Quiet:
+    """Values for which a stream's check is sure to return None and to leave
+    its state as it was: a finite v with lo <= v <= hi, v <= prev_factor x
+    the previous point (when that is > 0), v < floor_factor x the lower bound
+    of the signal's window (when that is > 0), log(v) at most log_margin above
+    the lower bound of the log window. None: that condition is not needed."""
+
+    lo: float = -_inf
+    hi: float = _inf
+    prev_factor: float | None = None
+    floor_factor: float | None = None
+    log_margin: float | None = None
+
+
+class Screen:
+    """The Quiet conditions of one signal's streams, combined: while a value
+    meets them all, the monitor skips those streams' checks (most points of a
+    healthy run), so their necessary conditions cost one call, not one each."""
+
+    __slots__ = ("lo", "hi", "prev_factor", "floor_factor", "log_margin",
+                 "values", "window", "log_window")
+
+    def __init__(self, quiets: list, channel: "Channel"):
+        self.lo = max(q.lo for q in quiets)
+        self.hi = min(q.hi for q in quiets)
+        # The smallest factor implies the others, as the bases are > 0.
+        self.prev_factor = _least(q.prev_factor for q in quiets)
+        self.floor_factor = _least(q.floor_factor for q in quiets)
+        self.log_margin = _least(q.log_margin for q in quiets)
+        self.values = channel.values
+        self.window = channel.window if self.floor_factor is not None else None
+        self.log_window = channel.log_window if self.log_margin is not None else None
+
+    def quiet(self, v):
+        """True if every screened stream is sure to stay quiet at the finite value v
+        (the channel holds v as its last point; its windows end before it)."""
+        if not self.lo <= v <= self.hi:
+            return False
+        if self.prev_factor is not None:
+            values = self.values
+            if len(values) < 2:
+                return False
+            prev = values[-2]
+            if not (prev > 0 and v <= self.prev_factor * prev):
+                return False
+        w = self.window
+        if w is not None:
+            lb = w.prev if w.prev < w.cur else w.cur
+            if not (lb > 0 and lb != _inf and v < self.floor_factor * lb):
+                return False
+        w = self.log_window
+        if w is not None:
+            lb = w.prev if w.prev < w.cur else w.cur  # inf: nothing finite yet, quiet
+            if (_log(v) if v > 0 else _nan) - lb > self.log_margin:
+                return False
+        return True
+
+
+def _least(values):
+    given = [v for v in values if v is not None]
+    return min(given) if given else None
 
 
 class Stream:
@@ -151,6 +208,10 @@ class Stream:
     def needs(cls, p, signal) -> list:
         """The shared windows this rule reads: (signal, size, log)."""
         return []
+
+    def quiet(self) -> Quiet | None:
+        """When this stream may be skipped (see Quiet); None: never."""
+        return None
 
 
 class StreamHit:
@@ -207,6 +268,9 @@ class LossBound(Stream):
     def __init__(self, p, signal, channels):
         self.max = p.max_loss
 
+    def quiet(self):
+        return Quiet(lo=-self.max, hi=self.max)
+
     def check(self, i, step, v):
         return HIT if abs(v) > self.max and v - v == 0.0 else None
 
@@ -216,6 +280,9 @@ class GradThreshold(Stream):
 
     def __init__(self, p, signal, channels):
         self.threshold = p.threshold
+
+    def quiet(self):
+        return Quiet(hi=self.threshold)
 
     def check(self, i, step, v):
         return HIT if v > self.threshold else None
@@ -228,6 +295,9 @@ class LossJump(Stream):
         self.factor = p.factor
         self.min_i = max(1, p.min_history)
         self.values = channels[signal].values  # holds this point and the ones before
+
+    def quiet(self):
+        return Quiet(prev_factor=self.factor)
 
     def check(self, i, step, v):
         if i >= self.min_i and v > self.factor * self.values[-2]:
@@ -252,6 +322,12 @@ class _Spike(Stream):
         self.log_ratio = math.log(p.min_ratio)
         ch = channels[signal]
         self.window = ch.log_window if self.log else ch.window
+
+    def quiet(self):
+        # Not a candidate: see check.
+        if self.log:
+            return Quiet(log_margin=self.log_ratio)
+        return Quiet(floor_factor=self.min_ratio)
 
     def check(self, i, step, v):
         if i < self.min_points:
@@ -317,14 +393,20 @@ class LossDivergence(Stream):
         self.min_points = p.min_points
         self.consecutive = p.consecutive
         self.window = channels[signal].window
+        # Consecutive elevated points, ending at point `last` (kept lazily, so
+        # points that are not elevated need not touch the state).
         self.run = 0
+        self.last = -2
+
+    def quiet(self):
+        return Quiet(floor_factor=self.factor)  # not elevated: see _elevated
 
     def check(self, i, step, v):
         if i >= self.min_points and v - v == 0.0 and self._elevated(i, v):
-            self.run += 1
-        else:
-            self.run = 0
-        return HIT if self.run > self.consecutive else None
+            self.run = self.run + 1 if self.last == i - 1 else 1
+            self.last = i
+            return HIT if self.run > self.consecutive else None
+        return None
 
     def _elevated(self, i, v):
         # Elevated needs v >= factor x (trailing min) unless that min is <= 0.
@@ -607,14 +689,19 @@ class LrNonPositive(Stream):
 
     def __init__(self, p, signal, channels):
         self.consecutive = p.consecutive
+        # Consecutive zeros, ending at point `last` (kept lazily).
         self.zeros = 0
+        self.last = -2
+
+    def quiet(self):
+        return Quiet(lo=5e-324) if self.consecutive > 0 else None  # lo: v > 0
 
     def check(self, i, step, v):
-        if v > 0 and self.consecutive > 0:  # the common case: nothing to count
-            self.zeros = 0
-            return None
-        self.zeros = self.zeros + 1 if v == 0 else 0
-        return HIT if v < 0 or self.zeros >= self.consecutive else None
+        if v == 0:
+            self.zeros = self.zeros + 1 if self.last == i - 1 else 1
+            self.last = i
+            return HIT if self.zeros >= self.consecutive else None
+        return HIT if v < 0 or self.consecutive == 0 else None
 
 
 class LrJump(Stream):
@@ -624,6 +711,9 @@ class LrJump(Stream):
         self.factor = p.factor
         self.min_i = p.warmup + 1
         self.values = channels[signal].values  # holds this point and the ones before
+
+    def quiet(self):
+        return Quiet(prev_factor=self.factor)
 
     def check(self, i, step, v):
         if i >= self.min_i:

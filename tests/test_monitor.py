@@ -12,6 +12,7 @@ import json
 import math
 import os
 import pickle
+from unittest import mock
 
 import jsonschema
 import numpy as np
@@ -23,6 +24,7 @@ from tensorboard.compat.proto import event_pb2
 from tb_crash_signals import Monitor
 from tb_crash_signals.config import Config
 from tb_crash_signals.scan import scan_logdir
+from tb_crash_signals.streaming import Screen
 
 from eventwriters import scalar_value, write_events
 from helpers import healthy_grad, healthy_loss
@@ -117,6 +119,16 @@ def test_monitor_matches_scan_on_random_series(tmp_path_factory, updates):
     assert report["health"] == entry["health"]
 
 
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(update_streams())
+def test_screens_skip_only_checks_that_would_not_fire(updates):
+    screened = online(updates)
+    with mock.patch.object(Screen, "quiet", return_value=False):
+        every_check = online(updates)
+    assert [e.to_json() for e in screened.episodes()] == [e.to_json() for e in every_check.episodes()]
+    assert screened.summary() == every_check.summary()
+
+
 def crash_run(n=3000):
     loss, g = healthy_loss(n), healthy_grad(n)
     g[2500:] *= np.exp(0.05 * np.arange(n - 2500))
@@ -147,7 +159,8 @@ def test_long_run_with_restart_uses_snapshots_and_matches(tmp_path):
 
 
 def test_restart_further_back_than_the_history_is_flagged_approximate():
-    updates = crash_run(6000)  # more updates than the snapshots keep for replay
+    # More updates than the snapshots keep for replay.
+    updates = crash_run() + [(step, {"train_loss": 1.0}) for step in range(3000, 6000)]
     m = online(updates[:5800])
     m.update(5, train_loss=1.0)
     assert m.approximate
