@@ -65,6 +65,8 @@ class _State:
     def __init__(self, config: Config):
         self.channels = {s: Channel(s, _RECENT) for s in SIGNALS}
         self.order = [self.channels[s] for s in ORDER]
+        # The channels of the signals given together, in ORDER, by the keys' order.
+        self.orders: dict[tuple, list] = {}
         codes = config.enabled_codes()
         # NaN/Inf is checked inline in Monitor._apply: the commonest rule, the cheapest test.
         self.nonfinite = "CS001" in codes
@@ -192,10 +194,12 @@ class Monitor:
             st.max_step = step
         opened = []
         hits = self.last_hits = []
-        for ch in st.order:
-            v = values.get(ch.name)
-            if v is None:
-                continue
+        keys = tuple(values)
+        order = st.orders.get(keys)
+        if order is None:
+            order = st.orders[keys] = [(ch, ch.name) for ch in st.order if ch.name in values]
+        for ch, name in order:
+            v = values[name]
             i = ch.n
             ch.n = i + 1
             ch.steps.append(step)
@@ -209,15 +213,15 @@ class Monitor:
                 if ch.screen is not None and ch.screen.quiet(v):
                     checks = ch.always
             elif st.nonfinite:
-                hits.append(("CS001", ch.name))
-                ep = self._hit("CS001", ch.name, i, step, v, HIT)
+                hits.append(("CS001", name))
+                ep = self._hit("CS001", name, i, step, v, HIT)
                 if ep is not None:
                     opened.append(ep)
             for code, check in checks:
                 hit = check(i, step, v)
                 if hit is not None:
-                    hits.append((code, ch.name))
-                    ep = self._hit(code, ch.name, i, step, v, hit)
+                    hits.append((code, name))
+                    ep = self._hit(code, name, i, step, v, hit)
                     if ep is not None:
                         opened.append(ep)
             if ch.window is not None:
