@@ -44,19 +44,27 @@ _SNAPSHOT_EVERY = 1024
 _SNAPSHOTS = 4
 
 
-class _Open:
-    """A (rule, signal) episode that can still grow, as episodes.build_episodes merges it."""
+class _Record:
+    """One episode as it grows, merged as episodes.build_episodes merges hits:
+    its first and last hit, its peak, and the running extreme since it began."""
 
-    __slots__ = ("first", "last", "peak", "extreme", "first_step", "last_step", "peak_step",
-                 "peak_value", "ext_step", "ext_value", "note", "fit", "index")
+    __slots__ = ("code", "signal", "how", "cooldown", "first", "first_step", "last",
+                 "last_step", "peak", "peak_step", "peak_value", "extreme", "ext_step",
+                 "ext_value", "note", "fit", "message")
 
-    def __init__(self, i, step, value, note, fit, index):
+    def __init__(self, code, signal, cooldown, i, step, value, hit):
+        self.code, self.signal = code, signal
+        self.how = RULES[code].peak  # "max" | "min" | "first"
+        self.cooldown = cooldown
         self.first = self.last = self.peak = i
         self.first_step = self.last_step = self.peak_step = step
         self.peak_value = value
         self.extreme = None  # index of the running extreme since `first`
         self.ext_step, self.ext_value = step, value
-        self.note, self.fit, self.index = note, fit, index
+        if self.how != "first" and math.isfinite(value):
+            self.extreme = i
+        self.note, self.fit = hit.note, hit.fit
+        self.message = None
 
 
 class _State:
@@ -91,8 +99,7 @@ class _State:
         for sig, found in quiets.items():
             if found:
                 self.channels[sig].screen = Screen(found, self.channels[sig])
-        self.open: dict[tuple[str, str], _Open] = {}
-        self.episodes: list[dict] = []  # in opening order, mutable until closed
+        self.episodes: list[_Record] = []  # in opening order, growing until closed
         self.max_step = None
         self.last_gap = None
         self.updates = 0
@@ -241,41 +248,30 @@ class Monitor:
         return opened
 
     def _grow_open(self, ch, i, step, v):
-        """Tracks each growing episode's extreme over the (finite) points since it began."""
-        for code, op in ch.open.items():
-            if i - op.last > self._cooldown[code]:
-                continue
-            how = RULES[code].peak
-            if how == "first":
-                continue
-            better = op.extreme is None or (v > op.ext_value if how == "max" else v < op.ext_value)
-            if better:
+        """Tracks each growing episode's extreme over the (finite) points since
+        it began, and forgets the episodes that can no longer grow."""
+        for code, op in list(ch.open.items()):
+            if i - op.last > op.cooldown:
+                del ch.open[code]
+            elif op.how != "first" and (
+                op.extreme is None or (v > op.ext_value if op.how == "max" else v < op.ext_value)
+            ):
                 op.extreme, op.ext_step, op.ext_value = i, step, v
 
     def _hit(self, code, name, i, step, v, hit):
         st = self._state
-        key = (code, name)
-        op = st.open.get(key)
-        if op is not None and i - op.last <= self._cooldown[code]:
+        ch = st.channels[name]
+        op = ch.open.get(code)
+        if op is not None and i - op.last <= op.cooldown:
             op.last, op.last_step = i, step
             if op.extreme is not None:
                 op.peak, op.peak_step, op.peak_value = op.extreme, op.ext_step, op.ext_value
-            st.episodes[op.index]["end"] = (i, step)
-            st.episodes[op.index]["peak"] = (op.peak, op.peak_step, op.peak_value)
             return None
-        how = RULES[code].peak
-        op = _Open(i, step, v, hit.note, hit.fit, len(st.episodes))
-        if how != "first" and math.isfinite(v):
-            op.extreme, op.ext_step, op.ext_value = i, step, v
-        st.open[key] = op
-        st.channels[name].open[code] = op
-        record = {
-            "code": code, "signal": name, "start": (i, step), "end": (i, step),
-            "peak": (i, step, v), "note": hit.note, "fit": hit.fit,
-        }
-        record["message"] = self._message(record)
-        st.episodes.append(record)
-        return self._episode(record)
+        op = _Record(code, name, self._cooldown[code], i, step, v, hit)
+        ch.open[code] = op
+        op.message = self._message(op)
+        st.episodes.append(op)
+        return self._episode(op)
 
     # -- restarts ----------------------------------------------------------------
 
@@ -309,7 +305,7 @@ class Monitor:
             # Further back than the kept history: keep the episodes that
             # started before the restart and start the baselines afresh.
             state = _State(self.config)
-            state.episodes = [e for e in self._state.episodes if e["start"][1] < step]
+            state.episodes = [e for e in self._state.episodes if e.first_step < step]
             self._log = []
             self._snapshots.clear()
             self.approximate = True
@@ -320,37 +316,36 @@ class Monitor:
 
     # -- reading -----------------------------------------------------------------
 
-    def _message(self, record) -> str:
-        code, name = record["code"], record["signal"]
+    def _message(self, record: _Record) -> str:
+        code, name = record.code, record.signal
         sig = self._state.channels[name]
         recent = sig.recent()
         offset = sig.n - len(recent)
-        start, end = record["start"][0] - offset, record["end"][0] - offset
-        peak = record["peak"][0] - offset
-        if start < 1 and record["start"][0] > 0:
-            return record.get("message", RULES[code].symbol)
+        start, end, peak = record.first - offset, record.last - offset, record.peak - offset
+        if start < 1 and record.first > 0:
+            return record.message or RULES[code].symbol
         view = EpisodeView(
             signal=name, series=recent, start=max(start, 0), end=max(end, 0),
-            peak=max(peak, 0), note=record["note"], fit=record["fit"],
+            peak=max(peak, 0), note=record.note, fit=record.fit,
         )
         try:
             return RULES[code].describe(view, self.config.params_for(code))
         except (IndexError, ValueError):
             return RULES[code].symbol
 
-    def _episode(self, record) -> Episode:
-        code, name = record["code"], record["signal"]
+    def _episode(self, record: _Record) -> Episode:
+        code = record.code
         rule = RULES[code]
-        n = self._state.channels[name].n
-        peak_value = record["peak"][2]
+        n = self._state.channels[record.signal].n
+        peak_value = record.peak_value
         return Episode(
             code=code, rule=rule.symbol, family=rule.family,
-            severity=self.config.severity_for(code), signal=name,
-            start_step=record["start"][1], end_step=record["end"][1],
-            peak_step=record["peak"][1],
+            severity=self.config.severity_for(code), signal=record.signal,
+            start_step=record.first_step, end_step=record.last_step,
+            peak_step=record.peak_step,
             peak_value=peak_value if math.isfinite(peak_value) else None,
-            open=record["end"][0] + self._cooldown[code] >= n - 1,
-            message=record["message"], advice=rule.advice, fit=record["fit"],
+            open=record.last + record.cooldown >= n - 1,
+            message=record.message, advice=rule.advice, fit=record.fit,
         )
 
     def episodes(self) -> list[Episode]:
@@ -364,7 +359,7 @@ class Monitor:
         st = self._state
         if not any(st.channels[s].n for s in SIGNALS):
             return "no_signals"
-        severities = {self.config.severity_for(r["code"]) for r in st.episodes}
+        severities = {self.config.severity_for(r.code) for r in st.episodes}
         for level in ("critical", "warning"):
             if level in severities:
                 return level

@@ -443,31 +443,30 @@ class GradGrowth(Stream):
         self.steps = collections.deque(maxlen=w)
         self.history = channels[signal].log_window
         self.last_bad = -w  # index of the last non-finite log
-        # Sums of the first and the last q logs of the window, kept running.
+        # Sums of the first and the last q logs of the window, kept running
+        # once the window is full, and recomputed every _RESYNC points.
         self.first = self.last = 0.0
-        self.count = 0
+        self.count = self._RESYNC
+        self.full = False
 
     def check(self, i, step, v):
-        w, q, logs = self.w, self.q, self.logs
+        logs = self.logs
         x = _log(v) if v > 0 else _nan
         if not x - x == 0.0:
             x = 0.0
             self.last_bad = i
-        n = len(logs)
-        if n == w and w > q:  # full: the window slides (the usual case)
-            self.last += x - logs[n - q]
+        if self.full:  # the window slides (the usual case)
+            q = self.q
+            self.last += x - logs[-q]
             self.first += logs[q] - logs[0]
-        elif n < q:
-            self.first += x
-            self.last += x
+            logs.append(x)
+            self.steps.append(step)
+            self.count -= 1
+            if not self.count:
+                self._resync()
         else:
-            self.last += x - logs[n - q]
-        logs.append(x)
-        self.steps.append(step)
-        count = self.count = self.count + 1
-        if count % self._RESYNC == 0 or w <= q:
-            self._resync()
-        if i - self.last_bad < w or i < w - 1 or not v < self.threshold:
+            self._fill(x, step)
+        if i - self.last_bad < self.w or not v < self.threshold or i < self.w - 1:
             return None
         # A necessary condition, with a slack far above the running sums'
         # rounding: the exact (numpy) test in _decide settles close calls.
@@ -475,11 +474,20 @@ class GradGrowth(Stream):
             return None
         return self._decide(i)
 
+    def _fill(self, x, step):
+        """Appends while the window is not full yet (or is no longer than a quarter)."""
+        self.logs.append(x)
+        self.steps.append(step)
+        self._resync()
+        self.full = len(self.logs) == self.w and self.w > self.q
+
     def _resync(self):
+        """The quarter sums afresh (exactly, from the window)."""
         logs, q = self.logs, self.q
         n = len(logs)
         self.first = sum(islice(logs, min(q, n)))
         self.last = sum(islice(logs, max(n - q, 0), None))
+        self.count = self._RESYNC
 
     def _decide(self, i):
         p, w, q = self.p, self.w, self.q
@@ -514,10 +522,12 @@ class Plateau(Stream):
         self.window = collections.deque(maxlen=k)  # forward-filled losses, this point included
         self.last = _nan
         self.best = _nan
+        self.settled = False
         self.rel = p.rel_improvement
         self.fraction, self.min_patience = p.patience_fraction, p.min_patience
         self.cap = max(p.max_patience, p.min_patience)
         self.capped_from = _capped_from(p.patience_fraction, self.min_patience, self.cap)
+        self.capped_hit = StreamHit(note=str(self.cap))
         self.bests = [_nan] * (self.cap + 1)  # ring: best as of each recent point
         # The learning rate's recent points (its channel is updated first).
         self.lr = channels["lr"].values
@@ -527,15 +537,20 @@ class Plateau(Stream):
         if finite:
             self.last = v
         window = self.window
-        window.append(self.last)
+        y = self.last
+        window.append(y)
         if i >= self.k - 1:
+            # Once settled, the window's median is >= best after every point,
+            # and for an odd window only a new value below best can take the
+            # median below it: otherwise the median need not be computed.
             # Forward-filled: NaN can only lead, so a finite first value means all are.
-            if window[0] == window[0]:
+            if (y < self.best or not self.settled) and window[0] == window[0]:
                 xs = sorted(window)
                 mid = self.mid
                 sm = xs[mid] if self.odd else (xs[mid - 1] + xs[mid]) / 2.0
                 if not sm >= self.best:  # fmin: a NaN best takes sm
                     self.best = sm
+                self.settled = self.odd
         else:
             sm = _finite_median(window)
             if sm - sm == 0.0 and not sm >= self.best:
@@ -553,6 +568,8 @@ class Plateau(Stream):
             return None
         ref = ring[(i - patience) % size]
         if best > ref - self.rel * abs(ref) and not self._lr_rising():
+            if patience == self.cap:  # a stall fires on every point: one hit object
+                return self.capped_hit
             return StreamHit(note=str(patience))
         return None
 
