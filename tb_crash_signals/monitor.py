@@ -142,9 +142,11 @@ class Monitor:
         self._snapshots: collections.deque = collections.deque()
         self._log: list[tuple[int, dict]] = []  # updates since the oldest snapshot
         self._log_from_start = True
-        # Snapshot spacing; drops to 1 once a loop logs the same step twice
-        # (micro-batches), so each repeat replays one update instead of hundreds.
-        self._snapshot_every = _SNAPSHOT_EVERY
+        # Once a loop has logged a signal twice at one step (micro-batches),
+        # the state before each new step is kept, so a repeat costs one
+        # restore instead of a replay from the last periodic snapshot.
+        self._repeats = False
+        self._before_step: tuple[int, bytes] | None = None
         self.approximate = False
 
     # -- feeding ---------------------------------------------------------------
@@ -175,22 +177,47 @@ class Monitor:
                 clean = _clean(values)
         st = self._state
         if st.max_step is not None and step <= st.max_step:
-            repeated = any(st.channels[s].last_step() == step for s in clean)
-            if step < st.max_step or repeated:
-                if step == st.max_step:
-                    # The same step again: its earlier values stay unless replaced.
-                    merged = {}
-                    for s, v in self._log:
-                        if s == step:
-                            merged.update(v)
-                    clean = {**merged, **clean}
-                    self._snapshot_every = 1
+            if step < st.max_step:
                 self._restart(step)
+            elif any(st.channels[s].last_step() == step for s in clean):
+                return self._replace_step(step, clean)
+        elif self._repeats:
+            self._before_step = (step, pickle.dumps(st, protocol=5))
         opened = self._apply(step, clean)
         self._log.append((step, clean))
+        self._count_update()
+        return opened
+
+    def _count_update(self):
+        st = self._state
         st.updates += 1
-        if st.updates % self._snapshot_every == 0:
+        if st.updates % _SNAPSHOT_EVERY == 0:
             self._snapshot()
+
+    def _replace_step(self, step: int, clean: dict) -> list[Episode]:
+        """A signal logged again at the last step: as TensorBoard keeps the last
+        value per step, the step is applied again with the values merged."""
+        log = self._log
+        k = len(log)
+        while k and log[k - 1][0] == step:
+            k -= 1
+        merged = {}
+        for _, values in log[k:]:
+            merged.update(values)
+        merged.update(clean)
+        del log[k:]
+        # Periodic snapshots taken within this step hold values now replaced.
+        while self._snapshots and self._snapshots[-1][1] >= step:
+            self._snapshots.pop()
+        if self._before_step is not None and self._before_step[0] == step:
+            self._state = pickle.loads(self._before_step[1])
+        else:
+            self._restart(step)
+            self._repeats = True
+            self._before_step = (step, pickle.dumps(self._state, protocol=5))
+        opened = self._apply(step, merged)
+        self._log.append((step, merged))  # _restart may have replaced the list
+        self._count_update()
         return opened
 
     def _apply(self, step: int, values: dict, quiet: bool = False) -> list[Episode]:
@@ -276,23 +303,24 @@ class Monitor:
     # -- restarts ----------------------------------------------------------------
 
     def _snapshot(self):
-        self._snapshots.append((len(self._log), pickle.dumps(self._state, protocol=5)))
+        st = self._state
+        self._snapshots.append((len(self._log), st.max_step, pickle.dumps(st, protocol=5)))
         if len(self._snapshots) > _SNAPSHOTS:
             # Forget the updates before the oldest snapshot we keep.
             self._snapshots.popleft()
             drop = self._snapshots[0][0]
             self._log = self._log[drop:]
-            self._snapshots = collections.deque((p - drop, b) for p, b in self._snapshots)
+            self._snapshots = collections.deque((p - drop, m, b) for p, m, b in self._snapshots)
             self._log_from_start = False
 
     def _restart(self, step: int):
         """Forgets everything at steps >= `step`, as TensorBoard's purge does."""
         state, pos = None, 0
+        self._before_step = None
         while self._snapshots:
-            pos, blob = self._snapshots[-1]
-            candidate = pickle.loads(blob)
-            if candidate.max_step is None or candidate.max_step < step:
-                state = candidate
+            pos, max_step, blob = self._snapshots[-1]
+            if max_step is None or max_step < step:
+                state = pickle.loads(blob)
                 break
             self._snapshots.pop()
         replay = []

@@ -20,6 +20,7 @@ arithmetic, runs only when those pass.
 
 from __future__ import annotations
 
+import array
 import collections
 import dataclasses
 import math
@@ -528,7 +529,8 @@ class Plateau(Stream):
         self.cap = max(p.max_patience, p.min_patience)
         self.capped_from = _capped_from(p.patience_fraction, self.min_patience, self.cap)
         self.capped_hit = StreamHit(note=str(self.cap))
-        self.bests = [_nan] * (self.cap + 1)  # ring: best as of each recent point
+        # Ring: the best as of each recent point (an array pickles as one block).
+        self.bests = array.array("d", [_nan]) * (self.cap + 1)
         # The learning rate's recent points (its channel is updated first).
         self.lr = channels["lr"].values
 

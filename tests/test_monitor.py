@@ -176,6 +176,28 @@ def test_same_step_again_replaces_the_value(tmp_path):
     assert m.report()["points"]["train_loss"] == 30
 
 
+def test_micro_batches_logged_at_one_step_match_scan(tmp_path):
+    # Each step logged three times (the last value is the step's, as in
+    # TensorBoard), across periodic snapshots; some micro-batches spike and are
+    # then replaced, some steps end on a spike.
+    rng = np.random.default_rng(5)
+    loss, grad = healthy_loss(900, seed=4), healthy_grad(900, seed=6)
+    updates = []
+    for step in range(900):
+        for k in range(3):
+            v = loss[step] * (1 + 0.05 * rng.standard_normal())
+            if k == 1 and step % 97 == 50:
+                v *= 20  # replaced by the next micro-batch
+            if k == 2 and step % 131 == 70:
+                v *= 20  # the step's value
+            updates.append((step, {"train_loss": f32(v), "grad_norm": f32(grad[step])}))
+    entry = offline(tmp_path, updates)
+    m = online(updates)
+    assert key([e.to_json() for e in m.episodes()]) == key(entry["episodes"])
+    assert {e["start_step"] for e in entry["episodes"] if e["code"] == "CS112"} >= {70, 201}
+    assert m.report()["points"] == entry["points"] == {"train_loss": 900, "grad_norm": 900}
+
+
 def test_state_is_bounded_by_the_windows_not_the_run_length():
     def size(n):
         m = Monitor()
