@@ -179,13 +179,16 @@ class Monitor:
         if st.max_step is not None and step <= st.max_step:
             if step < st.max_step:
                 self._restart(step)
+                st = self._state
             elif any(st.channels[s].last_step() == step for s in clean):
                 return self._replace_step(step, clean)
         elif self._repeats:
             self._before_step = (step, pickle.dumps(st, protocol=5))
         opened = self._apply(step, clean)
         self._log.append((step, clean))
-        self._count_update()
+        st.updates += 1
+        if not st.updates % _SNAPSHOT_EVERY:
+            self._snapshot()
         return opened
 
     def _count_update(self):
