@@ -586,7 +586,7 @@ def _capped_from(fraction, min_patience, cap):
     """The first point whose patience is the cap: floor(fraction x (i+1)) >= cap."""
     if min_patience >= cap:
         return 0
-    if fraction <= 0:
+    if fraction <= 0 or cap / fraction > 2.0**63:  # never within an int64 step count
         return math.inf
     i = max(0, math.ceil(cap / fraction) - 1)
     # Settle float rounding against the very expression the check uses.
