@@ -1,4 +1,11 @@
-"""The one analysis pipeline: a logical run's series -> rules -> episodes -> summary."""
+"""The one analysis pipeline: a logical run's series -> rules -> episodes -> summary.
+
+Incremental: an analysis keeps a `Checkpoint` (its hits and episodes per rule
+and signal, the data length they cover, the config). Given it back with data
+that only grew by appended points, `analyze_run` asks each rule only for the
+hits from the first new step on (rules are causal) and rebuilds only the
+episodes those can change: the result equals a full analysis of the data.
+"""
 
 from __future__ import annotations
 
@@ -8,8 +15,9 @@ from typing import Mapping
 import numpy as np
 
 from tb_crash_signals.config import Config
-from tb_crash_signals.episodes import Episode, build_episodes
+from tb_crash_signals.episodes import Episode, EpisodeTrack
 from tb_crash_signals.rules import RULES, Fit
+from tb_crash_signals.rules.base import since_index
 from tb_crash_signals.series import Series
 from tb_crash_signals.signals import SIGNALS, LogicalRun
 from tb_crash_signals import stats
@@ -22,6 +30,36 @@ _TREND_WINDOW = 20  # the source article's summary looks at the last 20 steps
 
 
 @dataclasses.dataclass(frozen=True)
+class Checkpoint:
+    """What an analysis leaves to resume from once points are appended.
+
+    Attributes:
+        run, config: the run mapping and the config analysed with.
+        sizes: points per signal analysed; last: (step, value) of each
+            signal's last point, a cheap check that the data only grew.
+        tracks: rule code -> signal -> its hits and episodes.
+        grad_max: the largest finite grad norm (None if none).
+        since: the step this analysis resumed from (None: a full analysis).
+        carry: running values over a prefix of the data the rules left
+            (stats.carried), which they continue when resumed.
+    """
+
+    run: LogicalRun
+    config: Config
+    sizes: Mapping[str, int]
+    last: Mapping[str, tuple]
+    tracks: Mapping[str, Mapping[str, EpisodeTrack]]
+    grad_max: float | None
+    since: int | None = None
+    carry: Mapping = dataclasses.field(default_factory=dict)  # see stats.carried
+
+    @property
+    def hits(self) -> int:
+        """Hit indices held (its memory is about 8 bytes each)."""
+        return sum(t.index.shape[0] for ts in self.tracks.values() for t in ts.values())
+
+
+@dataclasses.dataclass(frozen=True)
 class RunResult:
     """Everything the report says about one logical run."""
 
@@ -31,6 +69,7 @@ class RunResult:
     fits: tuple[Fit, ...]
     sampled: bool
     summary: Mapping[str, object]
+    checkpoint: Checkpoint | None = None
 
     @property
     def health(self) -> str:
@@ -51,21 +90,101 @@ class RunResult:
 
 def run_rules(data: Mapping[str, Series], config: Config) -> tuple[list[Episode], list[Fit]]:
     """Runs every enabled rule on one run's series and merges the hits."""
-    episodes: list[Episode] = []
-    fits: list[Fit] = []
-    with stats.memo():  # rules share intermediate results on the same series
+    tracks = _run_tracks(data, config, {}, None, {})
+    return _merged(tracks)
+
+
+def _run_tracks(data, config: Config, previous, since, carry: dict):
+    """rule code -> signal -> EpisodeTrack over `data`.
+
+    With `previous` (the tracks of an analysis of a prefix of `data`) and
+    `since` (the first step where `data` differs from that prefix), each rule
+    computes only its hits at steps >= since (earlier if a note that reads
+    ahead can change) and the tracks are resumed. `carry`: see stats.carried
+    (filled in by the rules).
+    """
+    out = {}
+    with stats.memo(carry):  # rules share intermediate results on the same series
         for code in config.enabled_codes():
             rule = RULES[code]
             if not any(sig in data for sig in rule.signals):
                 continue
             params = config.params_for(code)
-            for hits in rule.func(data, params):
+            old = previous.get(code, {})
+            start = since
+            for sig, track in old.items():
+                stale = track.stale_from()
+                if stale is not None and start is not None:
+                    start = min(start, int(data[sig].steps[stale]))
+            tracks = {sig: t.resumed() for sig, t in old.items()}
+            seen = set()
+            kwargs = {} if start is None else {"since": start}
+            for hits in rule.func(data, params, **kwargs):
+                track = tracks.get(hits.signal)
+                if track is None:
+                    track = tracks[hits.signal] = EpisodeTrack(
+                        rule, hits.signal, params, config.severity_for(code)
+                    )
                 series = data[hits.signal]
-                found = build_episodes(rule, hits, series, params, config.severity_for(code))
-                episodes.extend(found)
-                fits.extend(e.fit for e in found if e.fit is not None)
+                track.update(hits, series, since_index(series, start))
+                seen.add(hits.signal)
+            for sig in set(tracks) - seen:  # no new hits: episodes may close
+                tracks[sig].update(None, data[sig], since_index(data[sig], start))
+            # Signal order, as a full analysis yields them (the order of `fits`).
+            out[code] = {sig: tracks[sig] for sig in SIGNALS if sig in tracks}
+    return out
+
+
+def _merged(tracks) -> tuple[list[Episode], list[Fit]]:
+    episodes: list[Episode] = []
+    fits: list[Fit] = []
+    for by_signal in tracks.values():
+        for track in by_signal.values():
+            episodes.extend(track.episodes)
+            fits.extend(e.fit for e in track.episodes if e.fit is not None)
     episodes.sort(key=lambda e: (e.start_step, e.severity != "critical", e.code, e.signal))
     return episodes, fits
+
+
+def _resume_since(resume: Checkpoint | None, run, data, config) -> int | None:
+    """The first step where `data` differs from what `resume` analysed, or None.
+
+    None means a full analysis: no checkpoint, another config or mapping, or
+    data that did not just grow (a signal appeared, vanished or shrank, or
+    its last analysed point changed: a restart purge).
+    """
+    if resume is None or resume.config != config or resume.run != run:
+        return None
+    if set(resume.sizes) != set(data):
+        return None
+    since = None
+    for sig, s in data.items():
+        n = resume.sizes[sig]
+        if len(s) < n or (n and _last_point(s, n) != resume.last[sig]):
+            return None
+        if len(s) > n:
+            first_new = int(s.steps[n])
+            since = first_new if since is None else min(since, first_new)
+    if since is None:  # nothing new: no hit to recompute
+        since = 1 + max((int(s.steps[-1]) for s in data.values() if len(s)), default=0)
+    return since
+
+
+def _last_point(s: Series, n: int) -> tuple:
+    """(step, value bits) of point n - 1: equal only for the same point."""
+    return int(s.steps[n - 1]), s.values[n - 1 : n].tobytes()
+
+
+def _finite_max(values: np.ndarray, start: int = 0, prefix: float | None = None) -> float | None:
+    """The largest finite value (None if none); `prefix`: that of values[:start], if known."""
+    part = values[start:]
+    finite = part[np.isfinite(part)]
+    top = float(finite.max()) if finite.size else None
+    if prefix is None or top is None:
+        return prefix if top is None else top
+    if top == prefix == 0.0:  # 0.0 or -0.0: the one numpy's max picks over all
+        return _finite_max(values)
+    return max(prefix, top)
 
 
 def _loss_trend(train: Series | None) -> str | None:
@@ -119,16 +238,15 @@ def _headline(health: str, episodes, summary, data) -> str:
     return f"{first.rule} at step {first.start_step}: {first.message}"
 
 
-def summarize(run: LogicalRun, data: Mapping[str, Series], episodes) -> dict:
+def summarize(run: LogicalRun, data: Mapping[str, Series], episodes, grad_max=False) -> dict:
+    """The run's summary; `grad_max` if already known (False: computed here)."""
     train, val, grad = data.get("train_loss"), data.get("val_loss"), data.get("grad_norm")
     gap = None
     if train is not None and val is not None and len(val) and len(train):
         t = value_at_or_before(train.steps, train.values, val.steps[-1:])[0]
         gap = _finite_or_none(val.values[-1] - t)
-    grad_max = None
-    if grad is not None:
-        finite = grad.values[np.isfinite(grad.values)]
-        grad_max = float(finite.max()) if finite.size else None
+    if grad_max is False:
+        grad_max = _finite_max(grad.values) if grad is not None else None
     by_sev = {
         level: min((e.start_step for e in episodes if e.severity == level), default=None)
         for level in ("critical", "warning")
@@ -147,6 +265,7 @@ def analyze_run(
     data: Mapping[str, Series],
     config: Config | None = None,
     sampled: bool = False,
+    resume: Checkpoint | None = None,
 ) -> RunResult:
     """Analyses one logical run.
 
@@ -155,12 +274,39 @@ def analyze_run(
         data: dimension -> series, for the dimensions that have data.
         config: rules, parameters and severities in force.
         sampled: True if `data` is not every logged step.
+        resume: the checkpoint of an earlier analysis of this run, when
+            each series of `data` is that analysis' series with points
+            appended (nothing else changed; the caller knows, e.g. from the
+            reader: no restart purge). Only what the new points can change is
+            computed; the result equals a full analysis. A checkpoint that
+            does not fit (other config or mapping, a series that shrank or
+            whose last analysed point changed) is ignored.
     """
     config = config or Config()
     data = {k: data[k] for k in SIGNALS if k in data and data[k] is not None}
-    episodes, fits = run_rules(data, config)
-    summary = summarize(run, data, episodes)
-    result = RunResult(run, data, tuple(episodes), tuple(fits), sampled, summary)
+    since = _resume_since(resume, run, data, config)
+    carry = dict(resume.carry) if since is not None else {}
+    tracks = _run_tracks(data, config, resume.tracks if since is not None else {}, since, carry)
+    episodes, fits = _merged(tracks)
+    grad = data.get("grad_norm")
+    grad_max = None
+    if grad is not None:
+        if since is None:
+            grad_max = _finite_max(grad.values)
+        else:
+            grad_max = _finite_max(grad.values, resume.sizes["grad_norm"], resume.grad_max)
+    summary = summarize(run, data, episodes, grad_max)
+    checkpoint = Checkpoint(
+        run=run,
+        config=config,
+        sizes={k: len(s) for k, s in data.items()},
+        last={k: _last_point(s, len(s)) for k, s in data.items() if len(s)},
+        tracks=tracks,
+        grad_max=grad_max,
+        since=since,
+        carry=carry,
+    )
+    result = RunResult(run, data, tuple(episodes), tuple(fits), sampled, summary, checkpoint)
     summary["headline"] = _headline(result.health, episodes, summary, data)
     return result
 

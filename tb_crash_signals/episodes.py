@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import bisect
+import copy
 import dataclasses
 
 import numpy as np
@@ -79,37 +81,98 @@ def build_episodes(
     rule: Rule, hits: Hits, series: Series, params, severity: str
 ) -> list[Episode]:
     """Merges hits that are within the rule's cooldown of each other."""
-    cooldown = int(getattr(params, "cooldown", 10))
-    n = len(series)
-    episodes = []
-    for _, _, first, last in _groups(np.asarray(hits.index, dtype=np.int64), cooldown):
+    track = EpisodeTrack(rule, hits.signal, params, severity)
+    track.update(hits, series)
+    return list(track.episodes)
+
+
+class EpisodeTrack:
+    """One rule's hits on one signal, and the episodes merged from them.
+
+    Resumable after points are appended: `update(hits, series, start)` takes
+    the rule's hits at indices >= start (a rule's `since` call) and rebuilds
+    only the episodes they can change. An episode ending more than the
+    cooldown before `start` can no longer change (the rules are causal), so
+    it is kept as built, but for its `open` flag, which depends on the length.
+
+    `update` never modifies state in place (it rebinds attributes), so a
+    shallow copy (`resumed`) leaves the original usable.
+    """
+
+    def __init__(self, rule: Rule, signal: str, params, severity: str):
+        self.rule, self.signal, self.params, self.severity = rule, signal, params, severity
+        self.cooldown = int(getattr(params, "cooldown", 10))
+        self.index = np.zeros(0, np.int64)  # every hit, sorted
+        self.groups: list[tuple[int, int]] = []  # (first, last) hit of each episode
+        self.episodes: list[Episode] = []
+        self.heads: dict[int, tuple] = {}  # first hit -> (note, fit): computed once
+        self.lookahead = 0  # points after a hit its note reads (Hits.note_lookahead)
+        self.size = 0  # points of the series at the last update
+
+    def resumed(self) -> "EpisodeTrack":
+        return copy.copy(self)
+
+    def stale_from(self) -> int | None:
+        """The first hit of the earliest episode whose note new points can change."""
+        if not self.lookahead:
+            return None
+        for first, _ in self.groups:
+            if first >= self.size - self.lookahead:
+                return first
+        return None
+
+    def update(self, hits: Hits | None, series: Series, start: int = 0) -> None:
+        """Replaces the hits at indices >= start by `hits` (None: there are none)."""
+        new = np.zeros(0, np.int64) if hits is None else np.asarray(hits.index, dtype=np.int64)
+        gap = max(self.cooldown, 1)  # hits further apart start a new episode
+        keep = bisect.bisect_left([last for _, last in self.groups], start - gap)
+        tail_from = self.groups[keep][0] if keep < len(self.groups) else start
+        below = int(np.searchsorted(self.index, start))
+        old = self.index[int(np.searchsorted(self.index, tail_from)) : below]
+        n = len(series)
+        groups = self.groups[:keep]
+        episodes = [self._reclosed(e, last, n) for e, (_, last) in zip(self.episodes, groups)]
+        heads = {first: self.heads[first] for first, _ in groups}
+        for _, _, first, last in _groups(np.concatenate([old, new]), self.cooldown):
+            if first < start:  # an earlier episode going on: its first hit is as it was
+                head = self.heads[first]
+            elif hits is not None:
+                head = (hits.note(first) if hits.note else None, hits.fits.get(first))
+            else:
+                head = (None, None)
+            heads[first] = head
+            groups.append((first, last))
+            episodes.append(self._episode(series, first, last, *head))
+        self.index = np.concatenate([self.index[:below], new])
+        self.groups, self.episodes, self.heads, self.size = groups, episodes, heads, n
+        if hits is not None:
+            self.lookahead = hits.note_lookahead
+
+    def _reclosed(self, episode: Episode, last: int, n: int) -> Episode:
+        # Still going: the last logged point is within the cooldown.
+        is_open = last + self.cooldown >= n - 1
+        return episode if episode.open == is_open else dataclasses.replace(episode, open=is_open)
+
+    def _episode(self, series: Series, first: int, last: int, note, fit) -> Episode:
+        rule, params = self.rule, self.params
         peak = _peak(rule, series.values, first, last)
         view = EpisodeView(
-            signal=hits.signal,
-            series=series,
-            start=first,
-            end=last,
-            peak=peak,
-            note=hits.note(first) if hits.note else None,
-            fit=hits.fits.get(first),
+            signal=self.signal, series=series, start=first, end=last, peak=peak, note=note, fit=fit
         )
         peak_value = float(series.values[peak])
-        episodes.append(
-            Episode(
-                code=rule.code,
-                rule=rule.symbol,
-                family=rule.family,
-                severity=severity,
-                signal=hits.signal,
-                start_step=int(series.steps[first]),
-                end_step=int(series.steps[last]),
-                peak_step=int(series.steps[peak]),
-                peak_value=peak_value if np.isfinite(peak_value) else None,
-                # Still going: the last logged point is within the cooldown.
-                open=last + cooldown >= n - 1,
-                message=rule.describe(view, params),
-                advice=rule.advice,
-                fit=view.fit,
-            )
+        return Episode(
+            code=rule.code,
+            rule=rule.symbol,
+            family=rule.family,
+            severity=self.severity,
+            signal=self.signal,
+            start_step=int(series.steps[first]),
+            end_step=int(series.steps[last]),
+            peak_step=int(series.steps[peak]),
+            peak_value=peak_value if np.isfinite(peak_value) else None,
+            # Still going: the last logged point is within the cooldown.
+            open=last + self.cooldown >= len(series) - 1,
+            message=rule.describe(view, params),
+            advice=rule.advice,
+            fit=fit,
         )
-    return episodes

@@ -15,6 +15,13 @@ from numpy.lib.stride_tricks import sliding_window_view
 # Rows of windows handled per chunk: bounds the memory of the window copies
 # that np.median makes (chunk * window * 8 bytes).
 _CHUNK = 1 << 15
+# Elements per chunk of the element-wise pipelines (sliding extremes, medians
+# of 9, window sums): a few float64 arrays of this length stay in a 1 MiB L2
+# cache, and reused buffers spare the page faults of fresh 8 MB temporaries.
+_CACHE_CHUNK = 1 << 14
+# Chunk of pipelines whose temporaries are fresh arrays: 64 KiB ones come from
+# the heap's free lists (glibc maps blocks from 128 KiB afresh, page by page).
+_SMALL_CHUNK = 1 << 13
 
 # Per-thread memo of intermediate arrays, active inside memo().
 _MEMO = threading.local()
@@ -62,44 +69,172 @@ def trailing_median_mad(
     n = values.shape[0]
     med = np.full(n, np.nan)
     mad = np.full(n, np.nan)
-    if n <= min_points:
-        return med, mad
-    x = ffill_nonfinite(values.astype(np.float64, copy=False))
     idx = np.arange(n) if at is None else np.unique(np.asarray(at, dtype=np.int64))
-    idx = idx[idx >= min_points]
-    # Expanding windows for the first points (fewer than `window` before them).
-    for i in idx[idx < window].tolist():
-        w = x[:i]
-        w = w[np.isfinite(w)]
-        if w.size >= min_points:
-            m = np.median(w)
-            med[i], mad[i] = m, np.median(np.abs(w - m))
-    full = idx[idx >= window]
-    if full.size:
-        wins = sliding_window_view(x[:-1], window)  # row j covers x[j:j+window]
-        for start in range(0, full.size, _CHUNK):
-            rows = full[start : start + _CHUNK]
-            block = wins[rows - window]
-            m = np.median(block, axis=1)
-            med[rows] = m
-            mad[rows] = np.median(np.abs(block - m[:, None]), axis=1)
+    med[idx], mad[idx] = trailing_median_mad_at(values, window, min_points, idx)
     return med, mad
 
 
+def trailing_median_mad_at(
+    values: np.ndarray, window: int, min_points: int, at: np.ndarray, mad: bool = True
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """trailing_median_mad(values, window, min_points) at the indices `at` only.
+
+    Returns arrays aligned with `at` (the MAD is None unless `mad`), without
+    the two full-length arrays: a rule with a handful of candidates pays
+    for a handful of medians.
+    """
+    at = np.asarray(at, dtype=np.int64)
+    med = np.full(at.shape[0], np.nan)
+    dev = np.full(at.shape[0], np.nan) if mad else None
+    ok = at >= min_points
+    if not ok.any():
+        return med, dev
+    x = ffill_nonfinite(values.astype(np.float64, copy=False))
+    # Expanding windows for the first points (fewer than `window` before them).
+    for j in np.flatnonzero(ok & (at < window)).tolist():
+        w = x[: at[j]]
+        w = w[np.isfinite(w)]
+        if w.size >= min_points:
+            m = np.median(w)
+            med[j] = m
+            if mad:
+                dev[j] = np.median(np.abs(w - m))
+    full = np.flatnonzero(ok & (at >= window))
+    if full.size:
+        wins = sliding_window_view(x[:-1], window)  # row j covers x[j:j+window]
+        for start in range(0, full.size, _CHUNK):
+            pos = full[start : start + _CHUNK]
+            block = wins[at[pos] - window]
+            m = np.median(block, axis=1)
+            med[pos] = m
+            if mad:
+                dev[pos] = np.median(np.abs(block - m[:, None]), axis=1)
+    return med, dev
+
+
+def finite_anchor(values: np.ndarray, i: int, positive: bool = False) -> int:
+    """The last j <= i where values[j] is finite (and > 0 if `positive`), else i.
+
+    Forward-filling values[j:] gives, from j on, the same numbers as
+    forward-filling all of values (non-finite points take the last finite
+    value; before any, they stay NaN): a rule that looks back a bounded
+    number of points before i can start its slice at j.
+    """
+    if i <= 0:
+        return 0
+    size = 64
+    while True:
+        lo = max(i - size + 1, 0)
+        part = values[lo : i + 1]
+        ok = np.isfinite(part)
+        if positive:
+            ok &= part > 0
+        hit = np.flatnonzero(ok)
+        if hit.size:
+            return lo + int(hit[-1])
+        if lo == 0:
+            return i
+        size *= 4
+
+
+def consecutive_runs(pos: np.ndarray) -> np.ndarray:
+    """For sorted unique integers, how many consecutive integers end at each.
+
+    Equal to run_lengths(mask)[pos] for the mask that is True exactly at
+    `pos`, at the cost of len(pos) rather than of the mask's length.
+    """
+    pos = np.asarray(pos, dtype=np.int64)
+    if pos.size == 0:
+        return np.zeros(0, np.int64)
+    k = np.arange(pos.size)
+    starts = np.ones(pos.size, bool)
+    starts[1:] = pos[1:] - pos[:-1] != 1
+    first = np.maximum.accumulate(np.where(starts, k, 0))
+    return k - first + 1
+
+
+def chunks(start: int, stop: int, size: int | None = None):
+    """(a, b) bounds of consecutive chunks of [start, stop) (of _SMALL_CHUNK points)."""
+    size = size or _SMALL_CHUNK
+    for a in range(start, stop, size):
+        yield a, min(a + size, stop)
+
+
+def window_sums(x: np.ndarray, q: int) -> np.ndarray:
+    """x[j:j+q].sum() for every j, bit-identical to numpy's own sum.
+
+    numpy sums a row with its pairwise algorithm (sequentially below 8
+    values, with 8 interleaved accumulators up to 128, halving above);
+    the same additions in the same order over shifted slices, chunk by
+    chunk, are ~10x faster than reducing the rows of a window view.
+    """
+    m = max(x.shape[0] - q + 1, 0)
+    out = np.empty(m)
+    for a, b in chunks(0, m):
+        out[a:b] = _pairwise_sum([x[a + j : b + j] for j in range(q)])
+    out += 0.0  # the reduction starts from 0.0 (a sum of -0.0s is 0.0)
+    return out
+
+
+def _pairwise_sum(cols: list) -> np.ndarray:
+    """numpy's pairwise sum of the columns (up to the sign of a zero total)."""
+    n = len(cols)
+    if n < 8:
+        total = cols[0]
+        for c in cols[1:]:
+            total = total + c
+        return total
+    if n <= 128:
+        acc = cols[:8]
+        stop = n - n % 8
+        for i in range(8, stop, 8):
+            acc = [acc[k] + cols[i + k] for k in range(8)]
+        total = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]))
+        for c in cols[stop:]:
+            total += c
+        return total
+    half = n // 2
+    half -= half % 8
+    return _pairwise_sum(cols[:half]) + _pairwise_sum(cols[half:])
+
+
 @contextlib.contextmanager
-def memo():
+def memo(carry: dict | None = None):
     """Within this block, trailing_min results are reused for the same array object.
 
     engine.run_rules opens one per analysis (its series are not modified while
     the rules run): loss-spike and loss-divergence share the train loss's
     trailing minimum.
+
+    `carry` (see `carried`) holds values over a prefix of the data that the
+    rules left in an earlier analysis; the engine passes it only when the
+    data have just grown since, under the same config. Rules add to it.
     """
-    prev = getattr(_MEMO, "cache", None)
+    prev = getattr(_MEMO, "cache", None), getattr(_MEMO, "carry", None)
     _MEMO.cache = {}
+    _MEMO.carry = {} if carry is None else carry
     try:
         yield
     finally:
-        _MEMO.cache = prev
+        _MEMO.cache, _MEMO.carry = prev
+
+
+def carried(key):
+    """What a rule carried under `key` from an earlier analysis of this run, or None.
+
+    For running values over a prefix (the plateau's best loss so far), which
+    are the same for any longer data: a resumed analysis then continues them
+    over the new points instead of recomputing the whole prefix.
+    """
+    carry = getattr(_MEMO, "carry", None)
+    return None if carry is None else carry.get(key)
+
+
+def carry(key, value) -> None:
+    """Leaves `value` for the next analysis of this run (see `carried`)."""
+    store = getattr(_MEMO, "carry", None)
+    if store is not None:
+        store[key] = value
 
 
 def trailing_min(values: np.ndarray, window: int) -> np.ndarray:
@@ -117,21 +252,24 @@ def trailing_min(values: np.ndarray, window: int) -> np.ndarray:
 
 
 def _trailing_min(values: np.ndarray, window: int) -> np.ndarray:
-    # Equal to -trailing_max(-x, window) on the finite-filled x (a min selects
-    # one of its inputs), without the negations.
+    # The min over the finite-filled x. The fill leaves NaN only before the
+    # first finite point: those count as +inf (never the min), and a window
+    # holding nothing else gives NaN.
     n = values.shape[0]
-    out = np.full(n, np.nan)
+    out = np.empty(n)
+    out[:1] = np.nan
     if n < 2:
         return out
     x = ffill_nonfinite(values.astype(np.float64, copy=False))
-    if not np.isfinite(x).all():
+    filled_all = bool(np.isfinite(x[0]))  # ffill leaves NaN only in a prefix
+    if not filled_all:
         x = np.where(np.isfinite(x), x, np.inf)
     head = min(window, n)
-    out[1:head] = np.minimum.accumulate(x[: head - 1])
+    np.minimum.accumulate(x[: head - 1], out=out[1:head])
     if n > window:
-        out[window:] = sliding_max(-x[:-1], window)
-        np.negative(out[window:], out=out[window:])
-    out[np.isposinf(out)] = np.nan
+        sliding_min(x[:-1], window, out=out[window:])
+    if not filled_all:
+        out[np.isposinf(out)] = np.nan
     return out
 
 
@@ -145,34 +283,49 @@ def trailing_max(values: np.ndarray, window: int) -> np.ndarray:
     head = min(window, n)
     out[1:head] = np.maximum.accumulate(x[: head - 1])
     if n > window:
-        out[window:] = sliding_max(x[:-1], window)
+        sliding_max(x[:-1], window, out=out[window:])
     out[np.isneginf(out)] = np.nan
     return out
 
 
-def sliding_max(y: np.ndarray, window: int) -> np.ndarray:
-    """max(y[j:j+window]) for every j (van Herk / Gil-Werman, O(n), no NaN in y).
+def sliding_max(y: np.ndarray, window: int, out: np.ndarray | None = None) -> np.ndarray:
+    """max(y[j:j+window]) for every j (no NaN in y)."""
+    return _sliding_extreme(np.maximum, y, window, out)
 
-    Equal to ``sliding_window_view(y, window).max(axis=1)`` (a max selects one
-    of its inputs, so the grouping does not change any bit) at O(n) instead of
-    O(n * window).
+
+def sliding_min(y: np.ndarray, window: int, out: np.ndarray | None = None) -> np.ndarray:
+    """min(y[j:j+window]) for every j (no NaN in y)."""
+    return _sliding_extreme(np.minimum, y, window, out)
+
+
+def _sliding_extreme(op, y: np.ndarray, window: int, out) -> np.ndarray:
+    """op (np.maximum or np.minimum) over every `window`-point window of y.
+
+    Equal to ``op.reduce(sliding_window_view(y, window), axis=1)`` (min and
+    max select one of their inputs, so the grouping changes no value; only
+    the sign of a zero tied with its opposite can differ, which no comparison
+    sees) at O(n log window): extremes of spans 1, 2, 4, ... are combined by
+    doubling, and the window is the extreme of two overlapping spans.
+    Cache-sized chunks keep every pass in cache.
     """
-    m = y.shape[0]
-    w = int(window)
-    if w <= 1 or m < w:
-        return y[: max(m - w + 1, 0)].copy() if w <= 1 else np.zeros(0, y.dtype)
-    nb = -(-m // w)
-    pad = np.full(nb * w, -np.inf)
-    pad[:m] = y
-    # Running max within each block of w, forwards (pre) and backwards (suf),
-    # one strided column at a time (faster than accumulate along short rows).
-    pre = pad.reshape(nb, w)
-    suf = pre.copy()
-    for j in range(1, w):
-        np.maximum(pre[:, j - 1], pre[:, j], out=pre[:, j])
-    for j in range(w - 2, -1, -1):
-        np.maximum(suf[:, j + 1], suf[:, j], out=suf[:, j])
-    return np.maximum(suf.ravel()[: m - w + 1], pre.ravel()[w - 1 : m])
+    w = max(int(window), 1)
+    m = max(y.shape[0] - w + 1, 0)
+    if out is None:
+        out = np.empty(m, dtype=y.dtype)
+    if m == 0:
+        return out
+    chunk = min(_CACHE_CHUNK, m)
+    bufs = (np.empty(chunk + w), np.empty(chunk + w))
+    for a in range(0, m, chunk):
+        b = min(a + chunk, m)
+        src, size, span = y[a : b + w - 1], b - a + w - 1, 1
+        while 2 * span <= w:  # src[j] = extreme of the `span` points from j
+            size -= span
+            dst = bufs[0][:size]
+            op(src[:size], src[span : span + size], out=dst)
+            src, span, bufs = dst, 2 * span, bufs[::-1]
+        op(src[: b - a], src[w - span : w - span + b - a], out=out[a:b])
+    return out
 
 
 def run_lengths(mask: np.ndarray) -> np.ndarray:
@@ -230,34 +383,92 @@ def trailing_median_inclusive(values: np.ndarray, k: int) -> np.ndarray:
     """Median of the up-to-k points ending at each i (a causal smoother)."""
     n = values.shape[0]
     x = ffill_nonfinite(values.astype(np.float64, copy=False))
-    out = np.full(n, np.nan)
+    out = np.empty(n)
     k = max(1, k)
     for i in range(min(k - 1, n)):
         w = x[: i + 1]
         w = w[np.isfinite(w)]
-        if w.size:
-            out[i] = np.median(w)
+        out[i] = np.median(w) if w.size else np.nan
     if n >= k:
-        out[k - 1 :] = sliding_median(x, k)
+        sliding_median(x, k, out=out[k - 1 :])
     return out
 
 
 _NETWORK_MAX = 9  # windows up to this size use a sorting network
 
 
-def sliding_median(x: np.ndarray, k: int) -> np.ndarray:
+def sliding_median(x: np.ndarray, k: int, out: np.ndarray | None = None) -> np.ndarray:
     """np.median of every k-point window of x (bit-identical, faster for small k).
 
-    Small windows are sorted column-wise by an odd-even transposition network
-    of np.minimum/np.maximum (which select inputs, and propagate NaN as
-    np.median does); the median is the middle column, or for even k the mean
-    of the two middle ones computed as np.median computes it.
+    Small windows are sorted column-wise by min/max networks (which select
+    inputs, and propagate NaN as np.median does), in cache-sized chunks;
+    the median is the middle column, or for even k the mean of the two
+    middle ones computed as np.median computes it.
     """
+    m = max(x.shape[0] - k + 1, 0)
+    if out is None:
+        out = np.empty(m)
     if k > _NETWORK_MAX:
-        return np.median(sliding_window_view(x, k), axis=1)
-    m = x.shape[0] - k + 1
-    cols = [x[j : j + m] for j in range(k)]
-    return _network_median(cols)
+        out[:] = np.median(sliding_window_view(x, k), axis=1)
+        return out
+    if k == 9:
+        return _sliding_median9(x, out)
+    for a in range(0, m, _CACHE_CHUNK):
+        b = min(a + _CACHE_CHUNK, m)
+        out[a:b] = _network_median([x[a + j : b + j] for j in range(k)])
+    return out
+
+
+def _sliding_median9(x: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """np.median of every 9-point window of x, into out (bit-identical).
+
+    A window is three consecutive triples; with each triple sorted, its
+    median is med3(max of the three minima, med3 of the three middles, min of
+    the three maxima) -- the classic 19-exchange median-of-9 network, with
+    only the min or the max kept where the other output is unused. Each
+    triple is sorted once and shared by the three windows that contain it:
+    19 min/max per point instead of 72 for the general network.
+    """
+    m = out.shape[0]
+    chunk = max(min(_CACHE_CHUNK, m), 1)
+    buf = [np.empty(chunk + 7) for _ in range(6)]
+    for a in range(0, m, chunk):
+        b = min(a + chunk, m)
+        _median9_chunk(x[a : b + 8], out[a:b], buf)
+    return out
+
+
+def _median9_chunk(x, out, buf):
+    k = out.shape[0]  # x holds k + 8 points
+    t = k + 6  # sorted triples x[j:j+3], j < t
+    # Sort each pair (x[j], x[j+1]), then each triple with x[j+2].
+    p_lo, p_hi, lo, mid, hi, tmp = (v[: t + 1] for v in buf)
+    np.minimum(x[:-1], x[1:], out=p_lo)
+    np.maximum(x[:-1], x[1:], out=p_hi)
+    np.maximum(p_lo[:t], x[2:], out=tmp[:t])
+    np.minimum(p_lo[:t], x[2:], out=lo[:t])
+    np.minimum(p_hi[:t], tmp[:t], out=mid[:t])
+    np.maximum(p_hi[:t], tmp[:t], out=hi[:t])
+    # The window at j holds the triples at j, j+3 and j+6.
+    lows = p_lo[:k]
+    np.maximum(lo[:k], lo[3 : k + 3], out=lows)
+    np.maximum(lows, lo[6 : k + 6], out=lows)
+    highs = p_hi[:k]
+    np.minimum(hi[:k], hi[3 : k + 3], out=highs)
+    np.minimum(highs, hi[6 : k + 6], out=highs)
+    _med3(mid[:k], mid[3 : k + 3], mid[6 : k + 6], out, tmp[:k])
+    _med3(lows, out, highs, out, tmp[:k])
+    # np.median takes the mean of the middle slice even for odd k (so -0.0
+    # becomes 0.0): do the same.
+    out += 0.0
+
+
+def _med3(a, b, c, out, tmp):
+    """out = median of (a, b, c) = max(min(a, b), min(max(a, b), c)); out may be a or b."""
+    np.maximum(a, b, out=tmp)
+    np.minimum(tmp, c, out=tmp)
+    np.minimum(a, b, out=out)
+    np.maximum(out, tmp, out=out)
 
 
 def _network_median(cols: list) -> np.ndarray:
@@ -284,16 +495,20 @@ def trailing_median_inclusive_at(values: np.ndarray, k: int, at: np.ndarray) -> 
     k = max(1, k)
     if k > _NETWORK_MAX or at.shape[0] * 4 > values.shape[0]:
         return trailing_median_inclusive(values, k)[at]
-    x = ffill_nonfinite(values.astype(np.float64, copy=False))
+    values = values.astype(np.float64, copy=False)
     out = np.full(at.shape[0], np.nan)
     early = at < k - 1
     for j in np.flatnonzero(early).tolist():
-        w = x[: at[j] + 1]
+        w = ffill_nonfinite(values[: at[j] + 1])  # forward-filling is causal
         w = w[np.isfinite(w)]
         if w.size:
             out[j] = np.median(w)
     late = np.flatnonzero(~early)
     if late.size:
         pos = at[late]
-        out[late] = _network_median([x[pos - (k - 1 - j)] for j in range(k)])
+        cols = [values[pos - (k - 1 - j)] for j in range(k)]
+        if not all(np.isfinite(c).all() for c in cols):  # else nothing to fill
+            x = ffill_nonfinite(values)
+            cols = [x[pos - (k - 1 - j)] for j in range(k)]
+        out[late] = _network_median(cols)
     return out

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from tb_crash_signals import decimate as decimate_mod
 from tb_crash_signals.decimate import (
+    Decimator,
     columns,
     decimate,
     episode_steps,
@@ -126,3 +132,47 @@ def test_episode_steps():
         {"signal": "train_loss", "start_step": 1, "peak_step": 1, "end_step": 1},
     ]
     assert episode_steps(eps, "grad_norm") == {5, 9, 12}
+
+
+# -- Decimator: the same positions from cached block extremes, as the series grows
+
+
+@st.composite
+def growing_series(draw):
+    n = draw(st.integers(0, 1500))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    steps = np.cumsum(rng.choice([1, 1, 2, 9, 1000], n)) - draw(st.integers(0, 5))
+    values = rng.normal(size=n)
+    if draw(st.booleans()):
+        values = np.round(values, 1)  # ties
+    bad = rng.random(n) < draw(st.sampled_from([0.0, 0.01, 0.3, 0.97]))
+    values[bad] = rng.choice([np.nan, np.inf, -np.inf, 0.0, -0.0], int(bad.sum()))
+    if n > 2 and draw(st.booleans()):
+        a = draw(st.integers(0, n - 1))
+        values[a : a + draw(st.integers(1, n))] = np.nan
+    cuts = sorted(draw(st.lists(st.integers(0, n), max_size=4))) + [n]
+    return Series.from_arrays(steps, values), cuts
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    growing_series(), st.sampled_from([2, 3, 10, 64, 500, 2000]), st.integers(0, 30), st.integers(1, 300)
+)
+def test_decimator_picks_what_decimate_picks_as_the_series_grows(grown, budget, n_keep, cap):
+    s, cuts = grown
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(decimate_mod, "_DIRECT_BELOW", 0)  # the cached path, whatever the length
+        _check_decimator(s, cuts, budget, n_keep, cap)
+    _check_decimator(s, cuts, budget, n_keep, cap)
+
+
+def _check_decimator(s, cuts, budget, n_keep, cap):
+    dec = Decimator()
+    for c in cuts:
+        part = Series(s.steps[:c], s.values[:c], s.wall_times[:c])
+        keep = set(part.steps[:: max(1, c // max(n_keep, 1))][:n_keep].tolist())
+        want = decimate(part.steps, part.values, budget, keep)
+        assert dec.positions(part, budget, keep).tolist() == want.tolist()
+        assert dec.columns(part, budget, keep) == columns(part, budget, keep)
+        assert dec.columns_json(part, budget, keep) == json.dumps(columns(part, budget, keep))
+        assert dec.nonfinite_points(part, cap) == nonfinite_points(part, cap)

@@ -4,6 +4,13 @@ A rule function receives the run's series by dimension and its parameters,
 and returns where it fired as indices into one dimension's series. It must be
 causal: whether it fires at index i depends only on points at steps <= the
 step of i. Merging hits into episodes is done once, in `episodes.py`.
+
+Incremental re-analysis: a rule function also takes `since` (a step, or
+None): it then returns only the hits at steps >= since -- exactly those of
+the full call -- and may compute only over the points it needs for them
+(its lookback before `since`, plus cheap running values over the prefix).
+When new points are appended, the engine asks each rule only for the hits
+from the first new step on (tests/test_incremental.py checks the contract).
 """
 
 from __future__ import annotations
@@ -48,15 +55,27 @@ class Hits:
         fits: optional fit per hit index (growth rules).
         note: optional function of a hit index giving a short note for the
             message; called only for the first hit of each episode.
+        note_lookahead: how many points after a hit its note reads (a
+            spike's recovery); 0 when the note depends only on the past. An
+            incremental re-analysis recomputes notes that new points can change.
     """
 
     signal: str
     index: np.ndarray
     fits: dict[int, Fit] = dataclasses.field(default_factory=dict)
     note: Callable[[int], str] | None = None
+    note_lookahead: int = 0
 
 
-RuleFunc = Callable[[Mapping[str, Series], object], Iterable[Hits]]
+# func(data, params, since=None) -> the hits (at steps >= since, if given).
+RuleFunc = Callable[..., Iterable[Hits]]
+
+
+def since_index(series: Series, since: int | None) -> int:
+    """Index of the first point of `series` at a step >= since (0 for None)."""
+    if since is None:
+        return 0
+    return int(np.searchsorted(series.steps, since, side="left"))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -6,7 +6,7 @@ import dataclasses
 
 import numpy as np
 
-from tb_crash_signals.rules.base import Hits, fmt, rule
+from tb_crash_signals.rules.base import Hits, fmt, rule, since_index
 from tb_crash_signals.stats import (
     run_lengths,
     trailing_median_inclusive_at,
@@ -14,17 +14,24 @@ from tb_crash_signals.stats import (
 )
 
 
-def _train_at_val_steps(data, smooth: int):
+def _train_at_val_steps(data, smooth: int, which=None):
+    """(val series, the train loss at or before each validation step).
+
+    The train loss is smoothed by a trailing median of `smooth` points.
+    With `which` (validation indices), only those are computed (NaN elsewhere).
+    """
     train, val = data.get("train_loss"), data.get("val_loss")
     if train is None or val is None or len(val) == 0 or len(train) == 0:
         return None, None
-    if smooth <= 1:
-        return val, value_at_or_before(train.steps, train.values, val.steps)
-    # The smoothed train loss is needed only at the validation steps.
-    pos = np.searchsorted(train.steps, val.steps, side="right") - 1
+    which = np.arange(len(val)) if which is None else np.asarray(which, dtype=np.int64)
     out = np.full(val.steps.shape, np.nan)
+    if smooth <= 1:
+        out[which] = value_at_or_before(train.steps, train.values, val.steps[which])
+        return val, out
+    # The smoothed train loss is needed only at the validation steps.
+    pos = np.searchsorted(train.steps, val.steps[which], side="right") - 1
     ok = pos >= 0
-    out[ok] = trailing_median_inclusive_at(train.values, smooth, pos[ok])
+    out[which[ok]] = trailing_median_inclusive_at(train.values, smooth, pos[ok])
     return val, out
 
 
@@ -58,7 +65,7 @@ def _describe_overfit(ep, p):
     advice="the model memorises the training set: add regularisation (weight decay, "
     "dropout, augmentation), get more data, or stop at the best validation step",
 )
-def overfitting(data, p: OverfitParams):
+def overfitting(data, p: OverfitParams, since=None):
     """Train loss near zero while validation loss is many times higher (source article rule).
 
     Condition at each validation point: train_loss < max_train_loss and
@@ -68,12 +75,16 @@ def overfitting(data, p: OverfitParams):
     the default severity here is warning and `val-divergence` carries the
     onset signal.
     """
-    val, train = _train_at_val_steps(data, smooth=1)
+    val = data.get("val_loss")
+    if val is None:
+        return
+    i0 = since_index(val, since)
+    val, train = _train_at_val_steps(data, smooth=1, which=np.arange(i0, len(val)))
     if val is None:
         return
     with np.errstate(invalid="ignore"):
-        hit = (train < p.max_train_loss) & (val.values > p.ratio * train)
-    idx = np.flatnonzero(hit)
+        hit = (train[i0:] < p.max_train_loss) & (val.values[i0:] > p.ratio * train[i0:])
+    idx = np.flatnonzero(hit) + i0
     if idx.size:
         yield Hits("val_loss", idx, note=lambda i: fmt(train[i]))
 
@@ -114,15 +125,15 @@ def _describe_valdiv(ep, p):
     advice="overfitting has begun: keep the checkpoint at the best validation step, add "
     "regularisation or augmentation, or stop early",
 )
-def val_divergence(data, p: ValDivergenceParams):
+def val_divergence(data, p: ValDivergenceParams, since=None):
     """Validation loss rising while train loss falls: the onset of overfitting.
 
     Fires at a validation point when the last `evaluations` validation losses
     all sit `min_rise` above the best one before them, and the (smoothed)
     train loss is lower than it was at that best validation step.
     """
-    val, train = _train_at_val_steps(data, smooth=p.smooth)
-    if val is None or len(val) <= p.min_evaluations:
+    val = data.get("val_loss")
+    if val is None or len(val) <= p.min_evaluations or data.get("train_loss") is None:
         return
     v = val.values
     finite = np.isfinite(v)
@@ -134,6 +145,11 @@ def val_divergence(data, p: ValDivergenceParams):
     best_idx = np.maximum.accumulate(np.where(is_new, np.arange(len(v)), 0))
     best = running
     idx = np.arange(len(v))
+    # The smoothed train loss is needed at the points from `since` on and at their bests.
+    i0 = since_index(val, since)
+    _, train = _train_at_val_steps(data, p.smooth, np.union1d(idx[i0:], best_idx[i0:]))
+    if train is None:
+        return
     with np.errstate(invalid="ignore"):
         above = finite & (v >= best * (1 + p.min_rise)) & (best > 0)
         hit = (
@@ -142,7 +158,7 @@ def val_divergence(data, p: ValDivergenceParams):
             & (idx - best_idx >= p.evaluations)
             & (train < train[best_idx])
         )
-    out = np.flatnonzero(hit)
+    out = np.flatnonzero(hit[i0:]) + i0
     if out.size:
         yield Hits(
             "val_loss", out,

@@ -6,10 +6,16 @@ import dataclasses
 import math
 
 import numpy as np
-from numpy.lib.stride_tricks import sliding_window_view
 
-from tb_crash_signals.rules.base import Fit, Hits, fmt, rule
-from tb_crash_signals.stats import linear_fit, positive_log, trailing_median_mad
+from tb_crash_signals.rules.base import Fit, Hits, fmt, rule, since_index
+from tb_crash_signals.stats import (
+    chunks,
+    finite_anchor,
+    linear_fit,
+    positive_log,
+    trailing_median_mad_at,
+    window_sums,
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,7 +72,7 @@ def _describe_growth(ep, p):
     advice="an explosion is coming: lower the learning rate now, enable gradient clipping, "
     "and checkpoint before the projected step",
 )
-def grad_norm_growth(data, p: GrowthParams):
+def grad_norm_growth(data, p: GrowthParams, since=None):
     """The gradient norm grows exponentially toward the explosion threshold.
 
     A least-squares line is fitted to log(grad norm) against step over a
@@ -81,47 +87,58 @@ def grad_norm_growth(data, p: GrowthParams):
     w = p.window
     if s is None or len(s) < w + 2:
         return
-    steps, v = s.steps, s.values
+    i0 = max(since_index(s, since), w - 1)  # the first window ends at w - 1
+    # A decision at i reads its window and the (forward-filled) normal level
+    # before the window: at least `w` of the `baseline_window` points before it.
+    look = w - 1 + max(p.baseline_window, w)
+    c0 = 0 if i0 <= look else finite_anchor(s.values, i0 - look, positive=True)
+    v = s.values if c0 == 0 else s.values[c0:]  # the series itself: memoised log
+    steps = s.steps[c0:]
     logv = positive_log(v)
-    finite = np.isfinite(logv)
-    # Cheap vectorised pre-filter: the last quarter of the window must sit
-    # well above its first quarter. Only candidates get an exact fit.
-    q, rise = quarter_rise(p)
-    filled = np.where(finite, logv, 0.0)
-    n = len(s)
-    # Quarter means summed directly (not as cumsum differences) so the online
-    # monitor, summing the same q values, gets bit-identical results.
-    if q < 8:
-        # Left-to-right sums of shifted slices: the same additions, in the same
-        # order, as the row sums of the window view (numpy sums fewer than 8
-        # values sequentially), without its slow short-row reduction.
-        m = n - q + 1
-        total = filled[:m] + 0.0
-        for j in range(1, q):
-            total += filled[j : j + m]
-        quarter = total / q
-    else:
-        quarter = sliding_window_view(filled, q).sum(axis=1) / q
-    # Window ending at i = w-1 .. n-1 (slices rather than fancy indexing).
-    first_q = quarter[: n - w + 1]
-    last_q = quarter[w - q : n - q + 1]
-    ncum = np.concatenate([[0], np.cumsum(~finite)])
-    clean = (ncum[w:] - ncum[: n - w + 1]) == 0
-    rising = clean & (last_q - first_q >= rise)
-    rising &= v[w - 1 :] < p.threshold
-    candidates = np.flatnonzero(rising) + (w - 1)
+    candidates = _rising(logv, v, p, i0 - c0)
     if candidates.size == 0:
         return
-    base_med, _ = trailing_median_mad(logv, p.baseline_window, w, at=candidates - w + 1)
+    base_med, _ = trailing_median_mad_at(logv, p.baseline_window, w, candidates - w + 1, mad=False)
     hit_idx, fits = [], {}
-    for i in candidates.tolist():
+    for i, base in zip(candidates.tolist(), base_med.tolist()):
         lo = i - w + 1
-        fit = fit_window(steps[lo : i + 1], logv[lo : i + 1], base_med[lo], p)
+        fit = fit_window(steps[lo : i + 1], logv[lo : i + 1], base, p)
         if fit is not None:
-            hit_idx.append(i)
-            fits[i] = fit
+            hit_idx.append(i + c0)
+            fits[i + c0] = fit
     if hit_idx:
         yield Hits("grad_norm", np.asarray(hit_idx), fits=fits)
+
+
+def _rising(logv: np.ndarray, v: np.ndarray, p: GrowthParams, first: int) -> np.ndarray:
+    """Ends (>= first) of the windows that pass the cheap vectorised pre-filter.
+
+    The window must hold only finite logs, end under the threshold, and its
+    last quarter must sit well above its first quarter. Only these
+    candidates get an exact fit. Computed in cache-sized chunks of ends.
+    """
+    found = [_rising_chunk(logv, v, p, a, b) for a, b in chunks(first, v.shape[0])]
+    return np.concatenate(found) if found else np.zeros(0, np.int64)
+
+
+def _rising_chunk(logv, v, p: GrowthParams, first: int, stop: int) -> np.ndarray:
+    w = p.window
+    q, rise = quarter_rise(p)
+    part = logv[first - w + 1 : stop]  # the windows ending at first .. stop - 1
+    finite = np.isfinite(part)
+    filled = np.where(finite, part, 0.0)
+    # Quarter means summed directly (not as cumsum differences), in numpy's
+    # own order of additions, so the online monitor, summing the same q
+    # values with numpy, gets bit-identical results.
+    quarter = window_sums(filled, q) / q
+    m = stop - first
+    rising = quarter[w - q : w - q + m] - quarter[:m] >= rise
+    with np.errstate(invalid="ignore"):
+        rising &= v[first:stop] < p.threshold
+    if not finite.all():
+        ncum = np.concatenate([[0], np.cumsum(~finite)])
+        rising &= (ncum[w:] - ncum[:m]) == 0
+    return np.flatnonzero(rising) + first
 
 
 def fit_window(steps: np.ndarray, logv: np.ndarray, base: float, p: GrowthParams) -> Fit | None:

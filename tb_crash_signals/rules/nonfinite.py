@@ -6,7 +6,7 @@ import dataclasses
 
 import numpy as np
 
-from tb_crash_signals.rules.base import Hits, fmt, rule
+from tb_crash_signals.rules.base import Hits, fmt, rule, since_index
 from tb_crash_signals.signals import SIGNAL_LABELS, SIGNALS
 
 
@@ -35,7 +35,7 @@ def _describe_nonfinite(ep, p):
     advice="training has diverged: restore the last good checkpoint, lower the learning rate, "
     "clip gradients, check the batch at the first NaN step and fp16 overflow",
 )
-def nonfinite(data, p: NonFiniteParams):
+def nonfinite(data, p: NonFiniteParams, since=None):
     """A monitored scalar is NaN or +/-Inf.
 
     Fires on every NaN or infinite value of any of the five signals. Once a
@@ -43,7 +43,8 @@ def nonfinite(data, p: NonFiniteParams):
     run cannot recover by itself.
     """
     for signal, s in data.items():
-        idx = np.flatnonzero(~np.isfinite(s.values))
+        i0 = since_index(s, since)
+        idx = np.flatnonzero(~np.isfinite(s.values[i0:])) + i0
         if idx.size:
             yield Hits(signal, idx)
 
@@ -77,7 +78,7 @@ def _describe_bound(ep, p):
     advice="the loss is far beyond any plausible value: the learning rate is far too high "
     "or the inputs/labels are broken; check data scaling and lower the learning rate",
 )
-def loss_bound(data, p: LossBoundParams):
+def loss_bound(data, p: LossBoundParams, since=None):
     """A loss is larger than any plausible training objective (absolute bound).
 
     The first layer of the source article's filter applied to the loss: an
@@ -87,7 +88,8 @@ def loss_bound(data, p: LossBoundParams):
     for signal in ("train_loss", "val_loss"):
         s = data.get(signal)
         if s is not None:
-            idx = np.flatnonzero(np.abs(s.values) > p.max_loss)
+            i0 = since_index(s, since)
+            idx = np.flatnonzero(np.abs(s.values[i0:]) > p.max_loss) + i0
             idx = idx[np.isfinite(s.values[idx])]
             if idx.size:
                 yield Hits(signal, idx)

@@ -6,8 +6,11 @@ import dataclasses
 
 import numpy as np
 
-from tb_crash_signals.rules.base import Hits, fmt, rule
+from tb_crash_signals import stats
+from tb_crash_signals.rules.base import Hits, fmt, rule, since_index
 from tb_crash_signals.stats import run_lengths
+
+_CHUNK = 1 << 16  # points per step of lr-rising's scan for the first decay
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,15 +34,23 @@ class UpdateRatioParams:
     cooldown: int = 10
 
 
-def _out_of_band(data, p, above: bool):
+def _run_start(s, since, consecutive: int) -> tuple[int, int]:
+    """(i0, a): hits are wanted from i0; runs of `consecutive` points are counted from a."""
+    i0 = since_index(s, since)
+    return i0, (max(i0 - consecutive, 0) if consecutive > 0 else 0)
+
+
+def _out_of_band(data, p, above: bool, since):
     s = data.get("update_ratio")
     if s is None or len(s) == 0:
         return
-    v = s.values
+    i0, a = _run_start(s, since, p.consecutive)
+    v = s.values[a:]
     with np.errstate(invalid="ignore"):
         out = (v > p.high) if above else ((v < p.low) & (v >= 0))
-    out[: p.warmup] = False
-    idx = np.flatnonzero(run_lengths(out) >= p.consecutive)
+    out[: max(p.warmup - a, 0)] = False
+    idx = np.flatnonzero(run_lengths(out) >= p.consecutive) + a
+    idx = idx[idx >= i0]
     if idx.size:
         yield Hits("update_ratio", idx)
 
@@ -60,13 +71,13 @@ def _describe_ratio(ep, p, above):
     describe=lambda ep, p: _describe_ratio(ep, p, True),
     advice="each step changes the weights too much: lower the learning rate or add warm-up",
 )
-def update_ratio_high(data, p: UpdateRatioParams):
+def update_ratio_high(data, p: UpdateRatioParams, since=None):
     """Parameter updates are too large relative to the parameters.
 
     Fires when |delta theta| / |theta| stays above `high` for `consecutive`
     logged points (after `warmup`).
     """
-    yield from _out_of_band(data, p, above=True)
+    yield from _out_of_band(data, p, above=True, since=since)
 
 
 @rule(
@@ -76,13 +87,13 @@ def update_ratio_high(data, p: UpdateRatioParams):
     advice="the weights barely move: raise the learning rate, check that the schedule did "
     "not decay to zero and that parameters are not frozen",
 )
-def update_ratio_low(data, p: UpdateRatioParams):
+def update_ratio_low(data, p: UpdateRatioParams, since=None):
     """Parameter updates are too small to learn anything.
 
     Fires when |delta theta| / |theta| stays below `low` for `consecutive`
     logged points (after `warmup`).
     """
-    yield from _out_of_band(data, p, above=False)
+    yield from _out_of_band(data, p, above=False, since=since)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,17 +121,19 @@ class LrNonPositiveParams:
     advice="a zero or negative learning rate stops (or reverses) training: check the "
     "scheduler's configuration and the number of total steps it was given",
 )
-def lr_nonpositive(data, p: LrNonPositiveParams):
+def lr_nonpositive(data, p: LrNonPositiveParams, since=None):
     """The learning rate is negative, or zero for several points in a row."""
     s = data.get("lr")
     if s is None or len(s) == 0:
         return
-    v = s.values
+    i0, a = _run_start(s, since, p.consecutive)
+    v = s.values[a:]
     with np.errstate(invalid="ignore"):
         if not (v <= 0).any():  # the usual case: nothing to find
             return
         hit = (v < 0) | (run_lengths(v == 0) >= p.consecutive)
-    idx = np.flatnonzero(hit)
+    idx = np.flatnonzero(hit) + a
+    idx = idx[idx >= i0]
     if idx.size:
         yield Hits("lr", idx)
 
@@ -154,16 +167,17 @@ class LrJumpParams:
     advice="a sudden learning-rate increase often triggers a loss spike: check the "
     "scheduler (restarts, a resumed run with a reset schedule)",
 )
-def lr_jump(data, p: LrJumpParams):
+def lr_jump(data, p: LrJumpParams, since=None):
     """The learning rate multiplies by more than `factor` from one point to the next."""
     s = data.get("lr")
     if s is None or len(s) <= p.warmup + 1:
         return
     v = s.values
+    a = max(since_index(s, since), 1)  # jump[j] compares point a + j with the one before
     with np.errstate(invalid="ignore"):
-        jump = (v[1:] > p.factor * v[:-1]) & (v[:-1] > 0)
-    jump[: p.warmup] = False
-    idx = np.flatnonzero(jump) + 1
+        jump = (v[a:] > p.factor * v[a - 1 : -1]) & (v[a - 1 : -1] > 0)
+    jump[: max(p.warmup + 1 - a, 0)] = False  # points 1 .. warmup
+    idx = np.flatnonzero(jump) + a
     if idx.size:
         yield Hits("lr", idx)
 
@@ -178,7 +192,7 @@ def lr_jump(data, p: LrJumpParams):
     advice="the learning rate grows after warm-up: check the scheduler direction and "
     "whether the schedule was restarted",
 )
-def lr_rising(data, p: LrJumpParams):
+def lr_rising(data, p: LrJumpParams, since=None):
     """After warm-up and some decay, the learning rate rises well above its earlier peak.
 
     Cyclic schedules that return to the same peak do not fire.
@@ -186,17 +200,50 @@ def lr_rising(data, p: LrJumpParams):
     s = data.get("lr")
     if s is None or len(s) < 2:
         return
-    v = np.where(np.isfinite(s.values), s.values, np.nan)
-    peak = np.fmax.accumulate(v)
-    with np.errstate(invalid="ignore"):
-        decayed = np.flatnonzero(v < 0.5 * peak)
-    if decayed.size == 0:
+    decay = _first_decay(s.values)
+    if decay is None:
         return
     # The schedule's peak as of the first point where it had clearly decayed.
-    first = int(decayed[0])
+    first, peak = decay
+    a = max(since_index(s, since), first + 1, p.warmup)
+    v = s.values[a:]
     with np.errstate(invalid="ignore"):
-        hit = v > p.peak_factor * peak[first]
-    hit[: max(first + 1, p.warmup)] = False
-    idx = np.flatnonzero(hit)
+        hit = np.isfinite(v) & (v > p.peak_factor * peak)
+    idx = np.flatnonzero(hit) + a
     if idx.size:
         yield Hits("lr", idx)
+
+
+def _first_decay(values):
+    """(first i where values[i] < 0.5 x the running peak of the finite values, that peak), or None.
+
+    Continues the scan where the previous analysis of the run left it
+    (stats.carried): once found, the decay point never changes.
+    """
+    got = stats.carried("lr-rising decay")  # (points scanned, running peak, decay or None)
+    done, peak, found = got if got is not None and got[0] <= values.shape[0] else (0, np.nan, None)
+    if found is None:
+        found, peak = _scan_decay(values, done, peak)
+    stats.carry("lr-rising decay", (values.shape[0], peak, found))
+    return found
+
+
+def _scan_decay(values, start: int, peak):
+    """_first_decay over values[start:], the running peak before `start` being `peak`.
+
+    Returns (the decay or None, the running peak at the end). Scans in
+    chunks and runs the (slow, sequential) running maximum only over a chunk
+    that can hold the decay: its minimum below half the peak so far.
+    """
+    for a in range(start, values.shape[0], _CHUNK):
+        part = values[a : a + _CHUNK]
+        v = np.where(np.isfinite(part), part, np.nan)
+        top = np.fmax(peak, np.fmax.reduce(v))
+        with np.errstate(invalid="ignore"):
+            if np.fmin.reduce(v) < 0.5 * top:
+                running = np.fmax(np.fmax.accumulate(v), peak)
+                below = np.flatnonzero(v < 0.5 * running)
+                if below.size:
+                    return (a + int(below[0]), running[below[0]]), top
+        peak = top
+    return None, peak

@@ -6,11 +6,18 @@ import dataclasses
 
 import numpy as np
 
-from tb_crash_signals.rules.base import Hits, fmt, rule
+from tb_crash_signals.rules.base import Hits, fmt, rule, since_index
 from tb_crash_signals.signals import SIGNAL_LABELS
-from tb_crash_signals.stats import positive_log, run_lengths, trailing_median_mad, trailing_min
+from tb_crash_signals.stats import (
+    consecutive_runs,
+    finite_anchor,
+    positive_log,
+    trailing_median_mad_at,
+    trailing_min,
+)
 
 _MAD_TO_SIGMA = 1.4826
+_RECOVERY_LIMIT = 200  # points after a spike in which its recovery is looked for
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,7 +48,7 @@ def _describe_threshold(ep, p):
     advice="clip gradients (e.g. max norm 1.0) and lower the learning rate; "
     "resume from a checkpoint before the explosion",
 )
-def grad_norm_threshold(data, p: GradNormThresholdParams):
+def grad_norm_threshold(data, p: GradNormThresholdParams, since=None):
     """The gradient norm is above an absolute threshold (source article rule).
 
     Condition: grad_norm > threshold (default 100), as in the article's
@@ -49,7 +56,8 @@ def grad_norm_threshold(data, p: GradNormThresholdParams):
     """
     s = data.get("grad_norm")
     if s is not None:
-        idx = np.flatnonzero(s.values > p.threshold)
+        i0 = since_index(s, since)
+        idx = np.flatnonzero(s.values[i0:] > p.threshold) + i0
         if idx.size:
             yield Hits("grad_norm", idx)
 
@@ -85,7 +93,7 @@ def _describe_jump(ep, p):
     advice="inspect the data batch at this step (bad labels, corrupt or unnormalised inputs); "
     "if jumps repeat, lower the learning rate",
 )
-def loss_jump(data, p: LossJumpParams):
+def loss_jump(data, p: LossJumpParams, since=None):
     """The train loss is more than 3x its previous value (source article rule).
 
     Condition: train_loss[i] > factor * train_loss[i-1], checked from the
@@ -96,10 +104,11 @@ def loss_jump(data, p: LossJumpParams):
     if s is None or len(s) <= p.min_history:
         return
     v = s.values
+    a = max(since_index(s, since), 1)  # jump[j] compares point a + j with the one before
     with np.errstate(invalid="ignore", over="ignore"):
-        jump = v[1:] > p.factor * v[:-1]
-    jump[: max(p.min_history - 1, 0)] = False
-    idx = np.flatnonzero(jump) + 1
+        jump = v[a:] > p.factor * v[a - 1 : -1]
+    jump[: max(p.min_history - a, 0)] = False
+    idx = np.flatnonzero(jump) + a
     if idx.size:
         yield Hits("train_loss", idx)
 
@@ -125,23 +134,30 @@ class SpikeParams:
     cooldown: int = 10
 
 
-def _spike_index(values, p: SpikeParams, log: bool):
-    x = values
+def _spike_index(values, p: SpikeParams, log: bool, i0: int):
+    """Indices >= i0 where the series spikes, and the baseline median at each."""
+    # A decision at i reads the `window` points before it (at least
+    # `min_points` of them), forward-filled: the slice starts at the last
+    # good point before those (the whole series when i0 is near its start).
+    look = max(p.window, p.min_points)
+    c0 = 0 if i0 <= look else finite_anchor(values, i0 - look, positive=log)
+    x = values if c0 == 0 else values[c0:]  # the series itself: memoised results
     if log:
-        x = positive_log(values)
+        x = positive_log(x)
     # Necessary condition, cheap to test: a spike is well above the window's
     # minimum (median >= min). Medians are computed only for these candidates.
-    lo = trailing_min(x, p.window)
+    r0 = i0 - c0
+    lo = trailing_min(x, p.window)[r0:]
+    xs = x[r0:]
     with np.errstate(invalid="ignore"):
         if log:
-            candidate = x - lo > np.log(p.min_ratio)
+            candidate = xs - lo > np.log(p.min_ratio)
         else:
-            candidate = ~(lo > 0) | (x >= p.min_ratio * lo)
-    cand = np.flatnonzero(candidate)
-    med, mad = trailing_median_mad(x, p.window, p.min_points, at=cand)
-    # Only candidates can spike (elsewhere med is NaN and every test below is
-    # False): decide on them alone.
-    xc, mc, dc = x[cand], med[cand], mad[cand]
+            candidate = ~(lo > 0) | (xs >= p.min_ratio * lo)
+    cand = np.flatnonzero(candidate) + r0
+    mc, dc = trailing_median_mad_at(x, p.window, p.min_points, cand)
+    # Only candidates can spike (elsewhere every test below is False).
+    xc = x[cand]
     with np.errstate(invalid="ignore"):
         if log:
             floor = np.log(p.min_ratio)
@@ -151,10 +167,10 @@ def _spike_index(values, p: SpikeParams, log: bool):
             spike = (xc - mc) > p.z * scale
             spike &= np.where(mc > 0, xc >= p.min_ratio * mc, True)
     spike &= np.isfinite(xc)
-    return cand[spike], med
+    return cand[spike] + c0, mc[spike]
 
 
-def _recovery(s, start, baseline, limit=200):
+def _recovery(s, start, baseline, limit=_RECOVERY_LIMIT):
     """Classifies how the series came back after a spike at `start`."""
     if not np.isfinite(baseline):
         return None
@@ -169,11 +185,11 @@ def _recovery(s, start, baseline, limit=200):
     return f"{kind} recovery in {steps} steps"
 
 
-def _spike_hits(signal, s, p, log):
-    idx, med = _spike_index(s.values, p, log)
+def _spike_hits(signal, s, p, log, since):
+    idx, med = _spike_index(s.values, p, log, since_index(s, since))
     if idx.size == 0:
         return None
-    base = np.exp(med) if log else med
+    base = dict(zip(idx.tolist(), np.exp(med) if log else med))
 
     def note(i):
         b = base[i]
@@ -181,7 +197,8 @@ def _spike_hits(signal, s, p, log):
         rec = _recovery(s, i, b)
         return f"{fmt(ratio)}x its recent median {fmt(b)}" + (f"; {rec}" if rec else "")
 
-    return Hits(signal, idx, note=note)
+    # The recovery reads up to _RECOVERY_LIMIT points after the spike.
+    return Hits(signal, idx, note=note, note_lookahead=_RECOVERY_LIMIT)
 
 
 def _describe_spike(ep, p):
@@ -197,7 +214,7 @@ def _describe_spike(ep, p):
     advice="inspect the data batch at the spike step; repeated spikes call for a lower "
     "learning rate, warm-up or gradient clipping",
 )
-def loss_spike(data, p: SpikeParams):
+def loss_spike(data, p: SpikeParams, since=None):
     """The train loss spikes far above its robust recent baseline.
 
     Condition: (loss - median) > z * 1.4826 * MAD over the previous `window`
@@ -208,7 +225,7 @@ def loss_spike(data, p: SpikeParams):
     """
     s = data.get("train_loss")
     if s is not None and len(s) > p.min_points:
-        hits = _spike_hits("train_loss", s, p, log=False)
+        hits = _spike_hits("train_loss", s, p, log=False, since=since)
         if hits is not None:
             yield hits
 
@@ -230,7 +247,7 @@ class GradSpikeParams(SpikeParams):
     signals=("grad_norm",), params=GradSpikeParams, describe=_describe_spike,
     advice="a batch produced an outsized gradient: clip gradients and inspect the batch",
 )
-def grad_norm_spike(data, p: GradSpikeParams):
+def grad_norm_spike(data, p: GradSpikeParams, since=None):
     """The gradient norm spikes far above its robust recent baseline.
 
     Works on log(grad norm): fires when log g - median > max(z * 1.4826 * MAD,
@@ -238,7 +255,7 @@ def grad_norm_spike(data, p: GradSpikeParams):
     """
     s = data.get("grad_norm")
     if s is not None and len(s) > p.min_points:
-        hits = _spike_hits("grad_norm", s, p, log=True)
+        hits = _spike_hits("grad_norm", s, p, log=True, since=since)
         if hits is not None:
             yield hits
 
@@ -280,7 +297,7 @@ def _describe_divergence(ep, p):
     advice="the run is diverging: stop it, restore an earlier checkpoint, lower the "
     "learning rate (PaLM restarted ~100 steps before spikes and skipped batches)",
 )
-def loss_divergence(data, p: DivergenceParams):
+def loss_divergence(data, p: DivergenceParams, since=None):
     """The train loss blows up and stays up (sustained divergence).
 
     Condition: more than `consecutive` points in a row with loss >= factor x
@@ -290,14 +307,24 @@ def loss_divergence(data, p: DivergenceParams):
     s = data.get("train_loss")
     if s is None or len(s) <= p.min_points:
         return
-    v = s.values
-    lo = trailing_min(v, p.window)
+    i0 = since_index(s, since)
+    # A hit at i needs the `consecutive` points before it elevated too, each
+    # judged on the (forward-filled) `window` points before it.
+    e0 = max(i0 - p.consecutive, 0)
+    look = max(p.window, p.min_points)
+    c0 = 0 if e0 <= look else finite_anchor(s.values, e0 - look)
+    v = s.values if c0 == 0 else s.values[c0:]  # the series itself: memoised results
+    r0 = e0 - c0
+    lo = trailing_min(v, p.window)[r0:]
+    vs = v[r0:]
     with np.errstate(invalid="ignore"):
-        candidate = np.isfinite(v) & ~((lo > 0) & (v < p.factor * lo))
-    med, _ = trailing_median_mad(v, p.window, p.min_points, at=np.flatnonzero(candidate))
+        candidate = np.isfinite(vs) & ~((lo > 0) & (vs < p.factor * lo))
+    cand = np.flatnonzero(candidate) + r0
+    med, _ = trailing_median_mad_at(v, p.window, p.min_points, cand, mad=False)
     with np.errstate(invalid="ignore"):
-        # Non-finite points are `nonfinite`'s business, not a blow-up to measure.
-        elevated = np.isfinite(v) & (v >= p.factor * med) & (med > 0)
-    idx = np.flatnonzero(run_lengths(elevated) > p.consecutive)
+        # Non-finite points are `nonfinite`'s business (not candidates).
+        elevated = cand[(v[cand] >= p.factor * med) & (med > 0)]
+    idx = elevated[consecutive_runs(elevated) > p.consecutive] + c0
+    idx = idx[idx >= i0]
     if idx.size:
         yield Hits("train_loss", idx)

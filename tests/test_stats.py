@@ -1,0 +1,84 @@
+"""The fast statistics are bit-identical to the plain numpy they replace."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from numpy.lib.stride_tricks import sliding_window_view
+
+from tb_crash_signals import stats
+
+SPECIALS = [np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0, -1.0, 2.0, 1e308, -1e308]
+
+
+def same_bits(a, b) -> bool:
+    """Equal bits, but for NaN: any sign or payload (no decision sees it)."""
+    nan = np.isnan(a)
+    return (
+        np.array_equal(nan, np.isnan(b))
+        and a[~nan].tobytes() == b[~nan].tobytes()
+    )
+
+arrays = st.lists(
+    st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.sampled_from(SPECIALS)),
+    max_size=120,
+).map(lambda v: np.asarray(v, dtype=np.float64))
+
+
+@pytest.fixture(autouse=True)
+def small_chunks(monkeypatch):
+    """Chunk boundaries everywhere: the chunked loops must not change any bit."""
+    monkeypatch.setattr(stats, "_CACHE_CHUNK", 7)
+    monkeypatch.setattr(stats, "_SMALL_CHUNK", 5)
+
+
+@settings(max_examples=300, deadline=None)
+@given(arrays, st.integers(1, 12))
+def test_sliding_median_is_np_median_bit_for_bit(x, k):
+    if x.size < k:
+        return
+    with np.errstate(all="ignore"):
+        want = np.median(sliding_window_view(x, k), axis=1)
+        got = stats.sliding_median(x, k)
+    assert same_bits(got, want)
+
+
+@settings(max_examples=300, deadline=None)
+@given(arrays, st.integers(1, 40))
+def test_sliding_extremes_select_the_window_extremes(x, w):
+    x = x[~np.isnan(x)]
+    if x.size < w:
+        return
+    view = sliding_window_view(x, w)
+    assert np.array_equal(stats.sliding_max(x, w), view.max(axis=1))
+    assert np.array_equal(stats.sliding_min(x, w), view.min(axis=1))
+
+
+@settings(max_examples=300, deadline=None)
+@given(arrays, st.integers(1, 150))
+def test_window_sums_add_in_numpys_order(x, q):
+    if x.size < q:
+        return
+    with np.errstate(all="ignore"):
+        assert same_bits(stats.window_sums(x, q), sliding_window_view(x, q).sum(axis=1))
+
+
+@given(st.lists(st.booleans(), max_size=80))
+def test_consecutive_runs_are_run_lengths_at_the_true_points(mask):
+    mask = np.asarray(mask, dtype=bool)
+    pos = np.flatnonzero(mask)
+    assert stats.consecutive_runs(pos).tolist() == stats.run_lengths(mask)[pos].tolist()
+
+
+@given(arrays, st.integers(0, 130), st.booleans())
+def test_forward_filling_from_the_anchor_fills_as_from_the_start(x, i, positive):
+    if not x.size:
+        return
+    i = min(i, x.size - 1)
+    j = stats.finite_anchor(x, i, positive)
+    assert j <= i
+    y = np.where(x > 0, x, np.nan) if positive else x
+    filled = stats.ffill_nonfinite(y)
+    assert np.array_equal(stats.ffill_nonfinite(y[j:]), filled[j:], equal_nan=True)
