@@ -28,6 +28,7 @@ import json
 import logging
 import os
 import re
+import secrets
 import threading
 import time
 import types
@@ -59,6 +60,7 @@ from tb_crash_signals.plugin_state import (  # noqa: F401  (re-exported for test
 from tb_crash_signals.runlocator import RunLocator, file_signature, parse_logdir_spec  # noqa: F401
 
 PLUGIN_NAME = "crash_signals"
+PENDING = "pending"  # `health` of a run listed before its analysis is done (big logdirs)
 TAB_NAME = "Crash Signals"
 SCALARS_PLUGIN = "scalars"
 STATIC_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "static")
@@ -83,15 +85,21 @@ class CrashSignalsPlugin(base_plugin.TBPlugin):
     nonfinite_cap = 200
     max_readers = 256
     max_analyses = 256
+    # Incremental re-analysis: the last analysis of this many runs (its hits and
+    # chart caches) is kept to resume from once points are appended, holding
+    # at most this many hit indices (8 bytes each) in all.
+    max_resumable = 32
+    resume_hit_budget = 20_000_000
     # Readers hold every point of every scalar tag of their run: bound the total.
     reader_point_budget = 50_000_000
     # Big logdirs: when more than `lazy_runs` runs are listed, a `runs` request
-    # spends at most `runs_budget` seconds on full-resolution analyses; the
-    # runs left are summarised from TensorBoard's reservoir (`sampled: true`,
-    # cheap) while a background thread analyses them at full resolution for
-    # the next request.
+    # answers within about `runs_budget` seconds (counted from its start): it
+    # analyses runs at full resolution, most recently written first, until
+    # then, and lists the others as pending (`"health": "pending"`) while one
+    # background thread analyses them in the same order; the tab re-polls.
     lazy_runs = 100
-    runs_budget = 5.0
+    runs_budget = 1.5
+    worker_patience = 30.0  # seconds the worker waits for requests to finish before it goes on
 
     def __init__(self, context):
         self._provider = context.data_provider
@@ -113,6 +121,11 @@ class CrashSignalsPlugin(base_plugin.TBPlugin):
         self._run_locks: dict[str, threading.Lock] = {}
         self._summaries: dict[str, _Entry] = {}
         self._analyses = _LRU(self.max_analyses)
+        self._resume = _LRU(  # run -> _Resume (see `_resumable`)
+            self.max_resumable,
+            max_weight=self.resume_hit_budget,
+            weight=lambda r: r.checkpoint.hits,
+        )
         self._readers = _LRU(
             self.max_readers,
             max_weight=self.reader_point_budget,
@@ -120,16 +133,25 @@ class CrashSignalsPlugin(base_plugin.TBPlugin):
         )
         self._assets: dict[str, tuple] = {}
         self.stats = collections.Counter()  # analyses, readers_created, cache_hits (tests, debugging)
-        self._provisional: dict[str, _Entry] = {}  # reservoir-based summaries (big logdirs)
-        self._background: dict[str, tuple] = {}  # run -> arguments of its pending full analysis
+        # Big logdirs (see `lazy_runs`): the runs whose analysis is pending, in the order the
+        # background worker takes them (run -> its arguments), and analyses that failed
+        # (run -> entry, current while its data key is).
+        self._background: dict[str, tuple] = {}
+        self._failures: dict[str, _Entry] = {}
         self._worker = None
+        # Requests being served; the worker waits for none (see `_foreground`).
+        self._active = 0
+        self._idle = threading.Condition(self._lock)
+        self._grouping = None  # (key, logical runs) of the last `runs` request, see `_grouped`
 
     # -- TBPlugin -----------------------------------------------------------
 
     def get_plugin_apps(self):
         return {
-            "/runs": self._json_route(self._runs_impl, (), self._runs_fallback),
-            "/analysis": self._json_route(self._analysis_impl, ("run",), self._analysis_fallback),
+            "/runs": self._json_route(self._foreground(self._runs_impl), (), self._runs_fallback),
+            "/analysis": self._json_route(
+                self._foreground(self._analysis_impl), ("run",), self._analysis_fallback
+            ),
             "/rules": self._json_route(self._rules_impl, (), self._rules_fallback),
             "/index.js": self._asset_route("index.js", "text/javascript"),
             "/index.css": self._asset_route("index.css", "text/css"),
@@ -250,12 +272,16 @@ class CrashSignalsPlugin(base_plugin.TBPlugin):
     def _load(self, logical, refs, dirs, listing, ctx, eid):
         """Every point of each mapped signal: from event files, else from TensorBoard.
 
-        Returns (data, sampled, problems, key), key identifying the data.
+        Returns (data, sampled, problems, key, lineage), key identifying the
+        data; lineage identifies what each series extends while only points
+        are appended to it (reader, tag, rewrites; None if any series comes
+        from TensorBoard).
         """
         data: dict[str, Series] = {}
         problems: list[str] = []
         key = []
         from_files: dict[str, dict[str, Series]] = {}
+        revisions: dict[tuple, tuple] = {}  # (member, tag) -> (reader token, rewrites)
         for member in sorted({ref.run for ref in refs.values()}):
             directory = dirs.get(member)
             if directory is None:
@@ -267,6 +293,8 @@ class CrashSignalsPlugin(base_plugin.TBPlugin):
                     slot.generation += 1
                 have = set(slot.reader.tags())
                 from_files[member] = {t: slot.reader.series(t) for t in wanted & have}
+                for t in wanted & have:
+                    revisions[(member, t)] = (slot.token, slot.reader.revision(t))
                 problems.extend(f"run {member}: {p}" for p in slot.reader.problems())
                 key.append((member, slot.token, slot.generation))
         with self._lock:
@@ -279,6 +307,11 @@ class CrashSignalsPlugin(base_plugin.TBPlugin):
                 data[dim] = s
             else:
                 missing.append((dim, ref))
+        lineage = None
+        if not missing:
+            lineage = tuple(
+                sorted((dim, r.run, r.tag) + revisions[(r.run, r.tag)] for dim, r in refs.items())
+            )
         sampled = False
         if missing and self._provider is not None:
             runs = sorted({ref.run for _, ref in missing})
@@ -307,7 +340,7 @@ class CrashSignalsPlugin(base_plugin.TBPlugin):
                     ("tb", ref.run, ref.tag, len(points),
                      getattr(meta, "max_step", None), getattr(meta, "max_wall_time", None))
                 )
-        return data, sampled, problems, tuple(key)
+        return data, sampled, problems, tuple(key), lineage
 
     # -- analysis ----------------------------------------------------------
 
@@ -323,10 +356,9 @@ class CrashSignalsPlugin(base_plugin.TBPlugin):
     def _ensure(self, logical, listing, cfg, ctx, eid, want_payload, cheap=False):
         """The run's summary entry (and analysis payload text if wanted), cached.
 
-        With `cheap` (big logdirs, see `lazy_runs`; summaries only), a run whose
-        full-resolution summary is not current is not analysed here: its full
-        analysis is queued for the background worker, and the result is its
-        cached reservoir summary, or (None, key) for `_reservoir_summaries`.
+        With `cheap` (big logdirs, see `lazy_runs`; summaries only), nothing is
+        read or analysed: the result is the run's current summary, or (None,
+        key) when it has none (see `_ensure_cheap`).
 
         Returns (entry, payload_text or None).
         """
@@ -343,7 +375,7 @@ class CrashSignalsPlugin(base_plugin.TBPlugin):
                 for t, ts in sorted((listing.get(m) or {}).items())
             )
             fast_key = (cfg_key, lkey, tb_stats, tuple((m, file_signature(dirs[m])) for m in members))
-            if cheap and any(d is not None for d in dirs.values()):
+            if cheap:
                 return self._ensure_cheap(logical, listing, cfg, ctx, eid, refs, members, fast_key)
             with self._lock:
                 entry = self._summaries.get(logical.name)
@@ -353,7 +385,7 @@ class CrashSignalsPlugin(base_plugin.TBPlugin):
                     self._count("cache_hits")
                     return entry, hit
 
-            data, sampled, problems, dkey = self._load(logical, refs, dirs, listing, ctx, eid)
+            data, sampled, problems, dkey, lineage = self._load(logical, refs, dirs, listing, ctx, eid)
             data_key = (cfg_key, lkey, dkey)
             if entry is not None and entry.data_key == data_key:
                 entry.fast_key = fast_key
@@ -363,75 +395,100 @@ class CrashSignalsPlugin(base_plugin.TBPlugin):
                     return entry, hit
 
             self._count("analyses")
-            result = analyze_run(logical, data, config, sampled)
+            resume_key = None if lineage is None else (cfg_key, lkey, lineage)
+            resume = self._resumable(logical.name, resume_key)
+            result = analyze_run(logical, data, config, sampled, resume=resume.checkpoint)
+            if result.checkpoint.since is not None:
+                self._count("incremental_analyses")
             report = run_to_json(result)
             entry = _Entry(logical.name, fast_key, data_key, _runs_item(report, result), problems)
-            text = _dumps(self._analysis_payload(report, result, config, config_error, problems))
+            text = _payload_text(
+                self._analysis_payload(report, result, config, config_error, problems, resume.charts)
+            )
             with self._lock:
                 self._summaries[logical.name] = entry
                 self._analyses.put(logical.name, (data_key, text))
+                if resume_key is not None:
+                    kept = _Resume(resume_key, result.checkpoint, resume.charts)
+                    self._resume.put(logical.name, kept)
             return entry, (text if want_payload else None)
 
-    def _ensure_cheap(self, logical, listing, cfg, ctx, eid, refs, members, fast_key):
-        """A cached full-resolution or reservoir summary, else None (see `_reservoir_summaries`).
+    def _resumable(self, name, key) -> "_Resume":
+        """The run's last analysis if its data can only have grown since (same key), else a blank.
 
-        Called with the run's lock held. Queues the run's full analysis for
-        the background worker when its full summary is not current.
+        The key holds the config, the tag mapping and each series' lineage
+        (reader, tag, rewrites): while it is unchanged, every series is the
+        one analysed then with points appended, which is what
+        `analyze_run(resume=...)` and the chart caches (`decimate.Decimator`)
+        require. A restart purge, another reader or config: a full analysis.
+        """
+        with self._lock:
+            prev = self._resume.pop(name)
+        if key is not None and prev is not None and prev.key == key:
+            return prev
+        return _Resume(key, None, {})
+
+    def _ensure_cheap(self, logical, listing, cfg, ctx, eid, refs, members, fast_key):
+        """The run's current summary (or its failure, see `_failures`) or (None, fast_key).
+
+        Called with the run's lock held; reads no data.
         """
         with self._lock:
             entry = self._summaries.get(logical.name)
-            prov = self._provisional.get(logical.name)
+            failed = self._failures.get(logical.name)
         if entry is not None and entry.fast_key == fast_key:
             self._count("cache_hits")
             return entry, None
-        with self._lock:
-            self._background[logical.name] = (logical, listing, cfg, ctx, eid)
-        if prov is not None and prov.fast_key == fast_key:
-            return prov, None
+        if failed is not None and failed.fast_key == fast_key:
+            return failed, None
         return None, fast_key
 
-    def _reservoir_summaries(self, todo, listing, cfg, ctx, eid):
-        """Summaries of runs from TensorBoard's reservoir, read in one data-provider call.
+    def _analyse_listed(self, logical, listing, cfg, ctx, eid, key):
+        """Full analysis of a pending run (a `runs` request or the worker): its entry.
 
-        `todo`: [(logical run, fast key)]. Kept apart (`_provisional`) under
-        the full summary's key, listed by `runs` until the background worker
-        has the full-resolution one, never served by `analysis`.
+        A failure is remembered under the run's data key (`key`), so the run is
+        not retried, and not listed as pending, until its data change.
         """
-        refs = {lr.name: {d: r for d, r in lr.signals.items() if r is not None} for lr, _ in todo}
-        runs = sorted({r.run for rs in refs.values() for r in rs.values()})
-        tags = sorted({r.tag for rs in refs.values() for r in rs.values()})
-        got = {}
-        if runs and self._provider is not None:
-            got = self._provider.read_scalars(
-                ctx,
-                experiment_id=eid,
-                plugin_name=SCALARS_PLUGIN,
-                downsample=PROVIDER_DOWNSAMPLE,
-                run_tag_filter=tb_provider.RunTagFilter(runs=runs, tags=tags),
-            )
-        out = {}
-        for lr, fast_key in todo:
-            try:
-                data, sampled = {}, False
-                for dim, ref in refs[lr.name].items():
-                    points = (got.get(ref.run) or {}).get(ref.tag)
-                    if points is None:
-                        continue
-                    data[dim] = Series.from_arrays(
-                        [p.step for p in points], [p.value for p in points], [p.wall_time for p in points]
-                    )
-                    if self._capacity and len(points) >= self._capacity:
-                        sampled = True
-                result = analyze_run(lr, data, cfg[0], sampled)
-                self._count("reservoir_summaries")
-                entry = _Entry(lr.name, fast_key, None, _runs_item(run_to_json(result), result), [])
-            except Exception as e:
-                logger.exception("crash_signals: analysing run %r failed", lr.name)
-                entry = self._failed_entry(lr, f"{type(e).__name__}: {e}")
+        try:
+            entry, _ = self._ensure(logical, listing, cfg, ctx, eid, want_payload=False)
+            return entry
+        except Exception as e:
+            logger.exception("crash_signals: analysing run %r failed", logical.name)
+            entry = self._failed_entry(logical, f"{type(e).__name__}: {e}")
+            entry.fast_key = key
             with self._lock:
-                self._provisional[lr.name] = entry
-            out[lr.name] = entry
-        return out
+                self._failures[logical.name] = entry
+            return entry
+
+    def _pending_entry(self, logical, key) -> _Entry:
+        """The `runs` line of a run whose analysis is not finished.
+
+        `"health": "pending"`, unless the run's last full analysis (same config
+        and tag mapping, older data) found it sick: the rules are causal, so
+        those findings stand; that line is listed with `"pending": true`.
+        """
+        with self._lock:
+            prev = self._summaries.get(logical.name)
+        if (
+            prev is not None
+            and prev.health in ("critical", "warning")
+            and _same_setup(prev.fast_key, key)
+        ):
+            return _Entry(logical.name, None, None, dict(prev.summary, pending=True), prev.problems)
+        summary = {
+            "run": logical.name,
+            "health": PENDING,
+            "counts": {"warning": 0, "critical": 0},
+            "first_critical_step": None,
+            "signals": {
+                k: (logical.signals[k].to_json() if logical.signals.get(k) else None)
+                for k in SIGNALS
+            },
+            "sampled": False,
+            "headline": "analysing: queued for a full-resolution analysis",
+            "pending": True,
+        }
+        return _Entry(logical.name, None, None, summary, [])
 
     def _start_background(self):
         """Starts the worker for the queued full-resolution analyses, if needed."""
@@ -444,21 +501,48 @@ class CrashSignalsPlugin(base_plugin.TBPlugin):
                 )
                 self._worker.start()
 
+    def _foreground(self, impl):
+        """`impl`, with the background worker paused while it runs.
+
+        Both share one interpreter lock: while the worker analyses, every
+        system call of a request (each run's directory listing in `runs`) would
+        wait for the worker's next switch interval (~5 ms each; seconds over
+        1000 runs). The worker therefore starts no analysis while a request is
+        being served; a request waits for at most the analysis in progress.
+        """
+
+        def run(request):
+            with self._idle:
+                self._active += 1
+            try:
+                return impl(request)
+            finally:
+                with self._idle:
+                    self._active -= 1
+                    if not self._active:
+                        self._idle.notify_all()
+
+        return run
+
     def _work(self):
+        """Analyses the queued runs, first queued first, until the queue is empty."""
         while True:
-            with self._lock:
+            with self._idle:
+                # Requests first (see `_foreground`); bounded, should one hang.
+                waited = 0.0
+                while self._active and waited < self.worker_patience:
+                    self._idle.wait(0.5)
+                    waited += 0.5
                 if not self._background:
                     self._worker = None
                     return
                 name = next(iter(self._background))
                 args = self._background.pop(name)
             try:
-                self._ensure(*args, want_payload=False)
+                self._analyse_listed(*args)
                 self._count("background_analyses")
             except Exception:
                 logger.exception("crash_signals: background analysis of run %r failed", name)
-            with self._lock:
-                self._provisional.pop(name, None)
 
     def _cached_payload(self, name, entry, want_payload):
         """None if no payload is wanted, the cached text, or False if it must be rebuilt."""
@@ -470,20 +554,28 @@ class CrashSignalsPlugin(base_plugin.TBPlugin):
             return cached[1]
         return False
 
-    def _analysis_payload(self, report, result, config, config_error, problems):
+    def _analysis_payload(self, report, result, config, config_error, problems, charts=None):
+        """The `analysis` payload, its "series" columns as JSON text (see `_payload_text`).
+
+        `charts`: signal -> Decimator of its series, kept between analyses of
+        a series that only grows (filled in here).
+        """
+        charts = {} if charts is None else charts
         payload = dict(report)
         series, nonfinite = {}, {}
         for dim in SIGNALS:
             s = result.data.get(dim)
             if s is None:
                 continue
+            chart = charts.setdefault(dim, decimate.Decimator())
             keep = decimate.episode_steps(report["episodes"], dim)
-            series[dim] = decimate.columns(s, self.max_points, keep)
-            nonfinite[dim] = decimate.nonfinite_points(s, self.nonfinite_cap)
+            series[dim] = chart.columns_json(s, self.max_points, keep)
+            nonfinite[dim] = chart.nonfinite_points(s, self.nonfinite_cap)
         payload["series"] = series
         payload["nonfinite"] = nonfinite
         payload["gap_band"] = decimate.gap_band(
-            result.data.get("train_loss"), result.data.get("val_loss"), self.max_points
+            result.data.get("train_loss"), result.data.get("val_loss"), self.max_points,
+            val_decimator=charts.get("val_loss"),
         )
         payload["bands"] = _bands(config)
         payload["thresholds"] = _thresholds(config)
@@ -509,38 +601,63 @@ class CrashSignalsPlugin(base_plugin.TBPlugin):
 
     # -- route implementations ----------------------------------------------
 
+    def _grouped(self, listing, cfg):
+        """`group_runs` of TensorBoard's listing, memoised on the config and the runs' tags.
+
+        Matching every tag name against the signal patterns costs ~0.2 ms per
+        run: most of a `runs` request that finds every summary current.
+        """
+        key = (cfg[2], tuple(sorted((run, tuple(sorted(tags))) for run, tags in listing.items())))
+        with self._lock:
+            if self._grouping is not None and self._grouping[0] == key:
+                return self._grouping[1]
+        logical = group_runs({run: list(tags) for run, tags in listing.items()}, cfg[0].signals)
+        with self._lock:
+            self._grouping = (key, logical)
+        return logical
+
     def _runs_impl(self, request):
+        started = time.monotonic()
         cfg = self._config.get()
         ctx, eid, listing = self._listing(request)
-        logical = group_runs({run: list(tags) for run, tags in listing.items()}, cfg[0].signals)
+        logical = self._grouped(listing, cfg)
+        lazy = len(logical) > self.lazy_runs
         entries = []
-        todo = []  # over the time budget, nothing cached: (position, run, key)
-        deadline = time.monotonic() + self.runs_budget if len(logical) > self.lazy_runs else None
+        waiting = []  # big logdirs: (run, data key) without a current summary
         for lr in logical:
-            cheap = deadline is not None and time.monotonic() > deadline
             try:
-                entry, key = self._ensure(lr, listing, cfg, ctx, eid, want_payload=False, cheap=cheap)
+                entry, key = self._ensure(lr, listing, cfg, ctx, eid, want_payload=False, cheap=lazy)
             except Exception as e:
                 logger.exception("crash_signals: analysing run %r failed", lr.name)
                 entry = self._failed_entry(lr, f"{type(e).__name__}: {e}")
             if entry is None:
-                todo.append((len(entries), lr, key))
-            entries.append(entry)
-        if todo:
-            try:
-                done = self._reservoir_summaries([(lr, key) for _, lr, key in todo], listing, cfg, ctx, eid)
-            except Exception as e:  # the data provider failed: list the runs, say why
-                logger.exception("crash_signals: reading TensorBoard's reservoir failed")
-                done = {lr.name: self._failed_entry(lr, f"{type(e).__name__}: {e}") for _, lr, _ in todo}
-            for i, lr, _ in todo:
-                entries[i] = done[lr.name]
-        self._start_background()
+                waiting.append((lr, key))
+            else:
+                entries.append(entry)
+        if waiting:
+            # Most recently written first: the runs being trained, then the newest.
+            waiting.sort(key=lambda w: (-_last_write(w[0], listing), w[0].name))
+            with self._lock:
+                busy = self._worker is not None and self._worker.is_alive()
+            deadline = started + self.runs_budget
+            queue = []
+            for lr, key in waiting:
+                if busy or time.monotonic() >= deadline:
+                    queue.append((lr, key))  # the worker is on it already, or no time left
+                else:
+                    entries.append(self._analyse_listed(lr, listing, cfg, ctx, eid, key))
+            with self._lock:
+                self._background = {lr.name: (lr, listing, cfg, ctx, eid, key) for lr, key in queue}
+            entries.extend(self._pending_entry(lr, key) for lr, key in queue)
+            self._start_background()
         self._forget({lr.name for lr in logical})
         problems = [p for e in entries for p in e.problems]
+        pending = sum(1 for e in entries if e.summary.get("pending"))
         return {
             "schema": SCHEMA_VERSION,
             "config_error": cfg[1],
             "problems": problems,
+            "progress": {"analysed": len(entries) - pending, "pending": pending, "total": len(entries)},
             "runs": [e.summary for e in _rank_entries(entries)],
         }
 
@@ -550,8 +667,10 @@ class CrashSignalsPlugin(base_plugin.TBPlugin):
             for name in [n for n in self._summaries if n not in names]:
                 del self._summaries[name]
                 self._analyses.pop(name)
-            for name in [n for n in self._provisional if n not in names]:
-                del self._provisional[name]
+            for name in [n for n in self._resume.keys() if n not in names]:
+                self._resume.pop(name)
+            for name in [n for n in self._failures if n not in names]:
+                del self._failures[name]
             for name in [n for n in self._background if n not in names]:
                 del self._background[name]
             for name in [n for n, lock in self._run_locks.items() if n not in names]:
@@ -564,7 +683,13 @@ class CrashSignalsPlugin(base_plugin.TBPlugin):
             cfg_error = self._config.get()[1]
         except Exception:
             pass
-        return {"schema": SCHEMA_VERSION, "config_error": cfg_error, "problems": [message], "runs": []}
+        return {
+            "schema": SCHEMA_VERSION,
+            "config_error": cfg_error,
+            "problems": [message],
+            "progress": {"analysed": 0, "pending": 0, "total": 0},
+            "runs": [],
+        }
 
     def _analysis_impl(self, request):
         name = request.args.get("run")
@@ -637,6 +762,31 @@ class CrashSignalsPlugin(base_plugin.TBPlugin):
         return payload
 
 
+def _payload_text(payload: dict) -> str:
+    """_dumps(payload) for an `analysis` payload whose "series" columns are JSON text already.
+
+    Each column's text stands in for a unique marker string (a fresh random
+    nonce: no run or tag name can hold it) in the dumped payload.
+    """
+    nonce = secrets.token_hex(16)
+    columns = payload["series"]
+    marked = dict(payload, series={dim: f"column:{nonce}:{dim}" for dim in columns})
+    text = _dumps(marked)
+    for dim, column in columns.items():
+        text = text.replace(f'"column:{nonce}:{dim}"', column, 1)
+    return text
+
+
+class _Resume:
+    """A run's last analysis, to resume from: its key (see `_resumable`), the engine's
+    checkpoint and the chart caches (signal -> decimate.Decimator)."""
+
+    __slots__ = ("key", "checkpoint", "charts")
+
+    def __init__(self, key, checkpoint, charts):
+        self.key, self.checkpoint, self.charts = key, checkpoint, charts
+
+
 def _runs_item(report: dict, result) -> dict:
     """One run's line in the `runs` listing, from its report entry."""
     return {
@@ -648,6 +798,30 @@ def _runs_item(report: dict, result) -> dict:
         "sampled": report["sampled"],
         "headline": report["summary"].get("headline"),
     }
+
+
+def _last_write(logical, listing) -> float:
+    """Wall time of the run's newest point as TensorBoard lists it (-inf if unknown)."""
+    times = [
+        ts.max_wall_time
+        for member in logical.members
+        for ts in (listing.get(member) or {}).values()
+        if getattr(ts, "max_wall_time", None) is not None
+    ]
+    return max(times, default=float("-inf"))
+
+
+def _same_setup(old_key, new_key) -> bool:
+    """Whether two data keys of `_ensure` share config and tag mapping (only the data differ).
+
+    Relies on `_ensure`'s fast key layout: (config key, logical key, ...).
+    """
+    return (
+        isinstance(old_key, tuple)
+        and isinstance(new_key, tuple)
+        and len(old_key) >= 2
+        and old_key[:2] == new_key[:2]
+    )
 
 
 def _shown(name: str) -> str:

@@ -146,7 +146,11 @@ class _Entry:
 
 
 def _rank_entries(entries):
-    """Orders entries with engine.rank (critical, warning, ok, no signals)."""
+    """Orders entries with engine.rank (critical, warning, ok, no signals).
+
+    Runs whose analysis is pending (health "pending") come after the sick
+    ones and before the healthy ones, by name.
+    """
     shims = [
         types.SimpleNamespace(
             health=e.health,
@@ -155,8 +159,12 @@ def _rank_entries(entries):
             entry=e,
         )
         for e in entries
+        if e.health != "pending"
     ]
-    return [s.entry for s in rank(shims)]
+    ranked = [s.entry for s in rank(shims)]
+    sick = sum(1 for e in ranked if e.health in ("critical", "warning"))
+    pending = sorted((e for e in entries if e.health == "pending"), key=lambda e: e.name)
+    return ranked[:sick] + pending + ranked[sick:]
 
 
 _HTML_UNSAFE = {ord("<"): "\\u003c", ord(">"): "\\u003e", ord("&"): "\\u0026"}

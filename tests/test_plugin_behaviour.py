@@ -308,7 +308,10 @@ def test_plugin_metadata(tmp_path):
         assert md.es_module_path == "/index.js" and md.tab_name == "Crash Signals"
         assert set(p.get_plugin_apps()) == {"/runs", "/analysis", "/rules", "/index.js", "/index.css"}
         payload = s.get("runs").get_json()
-        assert payload == {"schema": 1, "config_error": None, "problems": [], "runs": []}
+        assert payload == {
+            "schema": 1, "config_error": None, "problems": [],
+            "progress": {"analysed": 0, "pending": 0, "total": 0}, "runs": [],
+        }
 
 
 def test_corrupt_records_reported_as_problems(tmp_path):

@@ -106,6 +106,7 @@ def test_runs_payload_matches_scan(served, scan_report):
     assert payload["config_error"] is None
     assert payload["problems"] == []
     runs = payload["runs"]
+    assert payload["progress"] == {"analysed": len(runs), "pending": 0, "total": len(runs)}
     assert [e["run"] for e in runs] == [e["run"] for e in scan_report["runs"]]
     by_name = {e["run"]: e for e in scan_report["runs"]}
     for entry in runs:

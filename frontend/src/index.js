@@ -7,11 +7,17 @@ import {makeApi, ApiError} from './api.js';
 import {connectToHost} from './ipc.js';
 import {el, clear} from './dom.js';
 import {ChartGroup, makeChart, updateChartData} from './charts.js';
-import {canLog, wideRange, defaultSelection, filterRuns, presentCharts, rankRuns, stepExtent, zoomRange} from './model.js';
+import {
+  canLog, wideRange, filterRuns, isPending, pickSelection, presentCharts, progressOf, progressText, rankRuns, stepExtent,
+  zoomRange,
+} from './model.js';
 import {fmtNum, plural} from './format.js';
 import {banner, findingsTable, noSignalsView, runHeader, runListItem} from './views.js';
 
 const CHART_HEIGHT = 180;
+// While the server lists runs as pending (big logdirs), `runs` is polled this often.
+const POLL_MS = 2000;
+const POLL_RETRY_MS = 10000; // after a failed poll
 
 /** Adds <link rel="stylesheet" href="./index.css"> (relative to the plugin's <base>) once. */
 function loadStylesheet() {
@@ -32,6 +38,8 @@ class App {
     this.root = root;
     this.state = {
       runs: [],
+      progress: null, // {analysed, pending, total} of the last `runs` answer
+      autoSelected: true, // the selection was not picked by the user (it may move to a sick run)
       configError: null,
       filter: '',
       selected: null,
@@ -45,6 +53,8 @@ class App {
     this.rules = null;
     this.group = null;
     this.seq = 0;
+    this.runsSeq = 0; // `runs` fetches (refresh and poll): only the latest answer is applied
+    this.pollTimer = null;
     this.build();
   }
 
@@ -61,13 +71,14 @@ class App {
     });
     this.filterError = el('div', {class: 'cs-filter-error', attrs: {role: 'alert'}});
     this.runCount = el('div', {class: 'cs-run-count'});
+    this.progressLine = el('div', {class: 'cs-progress', attrs: {role: 'status', 'aria-live': 'polite'}});
     this.runList = el('ul', {class: 'cs-runs', attrs: {role: 'listbox', 'aria-label': 'Runs'}});
     this.banners = el('div', {class: 'cs-banners'});
     this.view = el('div', {class: 'cs-view'}, [el('div', {class: 'cs-loading', text: 'Loading runs…'})]);
     this.root.appendChild(
       el('div', {class: 'cs-app'}, [
         el('aside', {class: 'cs-sidebar'}, [
-          el('div', {class: 'cs-sidebar-head'}, [this.filterInput, this.filterError, this.runCount]),
+          el('div', {class: 'cs-sidebar-head'}, [this.filterInput, this.filterError, this.runCount, this.progressLine]),
           this.runList,
         ]),
         el('main', {class: 'cs-main'}, [this.banners, this.view]),
@@ -87,18 +98,59 @@ class App {
 
   // ---- data flow ------------------------------------------------------------------------------
 
+  /** Takes a `runs` answer: the list, progress, config error, problems and the selection. */
+  applyRuns(payload) {
+    this.state.runs = rankRuns(Array.isArray(payload.runs) ? payload.runs : []);
+    this.state.progress = progressOf(payload);
+    this.state.configError = payload.config_error || null;
+    this.state.problems = Array.isArray(payload.problems) ? payload.problems.map(String) : [];
+    this.state.fetchError = null;
+    const before = this.state.selected;
+    this.state.selected = pickSelection(this.state.runs, before, this.state.autoSelected);
+    if (this.state.selected !== before) this.state.autoSelected = true;
+    this.renderRunList();
+  }
+
+  /** Polls `runs` again later while some run's analysis is pending (no-op otherwise). */
+  schedulePoll(delay = POLL_MS) {
+    if (this.pollTimer !== null || !this.state.progress || !this.state.progress.pending) return;
+    this.pollTimer = setTimeout(() => this.poll(), delay);
+  }
+
+  cancelPoll() {
+    if (this.pollTimer !== null) clearTimeout(this.pollTimer);
+    this.pollTimer = null;
+  }
+
+  /** Re-reads the run list (not the shown run, unless the selection moves to a newly found sick run). */
+  async poll() {
+    this.pollTimer = null;
+    const mine = ++this.runsSeq;
+    let payload;
+    try {
+      payload = await this.api.runs();
+    } catch (e) {
+      if (mine === this.runsSeq) this.schedulePoll(POLL_RETRY_MS);
+      return;
+    }
+    if (mine !== this.runsSeq) return; // a refresh started meanwhile; it polls on its own
+    const before = this.state.selected;
+    this.applyRuns(payload);
+    this.renderBanners();
+    if (this.state.selected === null) this.renderNoRuns();
+    else if (this.state.selected !== before) this.select(this.state.selected, false);
+    this.schedulePoll();
+  }
+
   async refresh() {
+    this.cancelPoll();
     const my = ++this.seq;
+    const mine = ++this.runsSeq;
     this.setLoading(true);
     try {
       const payload = await this.api.runs();
-      if (my !== this.seq) return;
-      this.state.runs = rankRuns(Array.isArray(payload.runs) ? payload.runs : []);
-      this.state.configError = payload.config_error || null;
-      this.state.problems = Array.isArray(payload.problems) ? payload.problems.map(String) : [];
-      this.state.fetchError = null;
-      this.state.selected = defaultSelection(this.state.runs, this.state.selected);
-      this.renderRunList();
+      if (my !== this.seq || mine !== this.runsSeq) return;
+      this.applyRuns(payload);
       if (this.state.selected === null) {
         this.renderBanners();
         this.renderNoRuns();
@@ -117,10 +169,12 @@ class App {
         this.setLoading(false);
         this.markReady();
       }
+      if (mine === this.runsSeq) this.schedulePoll();
     }
   }
 
-  async select(run) {
+  async select(run, byUser = true) {
+    if (byUser) this.state.autoSelected = false;
     if (run === this.state.selected && this.state.analysis && this.state.analysis.run === run) return;
     this.state.selected = run;
     this.state.zoom = null;
@@ -207,10 +261,25 @@ class App {
     }
     const total = this.state.runs.length;
     const sick = this.state.runs.filter((r) => r.health === 'critical' || r.health === 'warning').length;
-    let count = `${plural(total, 'run')} · ${sick} sick`;
+    const waiting = this.state.runs.filter((r) => r.health === 'pending').length;
+    let count = `${plural(total, 'run')} · ${sick} sick${waiting ? ` · ${waiting} not analysed yet` : ''}`;
     if (runs.length !== total && !error) count = `${runs.length} of ${count}`;
     this.runCount.textContent = total ? count : '';
+    this.renderProgress();
     if (total && !runs.length) this.runList.appendChild(el('li', {class: 'cs-runs-empty', text: 'No run matches the filter.'}));
+  }
+
+  /** "Analysing at full resolution: 120 of 1000 runs done" and a bar, while runs are pending. */
+  renderProgress() {
+    clear(this.progressLine);
+    const p = this.state.progress;
+    const text = progressText(p);
+    if (!text) return;
+    const pct = p.total ? Math.round((100 * p.analysed) / p.total) : 0;
+    this.progressLine.appendChild(el('span', {class: 'cs-progress-text', text: `${text}…`}));
+    this.progressLine.appendChild(
+      el('div', {class: 'cs-progress-bar', attrs: {'aria-hidden': 'true'}}, [el('span', {style: {width: `${pct}%`}})]),
+    );
   }
 
   renderBanners() {
@@ -264,7 +333,9 @@ class App {
 
   renderRun(keepScroll = false) {
     const a = this.state.analysis;
-    const entry = this.state.runs.find((r) => r.run === a.run) || {};
+    // A pending list entry is older than the analysis just fetched: show the analysis alone.
+    const listed = this.state.runs.find((r) => r.run === a.run);
+    const entry = listed && !isPending(listed) ? listed : {};
     const scroller = this.view.parentElement;
     const scrollTop = keepScroll ? scroller.scrollTop : 0;
     this.destroyCharts();

@@ -5,11 +5,13 @@ import {toNum, fmtStep, plural} from './format.js';
 
 export const SIGNALS = ['train_loss', 'val_loss', 'grad_norm', 'update_ratio', 'lr'];
 
-export const HEALTH_RANK = {critical: 0, warning: 1, ok: 2, no_signals: 3};
+/** Sick runs first, then runs whose analysis is pending (big logdirs), then the healthy ones. */
+export const HEALTH_RANK = {critical: 0, warning: 1, pending: 2, ok: 3, no_signals: 4};
 
 export const HEALTH_LABEL = {
   critical: 'critical',
   warning: 'warning',
+  pending: 'analysing…',
   ok: 'ok',
   no_signals: 'no signals',
 };
@@ -43,9 +45,9 @@ export const CHARTS = [
 // ---------------------------------------------------------------------------------------------
 // Run list
 
-/** Stable sort: critical, warning, ok, no_signals; the server's order is kept within a health. */
+/** Stable sort: critical, warning, pending, ok, no_signals; the server's order is kept within a health. */
 export function rankRuns(runs) {
-  const rank = (r) => (r.health in HEALTH_RANK ? HEALTH_RANK[r.health] : 4);
+  const rank = (r) => (r.health in HEALTH_RANK ? HEALTH_RANK[r.health] : 5);
   return runs
     .map((r, i) => [r, i])
     .sort((a, b) => rank(a[0]) - rank(b[0]) || a[1] - b[1])
@@ -78,6 +80,48 @@ export function defaultSelection(runs, current) {
   return runs.length ? runs[0].run : null;
 }
 
+/**
+ * Whether a run's analysis is not finished: `health: "pending"` (not analysed yet), or
+ * `pending: true` on a sick run whose newest data are still being analysed.
+ */
+export function isPending(entry) {
+  return Boolean(entry) && (entry.pending === true || entry.health === 'pending');
+}
+
+/** {analysed, pending, total} of a `runs` payload: its `progress`, else counted from its runs. */
+export function progressOf(payload) {
+  const runs = payload && Array.isArray(payload.runs) ? payload.runs : [];
+  const p = payload && payload.progress;
+  const ok = (v) => Number.isInteger(v) && v >= 0;
+  if (p && ok(p.analysed) && ok(p.pending) && ok(p.total)) {
+    return {analysed: p.analysed, pending: p.pending, total: p.total};
+  }
+  const pending = runs.filter(isPending).length;
+  return {analysed: runs.length - pending, pending, total: runs.length};
+}
+
+/**
+ * The run to show. A run the user picked stays selected while it exists. A run picked
+ * automatically (`auto`) gives way to the first sick run once one is known (runs are analysed
+ * while the tab polls); otherwise the choice is defaultSelection's.
+ */
+export function pickSelection(runs, current, auto) {
+  const exists = current !== null && current !== undefined && runs.some((r) => r.run === current);
+  if (exists && auto) {
+    const cur = runs.find((r) => r.run === current);
+    const sick = runs.find((r) => r.health === 'critical' || r.health === 'warning');
+    if (sick && cur.health !== 'critical' && cur.health !== 'warning') return sick.run;
+    return current;
+  }
+  return defaultSelection(runs, current);
+}
+
+/** One status line while runs are analysed in the background, or null when none is pending. */
+export function progressText(progress) {
+  if (!progress || !progress.pending) return null;
+  return `Analysing at full resolution: ${progress.analysed} of ${plural(progress.total, 'run')} done`;
+}
+
 /** {warning, critical} counts of a run entry, from `counts` or from its episodes. */
 export function countsOf(entry) {
   if (entry.counts) {
@@ -99,6 +143,7 @@ export function headlineOf(entry) {
     return 'no loss, gradient-norm, learning-rate or update-ratio tags recognised';
   }
   if (entry.health === 'ok') return 'no crash signals';
+  if (entry.health === 'pending') return 'analysing: not analysed yet';
   const c = countsOf(entry);
   const first = entry.first_critical_step ?? entry.summary?.first_critical_step ?? null;
   const parts = [];

@@ -2,9 +2,9 @@
 
 import {el} from './dom.js';
 import {fmtNum, fmtSpan, fmtStep, plural} from './format.js';
-import {countsOf, headlineOf, HEALTH_LABEL, severityOf, SIGNAL_LABEL, tomlSnippet} from './model.js';
+import {countsOf, headlineOf, HEALTH_LABEL, isPending, severityOf, SIGNAL_LABEL, tomlSnippet} from './model.js';
 
-const HEALTH_GLYPH = {critical: '◆', warning: '▲', ok: '●', no_signals: '○'};
+const HEALTH_GLYPH = {critical: '◆', warning: '▲', pending: '◌', ok: '●', no_signals: '○'};
 
 function healthClass(h) {
   return `cs-h-${HEALTH_LABEL[h] ? h : 'no_signals'}`;
@@ -18,10 +18,15 @@ export function healthBadge(health) {
   ]);
 }
 
-/** One run in the run list (data-run, data-health are test hooks). */
+/** One run in the run list (data-run, data-health, data-pending are test hooks). */
 export function runListItem(entry, {selected, onSelect}) {
   const c = countsOf(entry);
+  const pending = isPending(entry);
   const meta = [];
+  if (pending && entry.health !== 'pending') {
+    // A sick run whose newest steps are still being analysed: its findings stand.
+    meta.push(el('span', {class: 'cs-run-updating', text: '⟳', title: 'analysing its newest steps…'}));
+  }
   if (c.warning) meta.push(el('span', {class: 'cs-count cs-count-warning', text: `${c.warning}▲`, title: plural(c.warning, 'warning')}));
   if (c.critical) meta.push(el('span', {class: 'cs-count cs-count-critical', text: `${c.critical}◆`, title: plural(c.critical, 'critical finding')}));
   if (entry.first_critical_step !== null && entry.first_critical_step !== undefined) {
@@ -31,10 +36,11 @@ export function runListItem(entry, {selected, onSelect}) {
   const li = el(
     'li',
     {
-      class: `cs-run${selected ? ' cs-selected' : ''}`,
+      class: `cs-run${selected ? ' cs-selected' : ''}${pending ? ' cs-pending' : ''}`,
       attrs: {
         'data-run': entry.run,
         'data-health': entry.health,
+        'data-pending': pending ? '1' : null,
         role: 'option',
         'aria-selected': selected ? 'true' : 'false',
         tabindex: '0',

@@ -3,7 +3,8 @@ import assert from 'node:assert/strict';
 import {
   rankRuns, filterRuns, defaultSelection, countsOf, headlineOf, smoothEMA, canLog, unionSteps, alignTo,
   presentCharts, chartIdFor, stepExtent, chartData, fitLine, fitLabel, episodeBox, nonfiniteMarks,
-  zoomRange, episodeTitle, tomlString, tomlSnippet, CHARTS, wideRange,
+  zoomRange, episodeTitle, tomlString, tomlSnippet, CHARTS, wideRange, isPending, progressOf, pickSelection,
+  progressText,
 } from '../src/model.js';
 
 const run = (name, health, extra = {}) => ({run: name, health, ...extra});
@@ -12,6 +13,49 @@ test('rankRuns: sick first, stable within a health', () => {
   const runs = [run('a', 'ok'), run('b', 'no_signals'), run('c', 'warning'), run('d', 'critical'), run('e', 'warning'), run('f', 'critical')];
   assert.deepEqual(rankRuns(runs).map((r) => r.run), ['d', 'f', 'c', 'e', 'a', 'b']);
   assert.deepEqual(rankRuns([]), []);
+});
+
+test('rankRuns: pending runs after the sick ones, before the healthy ones', () => {
+  const runs = [run('a', 'ok'), run('p', 'pending', {pending: true}), run('w', 'warning'), run('n', 'no_signals'), run('c', 'critical', {pending: true})];
+  assert.deepEqual(rankRuns(runs).map((r) => r.run), ['c', 'w', 'p', 'a', 'n']);
+});
+
+test('isPending: health pending, or a sick run still being updated', () => {
+  assert.equal(isPending(run('p', 'pending', {pending: true})), true);
+  assert.equal(isPending(run('p', 'pending')), true);
+  assert.equal(isPending(run('c', 'critical', {pending: true})), true);
+  assert.equal(isPending(run('c', 'critical')), false);
+  assert.equal(isPending(run('o', 'ok', {pending: false})), false);
+  assert.equal(isPending(null), false);
+});
+
+test('progressOf: the payload\'s progress, else counted from its runs', () => {
+  assert.deepEqual(progressOf({progress: {analysed: 3, pending: 7, total: 10}, runs: []}), {analysed: 3, pending: 7, total: 10});
+  const runs = [run('a', 'ok'), run('p', 'pending', {pending: true}), run('c', 'critical', {pending: true})];
+  assert.deepEqual(progressOf({runs}), {analysed: 1, pending: 2, total: 3}); // an older server: no progress
+  assert.deepEqual(progressOf({runs, progress: {analysed: 'x'}}), {analysed: 1, pending: 2, total: 3});
+  assert.deepEqual(progressOf({}), {analysed: 0, pending: 0, total: 0});
+  assert.deepEqual(progressOf(null), {analysed: 0, pending: 0, total: 0});
+});
+
+test('progressText: a line while runs are pending, else null', () => {
+  assert.equal(progressText({analysed: 120, pending: 880, total: 1000}), 'Analysing at full resolution: 120 of 1000 runs done');
+  assert.equal(progressText({analysed: 0, pending: 1, total: 1}), 'Analysing at full resolution: 0 of 1 run done');
+  assert.equal(progressText({analysed: 5, pending: 0, total: 5}), null);
+  assert.equal(progressText(null), null);
+});
+
+test('pickSelection: a user pick stays; an automatic one moves to the first sick run once known', () => {
+  const early = [run('p1', 'pending'), run('p2', 'pending'), run('ok', 'ok')];
+  assert.equal(pickSelection(early, null, true), 'p1');
+  const later = [run('s', 'critical'), run('p2', 'pending'), run('ok', 'ok'), run('p1', 'ok')];
+  assert.equal(pickSelection(later, 'p1', true), 's');
+  assert.equal(pickSelection(later, 'p1', false), 'p1');
+  assert.equal(pickSelection(later, 's', true), 's');
+  assert.equal(pickSelection([run('w', 'warning'), run('s', 'critical')], 'w', true), 'w'); // already sick
+  assert.equal(pickSelection(early, 'ok', true), 'ok'); // nothing sick yet
+  assert.equal(pickSelection(later, 'gone', false), 's');
+  assert.equal(pickSelection([], 'x', true), null);
 });
 
 test('rankRuns: unknown health sorts last', () => {
@@ -52,6 +96,7 @@ test('headlineOf: server headline wins, fallbacks are one sentence', () => {
   assert.equal(headlineOf({headline: 'grad norm explodes at 4188'}), 'grad norm explodes at 4188');
   assert.equal(headlineOf({summary: {headline: 'from summary'}}), 'from summary');
   assert.equal(headlineOf({health: 'ok'}), 'no crash signals');
+  assert.match(headlineOf({health: 'pending'}), /^analysing/);
   assert.match(headlineOf({health: 'no_signals'}), /no loss/);
   assert.equal(
     headlineOf({health: 'critical', counts: {warning: 2, critical: 1}, first_critical_step: 12400}),

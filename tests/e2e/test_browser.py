@@ -9,6 +9,7 @@ here. Skipped, with the reason, when any of these is missing.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import sys
@@ -106,7 +107,7 @@ def browser():
 class Tab:
     """TensorBoard's UI with the Crash Signals tab open; records console errors and dialogs."""
 
-    def __init__(self, browser, base):
+    def __init__(self, browser, base, setup=None):
         self.base = base
         self.errors: list[str] = []
         self.dialogs: list[str] = []
@@ -119,6 +120,8 @@ class Tab:
             d.dismiss()
 
         self.page.on("dialog", on_dialog)
+        if setup is not None:
+            setup(self.page)  # e.g. page.route(...) before the tab loads
         self.page.goto(f"{base}/#{PLUGIN}")
         self.frame = self.page.frame_locator(f'iframe[src*="plugin_entry.html?name={PLUGIN}"]')
         self.frame.locator("body[data-ready='1']:not([data-loading])").wait_for(timeout=30000)
@@ -235,3 +238,58 @@ def test_tensorboard_reload_refreshes_the_tab(tab):
     assert hits, "no ./runs request after TensorBoard's reload"
     tab.settle()
     assert tab.frame.locator(".cs-run-title").text_content() == "healthy"  # selection kept
+
+
+def test_pending_runs_show_analysing_and_the_tab_polls_until_done(browser, tensorboard):
+    """A big logdir's first answers list runs as pending; the tab says so and re-polls `runs`.
+
+    The server's pending path is covered by tests/test_plugin_scale.py; here the `runs`
+    answers are the real ones rewritten as pending (all four runs, hparams-only first)
+    until the test releases them.
+    """
+    calls = []
+    held = {"on": True}
+
+    def pending_first(route):
+        calls.append(time.time())
+        response = route.fetch()
+        if not held["on"]:
+            route.fulfill(response=response)
+            return
+        body = response.json()
+        runs = sorted(body["runs"], key=lambda e: e["run"] != "hparams-only")
+        for e in runs:
+            e.update(health="pending", pending=True, counts={"warning": 0, "critical": 0},
+                     first_critical_step=None, headline="analysing: queued for a full-resolution analysis")
+        body.update(runs=runs, progress={"analysed": 0, "pending": len(runs), "total": len(runs)})
+        route.fulfill(response=response, body=json.dumps(body))
+
+    t = Tab(browser, tensorboard, setup=lambda page: page.route(f"**/data/plugin/{PLUGIN}/runs", pending_first))
+    try:
+        f = t.frame
+        assert f.locator("[data-health='pending']").count() == 4
+        assert f.locator("[data-pending='1'] .cs-run-status").first.text_content() == "analysing…"
+        assert "0 of 4 runs done" in f.locator(".cs-progress").text_content()
+        assert "4 not analysed yet" in f.locator(".cs-run-count").text_content()
+        # Nothing is known to be sick yet: the first run is shown (analysed on demand).
+        assert f.locator(".cs-run-title").text_content() == "hparams-only"
+        # It polls while runs are pending (TensorBoard's own DataReloaded comes once at most).
+        n = len(calls)
+        deadline = time.time() + 15
+        while len(calls) < n + 2 and time.time() < deadline:
+            t.page.wait_for_timeout(200)
+        assert len(calls) >= n + 2, f"no re-poll of ./runs while runs are pending ({len(calls)} requests)"
+        held["on"] = False
+        f.locator("[data-run='exploding'][data-health='critical']").wait_for(timeout=15000)
+        assert f.locator("[data-pending]").count() == 0
+        assert f.locator(".cs-progress").text_content() == ""
+        assert not f.locator(".cs-progress").is_visible()
+        # The automatic selection moves to the first sick run once it is known.
+        f.locator(".cs-run-title", has_text="exploding").wait_for(timeout=10000)
+        t.settle()
+        n = len(calls)
+        t.page.wait_for_timeout(2500)
+        assert len(calls) == n  # nothing pending: no more polls
+        assert t.errors == []
+    finally:
+        t.close()
