@@ -475,19 +475,9 @@ class CrashSignalsPlugin(base_plugin.TBPlugin):
             and _same_setup(prev.fast_key, key)
         ):
             return _Entry(logical.name, None, None, dict(prev.summary, pending=True), prev.problems)
-        summary = {
-            "run": logical.name,
-            "health": PENDING,
-            "counts": {"warning": 0, "critical": 0},
-            "first_critical_step": None,
-            "signals": {
-                k: (logical.signals[k].to_json() if logical.signals.get(k) else None)
-                for k in SIGNALS
-            },
-            "sampled": False,
-            "headline": "analysing: queued for a full-resolution analysis",
-            "pending": True,
-        }
+        summary = _unanalysed_item(
+            logical, PENDING, "analysing: queued for a full-resolution analysis", pending=True
+        )
         return _Entry(logical.name, None, None, summary, [])
 
     def _start_background(self):
@@ -584,19 +574,7 @@ class CrashSignalsPlugin(base_plugin.TBPlugin):
         return payload
 
     def _failed_entry(self, logical, message) -> _Entry:
-        summary = {
-            "run": logical.name,
-            "health": "no_signals",
-            "counts": {"warning": 0, "critical": 0},
-            "first_critical_step": None,
-            "signals": {
-                k: (logical.signals[k].to_json() if logical.signals.get(k) else None)
-                for k in SIGNALS
-            },
-            "sampled": False,
-            "headline": f"analysis failed: {message}",
-            "error": message,
-        }
+        summary = _unanalysed_item(logical, "no_signals", f"analysis failed: {message}", error=message)
         return _Entry(logical.name, None, None, summary, [f"run {logical.name}: analysis failed: {message}"])
 
     # -- route implementations ----------------------------------------------
@@ -785,6 +763,23 @@ class _Resume:
 
     def __init__(self, key, checkpoint, charts):
         self.key, self.checkpoint, self.charts = key, checkpoint, charts
+
+
+def _unanalysed_item(logical, health: str, headline: str, **extra) -> dict:
+    """The `runs` line of a run without findings to list (pending or failed)."""
+    return {
+        "run": logical.name,
+        "health": health,
+        "counts": {"warning": 0, "critical": 0},
+        "first_critical_step": None,
+        "signals": {
+            k: (logical.signals[k].to_json() if logical.signals.get(k) else None)
+            for k in SIGNALS
+        },
+        "sampled": False,
+        "headline": headline,
+        **extra,
+    }
 
 
 def _runs_item(report: dict, result) -> dict:
