@@ -242,6 +242,9 @@ class Monitor:
             ch.steps.append(step)
             ch.values.append(v)
             checks = ch.checks
+            log_window = ch.log_window
+            if log_window is not None:
+                x = ch.log_value = _log(v) if v > 0 else _nan
             if v - v == 0.0:  # finite
                 if v > ch.max_finite:
                     ch.max_finite = v
@@ -263,8 +266,8 @@ class Monitor:
                         opened.append(ep)
             if ch.window is not None:
                 ch.window.push(v)
-            if ch.log_window is not None:
-                ch.log_window.push(_log(v) if v > 0 else _nan)
+            if log_window is not None:
+                log_window.push(x)
         v = values.get("val_loss")
         if v is not None and st.channels["train_loss"].n:
             st.last_gap = v - st.channels["train_loss"].values[-1]

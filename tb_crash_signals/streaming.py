@@ -53,13 +53,14 @@ class Window:
     comparisons a push instead of a monotonic deque.
     """
 
-    __slots__ = ("size", "values", "last", "cur", "prev", "fill")
+    __slots__ = ("size", "values", "last", "cur", "prev", "low", "fill")
 
     def __init__(self, size):
         self.size = size
         self.values = collections.deque(maxlen=size)
         self.last = _nan
         self.cur = self.prev = _inf
+        self.low = _inf  # min(prev, cur): the bound, inf until something finite is pushed
         self.fill = 0
 
     def push(self, x):
@@ -71,15 +72,18 @@ class Window:
         self.values.append(x)
         if x < self.cur:  # False for NaN: leading NaNs do not count
             self.cur = x
+            if x < self.low:
+                self.low = x
         fill = self.fill + 1
         if fill == self.size:
-            self.prev, self.cur, self.fill = self.cur, _inf, 0
+            self.low = self.prev = self.cur
+            self.cur, self.fill = _inf, 0
         else:
             self.fill = fill
 
     def lower_bound(self):
         """At most the minimum of the window; NaN if nothing finite was pushed."""
-        m = self.prev if self.prev < self.cur else self.cur
+        m = self.low
         return m if m != _inf else _nan
 
     def tail(self, k):
@@ -102,8 +106,8 @@ class Channel:
     """One signal as the monitor has seen it: counters, the recent raw points
     (for messages and the summary) and the forward-filled windows rules share."""
 
-    __slots__ = ("name", "n", "steps", "values", "max_finite",
-                 "window", "log_window", "checks", "always", "screen", "open")
+    __slots__ = ("name", "n", "steps", "values", "max_finite", "window", "log_window",
+                 "log_value", "checks", "always", "screen", "open")
 
     def __init__(self, name, recent):
         self.name = name
@@ -113,6 +117,7 @@ class Channel:
         self.max_finite = -_inf
         self.window = None  # Window of the values, if a rule needs one
         self.log_window = None  # Window of log(value) (NaN for value <= 0)
+        self.log_value = _nan  # log(value) of the point being checked, if there is a log window
         self.checks = []  # (code, bound check method) of the rules that fire on it
         self.always = []  # ... those the screen cannot vouch for
         self.screen = None  # Screen of the others, if any
@@ -157,7 +162,7 @@ class Screen:
     healthy run), so their necessary conditions cost one call, not one each."""
 
     __slots__ = ("lo", "hi", "prev_factor", "floor_factor", "log_margin",
-                 "values", "window", "log_window")
+                 "channel", "values", "window", "log_window")
 
     def __init__(self, quiets: list, channel: "Channel"):
         self.lo = max(q.lo for q in quiets)
@@ -166,6 +171,7 @@ class Screen:
         self.prev_factor = _least(q.prev_factor for q in quiets)
         self.floor_factor = _least(q.floor_factor for q in quiets)
         self.log_margin = _least(q.log_margin for q in quiets)
+        self.channel = channel
         self.values = channel.values
         self.window = channel.window if self.floor_factor is not None else None
         self.log_window = channel.log_window if self.log_margin is not None else None
@@ -176,21 +182,20 @@ class Screen:
         if not self.lo <= v <= self.hi:
             return False
         if self.prev_factor is not None:
-            values = self.values
-            if len(values) < 2:
+            try:
+                prev = self.values[-2]
+            except IndexError:  # the first point
                 return False
-            prev = values[-2]
             if not (prev > 0 and v <= self.prev_factor * prev):
                 return False
         w = self.window
         if w is not None:
-            lb = w.prev if w.prev < w.cur else w.cur
+            lb = w.low
             if not (lb > 0 and lb != _inf and v < self.floor_factor * lb):
                 return False
         w = self.log_window
-        if w is not None:
-            lb = w.prev if w.prev < w.cur else w.cur  # inf: nothing finite yet, quiet
-            if (_log(v) if v > 0 else _nan) - lb > self.log_margin:
+        if w is not None:  # w.low is inf while nothing finite was pushed: quiet
+            if self.channel.log_value - w.low > self.log_margin:
                 return False
         return True
 
@@ -442,7 +447,8 @@ class GradGrowth(Stream):
         self.q_rise = self.q * self.rise
         self.logs = collections.deque(maxlen=w)  # logs, 0.0 where not finite
         self.steps = collections.deque(maxlen=w)
-        self.history = channels[signal].log_window
+        self.channel = channels[signal]  # its log_value: log(v), computed once a point
+        self.history = self.channel.log_window
         self.last_bad = -w  # index of the last non-finite log
         # Sums of the first and the last q logs of the window, kept running
         # once the window is full, and recomputed every _RESYNC points.
@@ -452,7 +458,7 @@ class GradGrowth(Stream):
 
     def check(self, i, step, v):
         logs = self.logs
-        x = _log(v) if v > 0 else _nan
+        x = self.channel.log_value
         if not x - x == 0.0:
             x = 0.0
             self.last_bad = i
