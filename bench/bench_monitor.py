@@ -92,13 +92,23 @@ def feed_article(m, start, stop, loss, grad):
 
 
 def timing(n, loss, grad, lr, block=5_000):
-    """Both loops fed the same steps in alternating blocks, so both see the same load."""
+    """Both loops fed the same steps in alternating blocks, so both see the same load.
+
+    Before each block, what exists is frozen out of Python's cyclic garbage
+    collector (gc.freeze): otherwise the article's ever-growing history would be
+    traversed by collections that our blocks' allocations trigger, and the
+    other way round; each loop still pays for the collections of its own
+    fresh objects.
+    """
     ours, art = Monitor(), ArticleMonitor()
     t_ours, t_art = [], []
     for start in range(0, n, block):
         stop = min(n, start + block)
+        gc.freeze()
         t_ours.append(feed_ours(ours, start, stop, loss, grad, lr))
+        gc.freeze()
         t_art.append(feed_article(art, start, stop, loss, grad))
+    gc.unfreeze()
     return t_ours, t_art, ours
 
 
