@@ -1,7 +1,7 @@
 """Packaging for tb-crash-signals.
 
 `pip install .` bundles the frontend (frontend/, npm + esbuild) into
-tb_crash_signals/static/ before collecting package data, so the wheel and the
+tb_crash_signals/tb_plugin/static/ before collecting package data, so the wheel and the
 sdist carry the built tab. A checkout without node/npm gets a clear error.
 """
 
@@ -15,7 +15,7 @@ from setuptools.command.sdist import sdist
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FRONTEND = os.path.join(HERE, "frontend")
-BUNDLE = os.path.join(HERE, "tb_crash_signals", "static", "index.js")
+BUNDLE = os.path.join(HERE, "tb_crash_signals", "tb_plugin", "static", "index.js")
 
 
 def _newest_source_mtime():
@@ -75,7 +75,7 @@ setup(
     license="Apache-2.0",
     python_requires=">=3.10",
     packages=find_packages(include=["tb_crash_signals", "tb_crash_signals.*"]),
-    package_data={"tb_crash_signals": ["static/*.js", "static/*.css", "report.schema.json"]},
+    package_data={"tb_crash_signals": ["tb_plugin/static/*.js", "tb_plugin/static/*.css", "report/schema.json"]},
     include_package_data=True,
     install_requires=[
         "tensorboard>=2.14,<3",

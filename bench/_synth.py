@@ -24,7 +24,7 @@ import struct
 
 import numpy as np
 
-from tb_crash_signals import eventfile
+from tb_crash_signals.ingest import records as eventfile
 
 TAGS = {
     "train_loss": "train/loss",
@@ -110,9 +110,9 @@ def _frame(rows: np.ndarray) -> np.ndarray:
     hdr[:] = np.frombuffer(struct.pack("<Q", L), np.uint8)
     out = np.empty((n, L + 16), np.uint8)
     out[:, :8] = hdr
-    out[:, 8:12] = eventfile._mask_np(eventfile._crc32c_fixed(hdr)).astype("<u4").view(np.uint8).reshape(n, 4)
+    out[:, 8:12] = eventfile.mask_crcs(eventfile.crc32c_fixed_rows(hdr)).astype("<u4").view(np.uint8).reshape(n, 4)
     out[:, 12 : 12 + L] = rows
-    out[:, 12 + L :] = eventfile._mask_np(eventfile._crc32c_fixed(rows)).astype("<u4").view(np.uint8).reshape(n, 4)
+    out[:, 12 + L :] = eventfile.mask_crcs(eventfile.crc32c_fixed_rows(rows)).astype("<u4").view(np.uint8).reshape(n, 4)
     return out
 
 

@@ -57,8 +57,8 @@ from tensorboard.util import tensor_util  # noqa: E402
 
 import _synth  # noqa: E402
 
-from tb_crash_signals import eventfile  # noqa: E402
-from tb_crash_signals.source import RunReader  # noqa: E402
+from tb_crash_signals.ingest import records as eventfile  # noqa: E402
+from tb_crash_signals.ingest.reader import RunReader  # noqa: E402
 
 TAGS = ["train/loss", "train/grad_norm", "train/learning_rate", "optim/update_ratio"]
 
@@ -92,9 +92,9 @@ def write_fast(path, events):
     data = np.frombuffer(b"".join(payloads), dtype=np.uint8)
     starts = np.zeros(len(payloads), dtype=np.int64)
     np.cumsum(lengths[:-1], out=starts[1:])
-    data_crc = eventfile._mask_np(eventfile._crc32c_var(data, starts, lengths))
+    data_crc = eventfile.mask_crcs(eventfile.crc32c_ranges(data, starts, lengths))
     headers = lengths.astype("<u8").view(np.uint8).reshape(-1, 8)
-    head_crc = eventfile._mask_np(eventfile._crc32c_fixed(headers))
+    head_crc = eventfile.mask_crcs(eventfile.crc32c_fixed_rows(headers))
     with open(path, "wb") as f:
         hc = head_crc.astype("<u4").tobytes()
         dc = data_crc.astype("<u4").tobytes()

@@ -66,7 +66,7 @@ from werkzeug import test as werkzeug_test  # noqa: E402
 from werkzeug import wrappers  # noqa: E402
 
 from plugin_harness import tb_flags  # noqa: E402
-from tb_crash_signals.plugin import CrashSignalsPlugin  # noqa: E402
+from tb_crash_signals.tb_plugin.plugin import CrashSignalsPlugin  # noqa: E402
 
 EVENTS = "events.out.tfevents.1700000000.bench"
 
@@ -215,9 +215,9 @@ def reservoir_cost(server, ours, listing):
     One ``read_scalars`` call for every run's signal tags (as the plugin did before), then
     the same analysis on those points. Returns (read seconds, analysis seconds, runs).
     """
-    from tb_crash_signals.engine import analyze_run
-    from tb_crash_signals.series import Series
-    from tb_crash_signals.signals import group_runs
+    from tb_crash_signals.analysis.engine import analyze_run
+    from tb_crash_signals.ingest.series import Series
+    from tb_crash_signals.analysis.signals import group_runs
     from tensorboard.data import provider as tb_provider
 
     ctx = tb_context.RequestContext()

@@ -61,14 +61,17 @@ import eventwriters as ew  # noqa: E402
 from tensorboard.compat.proto import event_pb2  # noqa: E402
 from tensorboard.summary.writer.record_writer import RecordWriter  # noqa: E402
 
-from tb_crash_signals import decimate, eventfile, source  # noqa: E402
-from tb_crash_signals.config import Config, ConfigError, from_dict, load_config  # noqa: E402
-from tb_crash_signals.engine import analyze_run  # noqa: E402
-from tb_crash_signals.monitor import Monitor  # noqa: E402
-from tb_crash_signals.report import run_to_json  # noqa: E402
-from tb_crash_signals.rules import RULES  # noqa: E402
-from tb_crash_signals.series import Series  # noqa: E402
-from tb_crash_signals.signals import SIGNALS, LogicalRun, TagRef  # noqa: E402
+from tb_crash_signals.tb_plugin import decimate
+from tb_crash_signals.ingest import records as eventfile
+from tb_crash_signals.ingest import scalars
+from tb_crash_signals.ingest import reader as source  # noqa: E402
+from tb_crash_signals.analysis.config import Config, ConfigError, from_dict, load_config  # noqa: E402
+from tb_crash_signals.analysis.engine import analyze_run  # noqa: E402
+from tb_crash_signals.online.monitor import Monitor  # noqa: E402
+from tb_crash_signals.report.document import run_to_json  # noqa: E402
+from tb_crash_signals.analysis.rules import RULES  # noqa: E402
+from tb_crash_signals.ingest.series import Series  # noqa: E402
+from tb_crash_signals.analysis.signals import SIGNALS, LogicalRun, TagRef  # noqa: E402
 
 MEM_LIMIT = 8 << 20
 CASE_SECONDS = 30
@@ -165,10 +168,10 @@ def _scan_checked(data: bytes):
     assert 0 <= res.end <= len(data)
     assert np.all(res.offsets >= 12) and np.all(res.offsets + res.lengths + 4 <= len(data))
     if res.offsets.shape[0]:
-        eventfile.decode_scalars(data, res.offsets, res.lengths)
+        scalars.decode_scalars(data, res.offsets, res.lengths)
     lazy = eventfile.scan_records(data, 0, verify_data=False)
     if lazy.offsets.shape[0]:
-        eventfile.decode_scalars(data, lazy.offsets, lazy.lengths, verify=True)
+        scalars.decode_scalars(data, lazy.offsets, lazy.lengths, verify=True)
     return res
 
 
@@ -413,7 +416,7 @@ def t_routes(rng: random.Random, n: int):
     served = _served()
     from plugin_harness import PREFIX
 
-    from tb_crash_signals import plugin as plugin_mod
+    from tb_crash_signals.tb_plugin import plugin as plugin_mod
 
     routes = ["runs", "analysis", "rules", "index.js", "index.css"]
     if rng.random() < 0.3:

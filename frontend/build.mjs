@@ -1,13 +1,13 @@
 // Bundles src/index.js (and the CSS it imports: uPlot's + ours) into the Python package:
-//   ../tb_crash_signals/static/index.js   ES module exporting render()
-//   ../tb_crash_signals/static/index.css
+//   ../tb_crash_signals/tb_plugin/static/index.js   ES module exporting render()
+//   ../tb_crash_signals/tb_plugin/static/index.css
 // Usage: node build.mjs [--watch] [--dev]
 import * as esbuild from 'esbuild';
 import {fileURLToPath} from 'node:url';
 import path from 'node:path';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
-const outdir = path.resolve(here, '..', 'tb_crash_signals', 'static');
+const outdir = path.resolve(here, '..', 'tb_crash_signals', 'tb_plugin', 'static');
 const watch = process.argv.includes('--watch');
 const dev = process.argv.includes('--dev');
 

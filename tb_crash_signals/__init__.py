@@ -10,14 +10,14 @@ Public API (imported lazily so that TensorBoard's plugin loader stays light):
 __version__ = "0.1.0"
 
 _LAZY = {
-    "Monitor": ("tb_crash_signals.monitor", "Monitor"),
+    "Monitor": ("tb_crash_signals.online.monitor", "Monitor"),
     "scan_logdir": ("tb_crash_signals.scan", "scan_logdir"),
-    "analyze_run": ("tb_crash_signals.engine", "analyze_run"),
-    "Config": ("tb_crash_signals.config", "Config"),
-    "load_config": ("tb_crash_signals.config", "load_config"),
-    "ConfigError": ("tb_crash_signals.config", "ConfigError"),
-    "RULES": ("tb_crash_signals.rules", "RULES"),
-    "Series": ("tb_crash_signals.series", "Series"),
+    "analyze_run": ("tb_crash_signals.analysis.engine", "analyze_run"),
+    "Config": ("tb_crash_signals.analysis.config", "Config"),
+    "load_config": ("tb_crash_signals.analysis.config", "load_config"),
+    "ConfigError": ("tb_crash_signals.analysis.config", "ConfigError"),
+    "RULES": ("tb_crash_signals.analysis.rules", "RULES"),
+    "Series": ("tb_crash_signals.ingest.series", "Series"),
 }
 
 __all__ = ["__version__", *_LAZY]

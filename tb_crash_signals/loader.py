@@ -45,10 +45,10 @@ class CrashSignalsLoader(base_plugin.TBLoader):
 
     def load(self, context):
         try:
-            from tb_crash_signals import plugin
+            from tb_crash_signals.tb_plugin import plugin
         except Exception as e:  # ImportError, or anything a dependency raises
             logger.error(
-                "Crash Signals tab disabled: cannot import tb_crash_signals.plugin: %s: %s",
+                "Crash Signals tab disabled: cannot import tb_crash_signals.tb_plugin.plugin: %s: %s",
                 type(e).__name__,
                 e,
                 exc_info=True,

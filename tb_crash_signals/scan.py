@@ -5,11 +5,11 @@ from __future__ import annotations
 import re
 from typing import Callable
 
-from tb_crash_signals.config import Config
-from tb_crash_signals.engine import analyze_run
-from tb_crash_signals.report import report_to_json
-from tb_crash_signals.signals import group_runs
-from tb_crash_signals.source import LogdirSource
+from tb_crash_signals.analysis.config import Config
+from tb_crash_signals.analysis.engine import analyze_run
+from tb_crash_signals.report.document import report_to_json
+from tb_crash_signals.analysis.signals import group_runs
+from tb_crash_signals.ingest.reader import LogdirSource
 
 
 def scan_logdir(

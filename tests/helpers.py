@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from tb_crash_signals.config import Config
-from tb_crash_signals.engine import analyze_run
-from tb_crash_signals.series import Series
-from tb_crash_signals.signals import SIGNALS, LogicalRun, TagRef
+from tb_crash_signals.analysis.config import Config
+from tb_crash_signals.analysis.engine import analyze_run
+from tb_crash_signals.ingest.series import Series
+from tb_crash_signals.analysis.signals import SIGNALS, LogicalRun, TagRef
 
 
 def series(values, steps=None) -> Series:

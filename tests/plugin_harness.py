@@ -95,7 +95,7 @@ class Served:
 
 
 def make_plugin(flags, provider, multiplexer=None, plugin_cls=None):
-    from tb_crash_signals.plugin import CrashSignalsPlugin
+    from tb_crash_signals.tb_plugin.plugin import CrashSignalsPlugin
 
     context = base_plugin.TBContext(
         data_provider=provider,

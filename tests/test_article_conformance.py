@@ -14,7 +14,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tb_crash_signals.rules import RULES
+from tb_crash_signals.analysis.rules import RULES
 
 from helpers import series
 

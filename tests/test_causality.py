@@ -4,8 +4,8 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tb_crash_signals.config import Config
-from tb_crash_signals.engine import analyze_run
+from tb_crash_signals.analysis.config import Config
+from tb_crash_signals.analysis.engine import analyze_run
 
 from helpers import logical, series
 

@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 
 from tb_crash_signals import cli
-from tb_crash_signals.report import safe
+from tb_crash_signals.report.document import safe
 
 from eventwriters import write_events, write_scalars
 
 SCHEMA = json.load(
-    open(os.path.join(os.path.dirname(cli.__file__), "report.schema.json"), encoding="utf-8")
+    open(os.path.join(os.path.dirname(cli.__file__), "..", "report", "schema.json"), encoding="utf-8")
 )
 
 

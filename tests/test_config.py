@@ -2,7 +2,7 @@
 
 import pytest
 
-from tb_crash_signals.config import ConfigError, config_for_logdir, load_config
+from tb_crash_signals.analysis.config import ConfigError, config_for_logdir, load_config
 
 
 def write(tmp_path, text, name="crash_signals.toml"):

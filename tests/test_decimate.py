@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tb_crash_signals import decimate as decimate_mod
-from tb_crash_signals.decimate import (
+from tb_crash_signals.tb_plugin import decimate as decimate_mod
+from tb_crash_signals.tb_plugin.decimate import (
     Decimator,
     columns,
     decimate,
@@ -18,7 +18,7 @@ from tb_crash_signals.decimate import (
     gap_band,
     nonfinite_points,
 )
-from tb_crash_signals.series import Series
+from tb_crash_signals.ingest.series import Series
 
 
 def _noisy(n, seed=0):

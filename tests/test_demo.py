@@ -315,8 +315,8 @@ def test_monitor_fed_step_by_step_agrees_with_scan(logdir):
     """The online Monitor, fed each demo run in step order, finds what scan finds."""
     from tb_crash_signals import Monitor
     from tb_crash_signals.scan import scan_logdir
-    from tb_crash_signals.signals import group_runs
-    from tb_crash_signals.source import LogdirSource
+    from tb_crash_signals.analysis.signals import group_runs
+    from tb_crash_signals.ingest.reader import LogdirSource
 
     source = LogdirSource(str(logdir))
     report = {r["run"]: r for r in scan_logdir(str(logdir), source=source)["runs"]}

@@ -14,12 +14,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tb_crash_signals.config import Config
-from tb_crash_signals.engine import analyze_run
-from tb_crash_signals.report import run_to_json
-from tb_crash_signals.rules import RULES
-from tb_crash_signals.series import Series
-from tb_crash_signals import stats
+from tb_crash_signals.analysis.config import Config
+from tb_crash_signals.analysis.engine import analyze_run
+from tb_crash_signals.report.document import run_to_json
+from tb_crash_signals.analysis.rules import RULES
+from tb_crash_signals.ingest.series import Series
+from tb_crash_signals.analysis import stats
 
 from helpers import logical
 
@@ -274,7 +274,7 @@ def test_reader_revision_changes_exactly_when_a_series_does_not_just_grow(tmp_pa
     from tensorboard.compat.proto import event_pb2
 
     from plugin_harness import write_records
-    from tb_crash_signals.source import RunReader
+    from tb_crash_signals.ingest.reader import RunReader
 
     def events(steps, value=1.0):
         out = []

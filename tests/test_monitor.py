@@ -22,9 +22,9 @@ from hypothesis import strategies as st
 from tensorboard.compat.proto import event_pb2
 
 from tb_crash_signals import Monitor
-from tb_crash_signals.config import Config
+from tb_crash_signals.analysis.config import Config
 from tb_crash_signals.scan import scan_logdir
-from tb_crash_signals.streaming import Screen
+from tb_crash_signals.analysis.streaming import Screen
 
 from eventwriters import scalar_value, write_events
 from helpers import healthy_grad, healthy_loss
@@ -38,7 +38,7 @@ TAGS = {
 }
 SCHEMA = json.load(
     open(
-        os.path.join(os.path.dirname(__file__), "..", "tb_crash_signals", "report.schema.json"),
+        os.path.join(os.path.dirname(__file__), "..", "tb_crash_signals", "report", "schema.json"),
         encoding="utf-8",
     )
 )

@@ -14,8 +14,8 @@ from plugin_harness import backend, make_plugin, simple_events, tb_flags, write_
 from tensorboard import errors
 from tensorboard.backend.event_processing import data_ingester
 
-from tb_crash_signals import plugin as plugin_mod
-from tb_crash_signals.plugin import CrashSignalsPlugin, RunLocator, parse_logdir_spec
+from tb_crash_signals.tb_plugin import plugin as plugin_mod
+from tb_crash_signals.tb_plugin.plugin import CrashSignalsPlugin, RunLocator, parse_logdir_spec
 from tb_crash_signals.scan import scan_logdir
 
 EXTRA_KEYS = {"series", "nonfinite", "gap_band", "bands", "thresholds", "config_error", "problems"}
@@ -256,7 +256,7 @@ def test_remote_logdir_uses_tensorboard_data_and_says_sampled(tmp_path, kind):
     ["a:/tmp/x,b:/tmp/y", "/tmp/x", "gs://b/x,a:gs://b/y", "x:rel/dir,/abs:colon", "a:~/x"],
 )
 def test_logdir_spec_parsing_matches_tensorboard(spec):
-    from tb_crash_signals.runlocator import _parse_spec_fallback
+    from tb_crash_signals.tb_plugin.locator import _parse_spec_fallback
 
     assert parse_logdir_spec(spec) == data_ingester._parse_event_files_spec(spec)
     # The fallback, used if TensorBoard's private parser ever moves, agrees too.

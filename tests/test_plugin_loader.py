@@ -26,8 +26,8 @@ from tb_crash_signals.loader import CrashSignalsLoader
 def test_loader_module_is_light():
     code = (
         "import sys; import tb_crash_signals.loader; "
-        "heavy = [m for m in ('numpy', 'tb_crash_signals.plugin', 'tb_crash_signals.engine', "
-        "'tb_crash_signals.rules') if m in sys.modules]; print(heavy)"
+        "heavy = [m for m in ('numpy', 'tb_crash_signals.tb_plugin.plugin', 'tb_crash_signals.analysis.engine', "
+        "'tb_crash_signals.analysis.rules') if m in sys.modules]; print(heavy)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
@@ -43,16 +43,18 @@ def test_load_returns_plugin(tmp_path):
 
 
 def test_import_failure_returns_none_and_logs(tmp_path, monkeypatch, caplog):
-    monkeypatch.delattr(tb_crash_signals, "plugin", raising=False)
-    monkeypatch.setitem(sys.modules, "tb_crash_signals.plugin", None)  # import -> ImportError
+    import tb_crash_signals.tb_plugin
+
+    monkeypatch.delattr(tb_crash_signals.tb_plugin, "plugin", raising=False)
+    monkeypatch.setitem(sys.modules, "tb_crash_signals.tb_plugin.plugin", None)  # import -> ImportError
     with caplog.at_level(logging.ERROR, logger="tensorboard"):
         assert CrashSignalsLoader().load(_context(tmp_path)) is None
     assert "Crash Signals tab disabled" in caplog.text
-    assert "cannot import tb_crash_signals.plugin" in caplog.text
+    assert "cannot import tb_crash_signals.tb_plugin.plugin" in caplog.text
 
 
 def test_construction_failure_returns_none_and_logs(tmp_path, monkeypatch, caplog):
-    from tb_crash_signals import plugin
+    from tb_crash_signals.tb_plugin import plugin
 
     def broken(self, context):
         raise RuntimeError("no good")
@@ -89,8 +91,10 @@ def _serve(tmp_path, loaders):
 @pytest.mark.parametrize("broken", [False, True])
 def test_tensorboard_serves_other_plugins(tmp_path, monkeypatch, broken):
     if broken:
-        monkeypatch.delattr(tb_crash_signals, "plugin", raising=False)
-        monkeypatch.setitem(sys.modules, "tb_crash_signals.plugin", None)
+        import tb_crash_signals.tb_plugin
+
+        monkeypatch.delattr(tb_crash_signals.tb_plugin, "plugin", raising=False)
+        monkeypatch.setitem(sys.modules, "tb_crash_signals.tb_plugin.plugin", None)
     loaders = [
         core_plugin.CorePluginLoader,
         CrashSignalsLoader,
@@ -119,10 +123,10 @@ def test_logger_is_tensorboards():
 _BREAKERS = {
     # An ImportError inside the loader's lazy import (a dependency of the plugin is unusable,
     # e.g. an incompatible TensorBoard or numpy).
-    "import": "import sys; sys.modules['tb_crash_signals.engine'] = None",
+    "import": "import sys; sys.modules['tb_crash_signals.analysis.engine'] = None",
     # The plugin imports but its constructor raises.
     "constructor": (
-        "import tb_crash_signals.plugin as p\n"
+        "import tb_crash_signals.tb_plugin.plugin as p\n"
         "def _boom(self, context):\n"
         "    raise RuntimeError('incompatible TensorBoard (simulated)')\n"
         "p.CrashSignalsPlugin.__init__ = _boom"

@@ -14,7 +14,7 @@ import pytest
 from eventwriters import scalar_event, write_events, write_scalars
 from plugin_harness import PREFIX, backend, simple_events, tb_flags, write_records
 
-from tb_crash_signals import plugin as plugin_mod
+from tb_crash_signals.tb_plugin import plugin as plugin_mod
 from tb_crash_signals.scan import scan_logdir
 
 EXTRA_KEYS = {"series", "nonfinite", "gap_band", "bands", "thresholds", "config_error", "problems"}

@@ -14,8 +14,8 @@ import time
 import pytest
 
 from plugin_harness import Served, backend, make_plugin, simple_events, tb_flags, write_records
-from tb_crash_signals import plugin as plugin_mod
-from tb_crash_signals.plugin import CrashSignalsPlugin
+from tb_crash_signals.tb_plugin import plugin as plugin_mod
+from tb_crash_signals.tb_plugin.plugin import CrashSignalsPlugin
 from tb_crash_signals.scan import scan_logdir
 
 

@@ -29,14 +29,17 @@ import eventwriters as ew  # noqa: E402
 from helpers import logical  # noqa: E402
 from tensorboard.summary.writer.record_writer import RecordWriter  # noqa: E402
 
-from tb_crash_signals import decimate, eventfile, source  # noqa: E402
-from tb_crash_signals.config import Config, ConfigError, from_dict, load_config  # noqa: E402
-from tb_crash_signals.engine import analyze_run  # noqa: E402
-from tb_crash_signals.monitor import Monitor  # noqa: E402
-from tb_crash_signals.report import run_to_json  # noqa: E402
-from tb_crash_signals.rules import RULES  # noqa: E402
-from tb_crash_signals.series import Series  # noqa: E402
-from tb_crash_signals.signals import SIGNALS  # noqa: E402
+from tb_crash_signals.tb_plugin import decimate
+from tb_crash_signals.ingest import records as eventfile
+from tb_crash_signals.ingest import scalars
+from tb_crash_signals.ingest import reader as source  # noqa: E402
+from tb_crash_signals.analysis.config import Config, ConfigError, from_dict, load_config  # noqa: E402
+from tb_crash_signals.analysis.engine import analyze_run  # noqa: E402
+from tb_crash_signals.online.monitor import Monitor  # noqa: E402
+from tb_crash_signals.report.document import run_to_json  # noqa: E402
+from tb_crash_signals.analysis.rules import RULES  # noqa: E402
+from tb_crash_signals.ingest.series import Series  # noqa: E402
+from tb_crash_signals.analysis.signals import SIGNALS  # noqa: E402
 
 FAST = settings(
     max_examples=120,
@@ -73,12 +76,12 @@ def _scan_checked(data: bytes):
     assert 0 <= res.end <= len(data)
     assert np.all(res.offsets >= 12) and np.all(res.offsets + res.lengths + 4 <= len(data))
     if res.offsets.shape[0]:
-        dec = eventfile.decode_scalars(data, res.offsets, res.lengths)
+        dec = scalars.decode_scalars(data, res.offsets, res.lengths)
         assert np.all(np.diff(dec.point_rec) >= 0)
         assert dec.point_value.dtype == np.float64
     lazy = eventfile.scan_records(data, 0, verify_data=False)
     if lazy.offsets.shape[0]:
-        eventfile.decode_scalars(data, lazy.offsets, lazy.lengths, verify=True)
+        scalars.decode_scalars(data, lazy.offsets, lazy.lengths, verify=True)
     return res
 
 

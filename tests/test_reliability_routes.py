@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from eventwriters import write_scalars
 from plugin_harness import PREFIX, backend, tb_flags
 
-from tb_crash_signals import plugin as plugin_mod
+from tb_crash_signals.tb_plugin import plugin as plugin_mod
 
 HOSTILE_RUNS = [
     "<img src=x onerror=alert(1)>",

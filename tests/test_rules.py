@@ -5,8 +5,8 @@ import dataclasses
 import numpy as np
 import pytest
 
-from tb_crash_signals.config import Config
-from tb_crash_signals.rules import FAMILIES, RULES
+from tb_crash_signals.analysis.config import Config
+from tb_crash_signals.analysis.rules import FAMILIES, RULES
 
 from helpers import analyze, codes, episodes_of, healthy_grad, healthy_loss
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from tb_crash_signals.signals import group_runs
+from tb_crash_signals.analysis.signals import group_runs
 
 
 def mapping(tags, run="r", overrides=None):

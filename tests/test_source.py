@@ -18,9 +18,10 @@ from tensorboard.compat.proto import event_pb2, graph_pb2, summary_pb2  # noqa: 
 from tensorboard.compat.tensorflow_stub import pywrap_tensorflow  # noqa: E402
 from tensorboard.util import tensor_util  # noqa: E402
 
-from tb_crash_signals import eventfile, source  # noqa: E402
-from tb_crash_signals.series import Series  # noqa: E402
-from tb_crash_signals.source import LogdirSource, RunReader, discover_runs  # noqa: E402
+from tb_crash_signals.ingest import records as eventfile
+from tb_crash_signals.ingest import reader as source  # noqa: E402
+from tb_crash_signals.ingest.series import Series  # noqa: E402
+from tb_crash_signals.ingest.reader import LogdirSource, RunReader, discover_runs  # noqa: E402
 
 
 def pts(n, f=lambda i: float(i) * 0.5, start=0):
@@ -56,7 +57,7 @@ def test_vectorised_crc_matches_pure_python():
     starts = rng.integers(0, 15000, 300)
     lengths = rng.integers(0, 4000, 300)
     lengths[:100] = 37  # an exact-length group (fast path) besides the padded mix
-    got = eventfile._crc32c_var(data, starts, lengths)
+    got = eventfile.crc32c_ranges(data, starts, lengths)
     want = [eventfile.crc32c(data[s : s + n].tobytes()) for s, n in zip(starts, lengths)]
     np.testing.assert_array_equal(got, np.array(want, dtype=np.uint32))
 

@@ -9,7 +9,7 @@ tuning), `article` (the source article's
 four rules alone, CS401 at its article severity critical) and the baselines
 of `baselines.py` (`olmo`, `megatron`, `foundry`). Every detector sees the
 same logical runs (Keras siblings grouped), read at full resolution by
-`tb_crash_signals.source`, mapped to signals by `tb_crash_signals.signals`.
+`tb_crash_signals.ingest.reader`, mapped to signals by `tb_crash_signals.analysis.signals`.
 
 Corpus metrics (labels: see labels.py):
 - divergence recall: diverged runs with a critical episode starting at or
@@ -49,10 +49,10 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))
 
 from baselines import BASELINES  # noqa: E402
-from tb_crash_signals.config import Config  # noqa: E402
-from tb_crash_signals.engine import analyze_run  # noqa: E402
-from tb_crash_signals.signals import group_runs  # noqa: E402
-from tb_crash_signals.source import LogdirSource  # noqa: E402
+from tb_crash_signals.analysis.config import Config  # noqa: E402
+from tb_crash_signals.analysis.engine import analyze_run  # noqa: E402
+from tb_crash_signals.analysis.signals import group_runs  # noqa: E402
+from tb_crash_signals.ingest.reader import LogdirSource  # noqa: E402
 
 ARTICLE = ("CS101", "CS111", "CS302", "CS401")
 DETECTORS = ("ours", "ours-no-CS111", "before", "article", "olmo", "megatron", "foundry")
@@ -85,7 +85,7 @@ def make_detector(name: str, config: Config | None = None):
         if name == "before":
             import dataclasses
 
-            from tb_crash_signals.rules import RULES
+            from tb_crash_signals.analysis.rules import RULES
 
             config = Config(params={
                 code: dataclasses.replace(RULES[code].default_params(), **kw)

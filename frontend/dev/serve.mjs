@@ -19,7 +19,7 @@ import crypto from 'node:crypto';
 import {fileURLToPath} from 'node:url';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
-const staticDir = path.resolve(here, '..', '..', 'tb_crash_signals', 'static');
+const staticDir = path.resolve(here, '..', '..', 'tb_crash_signals', 'tb_plugin', 'static');
 const fixturesDir = path.join(here, 'fixtures');
 
 function arg(name, dflt) {

@@ -48,7 +48,7 @@ def _bundle_built() -> bool:
         import tb_crash_signals
     except ImportError:
         return False
-    static = os.path.join(os.path.dirname(tb_crash_signals.__file__), "static")
+    static = os.path.join(os.path.dirname(tb_crash_signals.__file__), "tb_plugin", "static")
     return all(os.path.exists(os.path.join(static, f)) for f in ("index.js", "index.css"))
 
 

@@ -28,7 +28,7 @@ from tbserver import running_tensorboard, runs_listed  # noqa: E402
 import playwright.sync_api as playwright_api  # noqa: E402  (a missing install fails, never skips)
 
 from tb_crash_signals import cli  # noqa: E402
-from tb_crash_signals.report import safe  # noqa: E402
+from tb_crash_signals.report.document import safe  # noqa: E402
 
 LONG = "/".join(["L" * 249 + str(i % 10) for i in range(12)])  # a 3011-char run name (12 nested dirs)
 RUNS = [

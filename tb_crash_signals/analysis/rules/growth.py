@@ -7,8 +7,8 @@ import math
 
 import numpy as np
 
-from tb_crash_signals.rules.base import Fit, Hits, fmt, rule, since_index
-from tb_crash_signals.stats import (
+from tb_crash_signals.analysis.rules.base import Fit, Hits, fmt, rule, since_index
+from tb_crash_signals.analysis.stats import (
     chunks,
     finite_anchor,
     linear_fit,

@@ -6,8 +6,8 @@ import dataclasses
 
 import numpy as np
 
-from tb_crash_signals.rules.base import Hits, fmt, rule, since_index
-from tb_crash_signals.stats import (
+from tb_crash_signals.analysis.rules.base import Hits, fmt, rule, since_index
+from tb_crash_signals.analysis.stats import (
     run_lengths,
     trailing_median_inclusive_at,
     value_at_or_before,

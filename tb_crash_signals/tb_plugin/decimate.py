@@ -16,7 +16,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from tb_crash_signals.series import Series
+from tb_crash_signals.ingest.series import Series
 
 DEFAULT_MAX_POINTS = 2000
 

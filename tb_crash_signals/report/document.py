@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import math
 
-from tb_crash_signals.engine import RunResult, rank
-from tb_crash_signals.signals import SIGNALS
+from tb_crash_signals.analysis.engine import RunResult, rank
+from tb_crash_signals.analysis.signals import SIGNALS
 
 SCHEMA_VERSION = 1
 

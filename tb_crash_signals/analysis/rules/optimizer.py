@@ -6,9 +6,9 @@ import dataclasses
 
 import numpy as np
 
-from tb_crash_signals import stats
-from tb_crash_signals.rules.base import Hits, fmt, rule, since_index
-from tb_crash_signals.stats import run_lengths
+from tb_crash_signals.analysis import stats
+from tb_crash_signals.analysis.rules.base import Hits, fmt, rule, since_index
+from tb_crash_signals.analysis.stats import run_lengths
 
 _CHUNK = 1 << 16  # points per step of lr-rising's scan for the first decay
 

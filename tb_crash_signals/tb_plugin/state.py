@@ -14,10 +14,10 @@ import types
 
 from tensorboard.backend import json_util
 
-from tb_crash_signals.config import CONFIG_FILENAME, Config, ConfigError, load_config
-from tb_crash_signals.engine import rank
-from tb_crash_signals.runlocator import RunLocator
-from tb_crash_signals.source import RunReader
+from tb_crash_signals.analysis.config import CONFIG_FILENAME, Config, ConfigError, load_config
+from tb_crash_signals.analysis.engine import rank
+from tb_crash_signals.tb_plugin.locator import RunLocator
+from tb_crash_signals.ingest.reader import RunReader
 
 logger = logging.getLogger("tensorboard")
 

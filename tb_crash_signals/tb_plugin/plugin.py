@@ -41,15 +41,15 @@ from tensorboard.backend import http_util, json_util
 from tensorboard.data import provider as tb_provider
 from tensorboard.plugins import base_plugin
 
-from tb_crash_signals import decimate
-from tb_crash_signals.catalogue import catalogue_json
-from tb_crash_signals.config import CONFIG_FILENAME, Config, ConfigError, load_config
-from tb_crash_signals.engine import analyze_run, rank
-from tb_crash_signals.report import SCHEMA_VERSION, run_to_json
-from tb_crash_signals.series import Series
-from tb_crash_signals.signals import SIGNALS, LogicalRun, group_runs
-from tb_crash_signals.source import RunReader
-from tb_crash_signals.plugin_state import (  # noqa: F401  (re-exported for tests)
+from tb_crash_signals.tb_plugin import decimate
+from tb_crash_signals.analysis.catalogue import catalogue_json
+from tb_crash_signals.analysis.config import CONFIG_FILENAME, Config, ConfigError, load_config
+from tb_crash_signals.analysis.engine import analyze_run, rank
+from tb_crash_signals.report.document import SCHEMA_VERSION, run_to_json
+from tb_crash_signals.ingest.series import Series
+from tb_crash_signals.analysis.signals import SIGNALS, LogicalRun, group_runs
+from tb_crash_signals.ingest.reader import RunReader
+from tb_crash_signals.tb_plugin.state import (  # noqa: F401  (re-exported for tests)
     _LRU,
     _ConfigState,
     _dumps,
@@ -57,7 +57,7 @@ from tb_crash_signals.plugin_state import (  # noqa: F401  (re-exported for test
     _rank_entries,
     _ReaderSlot,
 )
-from tb_crash_signals.runlocator import RunLocator, file_signature, parse_logdir_spec  # noqa: F401
+from tb_crash_signals.tb_plugin.locator import RunLocator, file_signature, parse_logdir_spec  # noqa: F401
 
 PLUGIN_NAME = "crash_signals"
 PENDING = "pending"  # `health` of a run listed before its analysis is done (big logdirs)

@@ -6,8 +6,8 @@ import dataclasses
 
 import numpy as np
 
-from tb_crash_signals.rules.base import Hits, fmt, rule, since_index
-from tb_crash_signals.signals import SIGNAL_LABELS, SIGNALS
+from tb_crash_signals.analysis.rules.base import Hits, fmt, rule, since_index
+from tb_crash_signals.analysis.signals import SIGNAL_LABELS, SIGNALS
 
 
 @dataclasses.dataclass(frozen=True)

@@ -20,7 +20,7 @@ from typing import Callable, Iterable, Mapping
 
 import numpy as np
 
-from tb_crash_signals.series import Series
+from tb_crash_signals.ingest.series import Series
 
 FAMILIES = (
     "nonfinite", "explosion", "spike", "divergence", "growth",

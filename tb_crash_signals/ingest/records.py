@@ -1,4 +1,4 @@
-"""TFRecord framing and scalar decoding for TensorBoard event files.
+"""TFRecord framing and CRC32C for TensorBoard event files.
 
 An event file is a sequence of TFRecords::
 
@@ -19,11 +19,6 @@ reader:
   length CRC validate, and counts one corrupt record. A truncated *last* record
   (the writer is still writing) is not corruption: scanning stops at its start
   offset, which is where the next read must resume.
-* :func:`decode_scalars` turns the records into scalar points. Records with the
-  common layouts (one ``simple_value``, or one scalar float/double/half tensor,
-  as written by PyTorch / tensorboardX / Keras v1 / ``tf.summary.scalar``) are
-  grouped by their byte layout and decoded with numpy without protobuf; every
-  other record is parsed with ``event_pb2.Event`` (upb backend).
 
 No allocation is ever sized from a length field read from the file.
 """
@@ -35,9 +30,6 @@ import struct
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
-from google.protobuf.message import DecodeError
-
-from tensorboard.compat.proto import event_pb2
 
 __all__ = [
     "MAX_RECORD_LEN",
@@ -48,9 +40,13 @@ __all__ = [
     "scan_records",
     "ScanResult",
     "iter_records",
-    "decode_scalars",
-    "DecodedBatch",
-    "SCALAR_PLUGIN",
+    "crc32c_fixed_rows",
+    "crc32c_ranges",
+    "gather_rows",
+    "mask_crcs",
+    "u32_at",
+    "stable_order",
+    "GATHER_CELLS",
 ]
 
 #: A record longer than this is treated as a corrupt length field.
@@ -59,7 +55,6 @@ MAX_RECORD_LEN = 64 << 20
 #: event); longer records (images, graphs) are only checked by the parser.
 DATA_CRC_MAX_LEN = 4096
 
-SCALAR_PLUGIN = "scalars"
 
 _CRC_POLY = 0x82F63B78  # CRC-32C (Castagnoli), reflected
 _MASK_DELTA = 0xA282EAD8
@@ -169,21 +164,21 @@ def _raw_crc_rows(rows: np.ndarray) -> np.ndarray:
     return crc
 
 
-def _mask_np(crc: np.ndarray) -> np.ndarray:
+def mask_crcs(crc: np.ndarray) -> np.ndarray:
     crc = crc.astype(np.uint32)
     return ((crc >> np.uint32(15)) | (crc << np.uint32(17))) + np.uint32(_MASK_DELTA)
 
 
-def _crc32c_fixed(rows: np.ndarray) -> np.ndarray:
+def crc32c_fixed_rows(rows: np.ndarray) -> np.ndarray:
     """CRC-32C of every row of a (n, L) uint8 matrix."""
     length = rows.shape[1]
     return _raw_crc_rows(rows) ^ _zero_states(length)[length] ^ np.uint32(_U32)
 
 
-_GATHER_CELLS = 1 << 22  # cap on n*width per gathered matrix (memory bound)
+GATHER_CELLS = 1 << 22  # cap on n*width per gathered matrix (memory bound)
 
 
-def _gather(arr: np.ndarray, starts: np.ndarray, width: int) -> np.ndarray:
+def gather_rows(arr: np.ndarray, starts: np.ndarray, width: int) -> np.ndarray:
     """Rows arr[s:s+width] for every start s, as a (n, width) uint8 matrix.
 
     Every row must lie inside `arr`. Row-indexing a sliding-window view copies
@@ -195,7 +190,7 @@ def _gather(arr: np.ndarray, starts: np.ndarray, width: int) -> np.ndarray:
     return sliding_window_view(arr, width)[starts]
 
 
-def _crc32c_var(arr: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+def crc32c_ranges(arr: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     """CRC-32C of arr[starts[i]:starts[i]+lengths[i]] for every i (vectorised)."""
     n = starts.shape[0]
     out = np.zeros(n, dtype=np.uint32)
@@ -203,14 +198,14 @@ def _crc32c_var(arr: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.
         return out
     zs = _zero_states(int(lengths.max()))
     # Exact-length groups (the common case) need no padding.
-    by_len = _stable_order(lengths)
+    by_len = stable_order(lengths)
     sorted_len = lengths[by_len]
     cuts = [0] + (np.flatnonzero(np.diff(sorted_len)) + 1).tolist() + [n]
     rest = []
     for a, b in zip(cuts[:-1], cuts[1:]):
         if b - a >= 32:
             sel = by_len[a:b]
-            out[sel] = _crc32c_fixed(_gather(arr, starts[sel], int(sorted_len[a])))
+            out[sel] = crc32c_fixed_rows(gather_rows(arr, starts[sel], int(sorted_len[a])))
         else:
             rest.append(by_len[a:b])
     if not rest:
@@ -229,7 +224,7 @@ def _crc32c_padded(arr, starts, lengths, zs):
     for b in np.unique(buckets):
         sel = np.flatnonzero(buckets == b)
         width = int(lengths[sel].max())
-        step = max(1, _GATHER_CELLS // max(width, 1))
+        step = max(1, GATHER_CELLS // max(width, 1))
         for lo in range(0, sel.shape[0], step):
             part = sel[lo : lo + step]
             ends = starts[part] + lengths[part]
@@ -239,46 +234,26 @@ def _crc32c_padded(arr, starts, lengths, zs):
             if low.any():  # rows near the buffer start: gather from a padded copy
                 head = np.concatenate([np.zeros(width, np.uint8), arr[: int(ends[low].max())]])
                 rows = np.empty((part.shape[0], width), dtype=np.uint8)
-                rows[low] = _gather(head, first[low] + width, width)
-                rows[~low] = _gather(arr, first[~low], width)
+                rows[low] = gather_rows(head, first[low] + width, width)
+                rows[~low] = gather_rows(arr, first[~low], width)
             else:
-                rows = _gather(arr, first, width)
+                rows = gather_rows(arr, first, width)
             pad = width - lengths[part]
             rows[np.arange(width)[None, :] < pad[:, None]] = 0
             out[part] = _raw_crc_rows(rows) ^ zs[lengths[part]]
     return out ^ np.uint32(_U32)
 
 
-def _stable_order(keys: np.ndarray) -> np.ndarray:
+def stable_order(keys: np.ndarray) -> np.ndarray:
     """Stable argsort; small non-negative keys use numpy's O(n) radix sort."""
     if keys.shape[0] and keys.min() >= 0 and keys.max() < (1 << 16):
         return np.argsort(keys.astype(np.uint16), kind="stable")
     return np.argsort(keys, kind="stable")
 
 
-def _merge_order(f_rec: np.ndarray, b_rec: np.ndarray, nrec: int) -> np.ndarray:
-    """Permutation sorting concat(f_rec, b_rec) by record, stably, in O(n).
 
-    f_rec holds distinct record indices in any order; b_rec is non-decreasing
-    (may repeat) and shares no record with f_rec.
-    """
-    nf, nb = f_rec.shape[0], b_rec.shape[0]
-    slot = np.full(nrec, -1, dtype=np.int64)
-    slot[f_rec] = np.arange(nf)
-    f_order = slot[slot >= 0]
-    if not nb:
-        return f_order
-    b_pos = np.searchsorted(f_rec[f_order], b_rec, side="right") + np.arange(nb)
-    out = np.empty(nf + nb, dtype=np.int64)
-    mask = np.ones(nf + nb, dtype=bool)
-    mask[b_pos] = False
-    out[mask] = f_order
-    out[b_pos] = nf + np.arange(nb)
-    return out
-
-
-def _u32_at(arr: np.ndarray, pos: np.ndarray) -> np.ndarray:
-    rows = _gather(arr, pos, 4)
+def u32_at(arr: np.ndarray, pos: np.ndarray) -> np.ndarray:
+    rows = gather_rows(arr, pos, 4)
     return np.ascontiguousarray(rows).view("<u4").reshape(-1)
 
 
@@ -406,7 +381,7 @@ def _walk(buf, arr: np.ndarray, pos: int, end: int):
             starts = np.empty(fits, dtype=np.int64)
             starts[0] = pos
             starts[1:] = rec_end[:-1]
-            actual = _gather(arr, starts, 8).view("<u8").reshape(-1)
+            actual = gather_rows(arr, starts, 8).view("<u8").reshape(-1)
             miss = np.flatnonzero(actual != pred.astype(np.uint64))
             m = int(miss[0]) if miss.shape[0] else fits
             if m:
@@ -443,7 +418,7 @@ def _resync(arr: np.ndarray, pos: int, end: int):
             | (cand[:, 10].astype(np.uint32) << np.uint32(16))
             | (cand[:, 11].astype(np.uint32) << np.uint32(24))
         )
-        hits = np.flatnonzero(_mask_np(crc) == stored)
+        hits = np.flatnonzero(mask_crcs(crc) == stored)
         for h in hits:
             p = pos + int(h)
             n = _UNPACK_Q(arr, p)[0]
@@ -482,8 +457,8 @@ def scan_records(buf, start: int = 0, end: int | None = None, *, resyncing: bool
             resyncing = False
         o, stop = _walk(mv, arr, pos, end)
         if o.shape[0]:
-            hdr = _gather(arr, o, 12)
-            crc = _mask_np(_crc32c_fixed(hdr[:, :8]))
+            hdr = gather_rows(arr, o, 12)
+            crc = mask_crcs(crc32c_fixed_rows(hdr[:, :8]))
             stored = np.ascontiguousarray(hdr[:, 8:12]).view("<u4").reshape(-1)
             bad = np.flatnonzero(crc != stored)
             if bad.shape[0]:
@@ -520,15 +495,15 @@ def scan_records(buf, start: int = 0, end: int | None = None, *, resyncing: bool
 def _finish(arr, all_offs, end, n_corrupt, truncated, resyncing, verify_data):
     offs = np.concatenate(all_offs) if all_offs else np.zeros(0, dtype=np.int64)
     if offs.shape[0]:
-        lengths = _gather(arr, offs, 8).view("<u8").reshape(-1).astype(np.int64)
+        lengths = gather_rows(arr, offs, 8).view("<u8").reshape(-1).astype(np.int64)
     else:
         lengths = np.zeros(0, dtype=np.int64)
     offs = offs + 12  # data offsets
     if verify_data and offs.shape[0]:
         check = np.flatnonzero(lengths <= DATA_CRC_MAX_LEN)
         if check.shape[0]:
-            crc = _mask_np(_crc32c_var(arr, offs[check], lengths[check]))
-            stored = _u32_at(arr, offs[check] + lengths[check])
+            crc = mask_crcs(crc32c_ranges(arr, offs[check], lengths[check]))
+            stored = u32_at(arr, offs[check] + lengths[check])
             bad = check[crc != stored]
             if bad.shape[0]:
                 keep = np.ones(offs.shape[0], dtype=bool)
@@ -544,366 +519,3 @@ def iter_records(data, start: int = 0):
     mv = memoryview(data).cast("B")
     recs = [bytes(mv[o : o + n]) for o, n in zip(res.offsets.tolist(), res.lengths.tolist())]
     return recs, res.end, res.n_corrupt
-
-
-# ---------------------------------------------------------------------------
-# Scalar decoding.
-
-_DT_FLOAT, _DT_DOUBLE, _DT_BFLOAT16, _DT_HALF = 1, 2, 14, 19
-
-
-@dataclasses.dataclass
-class DecodedBatch:
-    """Scalar content of a batch of records, in record order.
-
-    Attributes:
-        n_records: records decoded (good framing).
-        n_corrupt: records whose payload failed its data CRC (with verify)
-            or failed to parse as an Event.
-        summary_rec: int64 record indices of events that carry a summary.
-        summary_step: int64 steps of those events.
-        point_rec: int64 record index of each scalar point (non-decreasing).
-        point_tag: int64 index into `tags` of each point.
-        point_step, point_wall, point_value: int64 / float64 / float64.
-        point_tensor: bool, True for points read from a tensor (subject to the
-            tag's plugin: kept only for "scalars" or no plugin).
-        tags: tag names referenced by point_tag.
-        plugins: [(tag, plugin_name)] from summary metadata, in record order.
-    """
-
-    n_records: int
-    n_corrupt: int
-    summary_rec: np.ndarray
-    summary_step: np.ndarray
-    point_rec: np.ndarray
-    point_tag: np.ndarray
-    point_step: np.ndarray
-    point_wall: np.ndarray
-    point_value: np.ndarray
-    point_tensor: np.ndarray
-    tags: list
-    plugins: list
-
-
-def _varint(buf, pos: int, end: int):
-    result = 0
-    shift = 0
-    while pos < end and shift < 70:
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return result, pos
-        shift += 7
-    return None, pos
-
-
-@dataclasses.dataclass(frozen=True)
-class _Template:
-    """Byte layout of a one-scalar event; all other bytes are fixed."""
-
-    wall: int  # offset of the 8 wall_time bytes or -1
-    step: int  # offset of the step varint or -1
-    step_len: int
-    value: int  # offset of the value bytes
-    value_fmt: str  # "<f4" | "<f8" | "<f2" | "bf16"
-    tensor: bool
-    tag: str
-
-
-def _template(row: bytes):
-    """Parses a record with one of the fast layouts; None if it has another."""
-    end = len(row)
-    pos = 0
-    wall = step = -1
-    step_len = 0
-    if pos < end and row[pos] == 0x09:
-        wall = pos + 1
-        pos += 9
-    if pos < end and row[pos] == 0x10:
-        step = pos + 1
-        v, nxt = _varint(row, step, end)
-        if v is None:
-            return None
-        step_len = nxt - step
-        pos = nxt
-    if pos >= end or row[pos] != 0x2A:  # Event.summary
-        return None
-    n, pos = _varint(row, pos + 1, end)
-    if n is None or pos + n != end:
-        return None
-    if pos >= end or row[pos] != 0x0A:  # Summary.value, exactly one
-        return None
-    n, pos = _varint(row, pos + 1, end)
-    if n is None or pos + n != end:
-        return None
-    if pos >= end or row[pos] != 0x0A:  # Value.tag
-        return None
-    n, pos = _varint(row, pos + 1, end)
-    if n is None or pos + n > end:
-        return None
-    try:
-        tag = row[pos : pos + n].decode("utf-8")
-    except UnicodeDecodeError:
-        return None
-    pos += n
-    if pos >= end:
-        return None
-    if row[pos] == 0x15 and pos + 5 == end:  # Value.simple_value (float)
-        return _Template(wall, step, step_len, pos + 1, "<f4", False, tag)
-    if row[pos] != 0x42:  # Value.tensor
-        return None
-    n, pos = _varint(row, pos + 1, end)
-    if n is None or pos + n != end:
-        return None
-    # TensorProto: dtype, optional empty shape, one value.
-    if pos + 2 > end or row[pos] != 0x08:
-        return None
-    dtype = row[pos + 1]
-    pos += 2
-    if pos + 1 < end and row[pos] == 0x12 and row[pos + 1] == 0x00:
-        pos += 2
-    rest = end - pos
-    key = row[pos : pos + 2] if rest >= 2 else b""
-    if dtype == _DT_FLOAT:
-        if rest == 6 and key in (b"\x2a\x04", b"\x22\x04"):  # float_val packed / content
-            return _Template(wall, step, step_len, pos + 2, "<f4", True, tag)
-        if rest == 5 and row[pos] == 0x2D:  # float_val unpacked
-            return _Template(wall, step, step_len, pos + 1, "<f4", True, tag)
-    elif dtype == _DT_DOUBLE:
-        if rest == 10 and key in (b"\x32\x08", b"\x22\x08"):
-            return _Template(wall, step, step_len, pos + 2, "<f8", True, tag)
-        if rest == 9 and row[pos] == 0x31:
-            return _Template(wall, step, step_len, pos + 1, "<f8", True, tag)
-    elif dtype in (_DT_HALF, _DT_BFLOAT16):
-        fmt = "<f2" if dtype == _DT_HALF else "bf16"
-        if rest == 4 and key == b"\x22\x02":
-            return _Template(wall, step, step_len, pos + 2, fmt, True, tag)
-    return None
-
-
-def _decode_values(cols: np.ndarray, fmt: str) -> np.ndarray:
-    raw = np.ascontiguousarray(cols)
-    if fmt == "bf16":
-        bits = raw.view("<u2").reshape(-1).astype(np.uint32) << np.uint32(16)
-        return bits.view(np.float32).astype(np.float64)
-    return raw.view(fmt).reshape(-1).astype(np.float64)
-
-
-def _tensor_scalar(t):
-    """Value of a one-element float tensor, or None."""
-    for d in t.tensor_shape.dim:
-        if d.size != 1:
-            return None
-    dtype = t.dtype
-    content = t.tensor_content
-    if dtype == _DT_FLOAT:
-        if content:
-            return float(np.frombuffer(content[:4], "<f4")[0]) if len(content) == 4 else None
-        return float(t.float_val[0]) if len(t.float_val) else None
-    if dtype == _DT_DOUBLE:
-        if content:
-            return float(np.frombuffer(content[:8], "<f8")[0]) if len(content) == 8 else None
-        return float(t.double_val[0]) if len(t.double_val) else None
-    if dtype in (_DT_HALF, _DT_BFLOAT16):
-        if content:
-            if len(content) != 2:
-                return None
-            bits = struct.unpack("<H", content)[0]
-        elif len(t.half_val):
-            bits = t.half_val[0] & 0xFFFF
-        else:
-            return None
-        if dtype == _DT_HALF:
-            return float(np.array([bits], np.uint16).view(np.float16)[0])
-        return float(np.array([bits << 16], np.uint32).view(np.float32)[0])
-    return None
-
-
-_MAX_TEMPLATE_MISSES = 64
-
-
-def decode_scalars(buf, offsets: np.ndarray, lengths: np.ndarray, *, verify: bool = False) -> DecodedBatch:
-    """Decodes the scalar points of the records at (offsets, lengths) in `buf`.
-
-    verify: also check data CRCs (records up to DATA_CRC_MAX_LEN bytes; the
-    footer must follow the data in `buf`), sharing the gathered bytes with the
-    decoding; records that fail are skipped and counted in n_corrupt. Use it
-    with ``scan_records(..., verify_data=False)``.
-    """
-    mv = memoryview(buf).cast("B")
-    arr = np.frombuffer(mv, dtype=np.uint8)
-    nrec = int(offsets.shape[0])
-    tag_ids: dict = {}
-    tags: list = []
-    n_bad = 0
-
-    def tag_id(tag):
-        i = tag_ids.get(tag)
-        if i is None:
-            i = tag_ids[tag] = len(tags)
-            tags.append(tag)
-        return i
-
-    fast_parts = []  # (rec, tag, step, wall, value, tensor) arrays
-    fallback = []  # record indices for protobuf
-    by_len = _stable_order(lengths)
-    sorted_len = lengths[by_len]
-    cuts = np.flatnonzero(np.diff(sorted_len)) + 1
-    bounds = [0] + cuts.tolist() + [nrec]
-    for gi in range(len(bounds) - 1 if nrec else 0):
-        idx = by_len[bounds[gi] : bounds[gi + 1]]
-        length = int(sorted_len[bounds[gi]])
-        if length > 512 or length < 8:
-            fallback.append(idx)
-            continue
-        chunk = max(1, _GATHER_CELLS // (length + 4))
-        for lo in range(0, idx.shape[0], chunk):
-            part = idx[lo : lo + chunk]
-            if verify:
-                g = _gather(arr, offsets[part], length + 4)
-                rows = g[:, :length]
-                crc = _mask_np(_crc32c_fixed(rows))
-                stored = np.ascontiguousarray(g[:, length:]).view("<u4").reshape(-1)
-                ok = crc == stored
-                if not ok.all():
-                    n_bad += int((~ok).sum())
-                    part, rows = part[ok], rows[ok]
-            else:
-                rows = _gather(arr, offsets[part], length)
-            remaining = np.arange(part.shape[0])
-            misses = 0
-            while remaining.shape[0]:
-                first = int(remaining[0])
-                t = _template(rows[first].tobytes())
-                if t is None:
-                    fallback.append(part[first : first + 1])
-                    remaining = remaining[1:]
-                    misses += 1
-                    if misses > _MAX_TEMPLATE_MISSES:
-                        fallback.append(part[remaining])
-                        break
-                    continue
-                sub = rows if remaining.shape[0] == rows.shape[0] else rows[remaining]
-                ref = rows[first]
-                fixed = np.ones(length, dtype=bool)
-                if t.wall >= 0:
-                    fixed[t.wall : t.wall + 8] = False
-                vwidth = {"<f4": 4, "<f8": 8, "<f2": 2, "bf16": 2}[t.value_fmt]
-                fixed[t.value : t.value + vwidth] = False
-                if t.step >= 0:
-                    fixed[t.step : t.step + t.step_len] = False
-                fcols = np.flatnonzero(fixed)
-                match = np.all(sub[:, fcols] == ref[fcols], axis=1)
-                if t.step >= 0:
-                    scols = slice(t.step, t.step + t.step_len)
-                    match &= np.all((sub[:, scols] & 0x80) == (ref[scols] & 0x80), axis=1)
-                m = sub[match]
-                recs = part[remaining[match]]
-                k = recs.shape[0]
-                if t.wall >= 0:
-                    wall = _decode_values(m[:, t.wall : t.wall + 8], "<f8")
-                else:
-                    wall = np.zeros(k, dtype=np.float64)
-                if t.step >= 0:
-                    sv = np.zeros(k, dtype=np.uint64)
-                    for j in range(t.step_len):
-                        sv |= (m[:, t.step + j] & 0x7F).astype(np.uint64) << np.uint64(7 * j)
-                    step = sv.view(np.int64)
-                else:
-                    step = np.zeros(k, dtype=np.int64)
-                value = _decode_values(m[:, t.value : t.value + vwidth], t.value_fmt)
-                fast_parts.append(
-                    (
-                        recs,
-                        np.full(k, tag_id(t.tag), dtype=np.int64),
-                        step,
-                        wall,
-                        value,
-                        np.full(k, t.tensor, dtype=bool),
-                    )
-                )
-                remaining = remaining[~match]
-
-    # Protobuf fallback for everything else.
-    fb_rec, fb_tag, fb_step, fb_wall, fb_val, fb_tensor = [], [], [], [], [], []
-    sum_rec, sum_step = [], []
-    plugins = []
-    fb = np.sort(np.concatenate(fallback)) if fallback else np.zeros(0, np.int64)
-    if verify and fb.shape[0]:
-        check = fb[lengths[fb] <= DATA_CRC_MAX_LEN]
-        if check.shape[0]:
-            crc = _mask_np(_crc32c_var(arr, offsets[check], lengths[check]))
-            bad = check[crc != _u32_at(arr, offsets[check] + lengths[check])]
-            if bad.shape[0]:
-                n_bad += int(bad.shape[0])
-                fb = np.setdiff1d(fb, bad)
-    from_string = event_pb2.Event.FromString
-    for r, o, n in zip(fb.tolist(), offsets[fb].tolist(), lengths[fb].tolist()):
-        try:
-            ev = from_string(mv[o : o + n].tobytes())
-        except (DecodeError, RuntimeError, ValueError):
-            n_bad += 1
-            continue
-        if not ev.HasField("summary"):
-            continue
-        step = ev.step
-        wall = ev.wall_time
-        sum_rec.append(r)
-        sum_step.append(step)
-        for v in ev.summary.value:
-            kind = v.WhichOneof("value")
-            own_plugin = None
-            if v.HasField("metadata"):
-                own_plugin = v.metadata.plugin_data.plugin_name
-                if own_plugin:
-                    plugins.append((v.tag, own_plugin))
-            if kind == "simple_value":
-                val = v.simple_value
-                tensor = False
-            elif kind == "tensor":
-                if own_plugin not in (None, "", SCALAR_PLUGIN):
-                    continue
-                val = _tensor_scalar(v.tensor)
-                if val is None:
-                    continue
-                # A value with its own "scalars" metadata needs no lookup.
-                tensor = own_plugin != SCALAR_PLUGIN
-            else:
-                continue
-            fb_rec.append(r)
-            fb_tag.append(tag_id(v.tag))
-            fb_step.append(step)
-            fb_wall.append(wall)
-            fb_val.append(val)
-            fb_tensor.append(tensor)
-
-    # Every fast record carries a summary and yields one point.
-    cols = list(zip(*fast_parts)) if fast_parts else [[] for _ in range(6)]
-    f_rec = np.concatenate(list(cols[0])) if fast_parts else np.zeros(0, np.int64)
-    b_sum_rec = np.array(sum_rec, dtype=np.int64)
-    order = _merge_order(f_rec, b_sum_rec, nrec)
-    all_sum_rec = np.concatenate([f_rec, b_sum_rec])[order]
-    all_sum_step = np.concatenate(list(cols[2]) + [np.array(sum_step, dtype=np.int64)])[order]
-
-    porder = _merge_order(f_rec, np.array(fb_rec, dtype=np.int64), nrec)
-    p_rec = np.concatenate([f_rec, np.array(fb_rec, dtype=np.int64)])[porder]
-    p_tag = np.concatenate(list(cols[1]) + [np.array(fb_tag, dtype=np.int64)])[porder]
-    p_step = np.concatenate(list(cols[2]) + [np.array(fb_step, dtype=np.int64)])[porder]
-    p_wall = np.concatenate(list(cols[3]) + [np.array(fb_wall, dtype=np.float64)])[porder]
-    p_val = np.concatenate(list(cols[4]) + [np.array(fb_val, dtype=np.float64)])[porder]
-    p_ten = np.concatenate(list(cols[5]) + [np.array(fb_tensor, dtype=bool)])[porder]
-    return DecodedBatch(
-        n_records=nrec,
-        n_corrupt=n_bad,
-        summary_rec=all_sum_rec,
-        summary_step=all_sum_step,
-        point_rec=p_rec,
-        point_tag=p_tag,
-        point_step=p_step,
-        point_wall=p_wall,
-        point_value=p_val,
-        point_tensor=p_ten,
-        tags=tags,
-        plugins=plugins,
-    )

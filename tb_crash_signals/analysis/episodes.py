@@ -8,8 +8,8 @@ import dataclasses
 
 import numpy as np
 
-from tb_crash_signals.rules.base import EpisodeView, Fit, Hits, Rule
-from tb_crash_signals.series import Series
+from tb_crash_signals.analysis.rules.base import EpisodeView, Fit, Hits, Rule
+from tb_crash_signals.ingest.series import Series
 
 
 @dataclasses.dataclass(frozen=True)

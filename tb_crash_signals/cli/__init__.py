@@ -68,7 +68,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _fail(message: str) -> int:
-    from tb_crash_signals.report import safe  # messages quote config keys and paths: escape them
+    from tb_crash_signals.report.document import safe  # messages quote config keys and paths: escape them
 
     sys.stderr.write(f"tb-crash-signals: error: {safe(message)}\n")
     return EXIT_ERROR
@@ -116,8 +116,8 @@ def _keep_freed_memory() -> None:
 
 
 def _scan(args) -> int:
-    from tb_crash_signals.config import ConfigError, config_for_logdir
-    from tb_crash_signals.report import format_text
+    from tb_crash_signals.analysis.config import ConfigError, config_for_logdir
+    from tb_crash_signals.report.document import format_text
     from tb_crash_signals.scan import scan_logdir
 
     _keep_freed_memory()
@@ -147,8 +147,8 @@ def _scan(args) -> int:
 
 
 def _rules(args) -> int:
-    from tb_crash_signals.catalogue import catalogue_json, catalogue_markdown, catalogue_text
-    from tb_crash_signals.config import Config, ConfigError, load_config
+    from tb_crash_signals.analysis.catalogue import catalogue_json, catalogue_markdown, catalogue_text
+    from tb_crash_signals.analysis.config import Config, ConfigError, load_config
 
     try:
         config = load_config(args.config) if args.config else Config()

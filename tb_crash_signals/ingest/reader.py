@@ -27,12 +27,12 @@ import os
 
 import numpy as np
 
-from tb_crash_signals import eventfile
-from tb_crash_signals.series import Series
+from tb_crash_signals.ingest import records, scalars
+from tb_crash_signals.ingest.series import Series
 
 __all__ = ["discover_runs", "RunReader", "ReaderStats", "LogdirSource"]
 
-_CHUNK_BYTES = eventfile.MAX_RECORD_LEN + 16  # one read always holds a whole record
+_CHUNK_BYTES = records.MAX_RECORD_LEN + 16  # one read always holds a whole record
 _MAX_CHUNKS = 64  # per-tag append chunks before they are consolidated
 
 
@@ -314,7 +314,7 @@ class RunReader:
                     if not data:
                         break
                     self.stats.bytes_read += len(data)
-                    res = eventfile.scan_records(
+                    res = records.scan_records(
                         data, 0, resyncing=fs.resyncing, verify_data=False
                     )
                     fs.corrupt += res.n_corrupt
@@ -322,7 +322,7 @@ class RunReader:
                     fs.truncated = res.truncated
                     fs.resyncing = res.resyncing
                     if res.offsets.shape[0]:
-                        dec = eventfile.decode_scalars(
+                        dec = scalars.decode_scalars(
                             data, res.offsets, res.lengths, verify=True
                         )
                         fs.corrupt += dec.n_corrupt
@@ -333,15 +333,15 @@ class RunReader:
                     if len(data) < want:
                         break  # end of file
                     if res.end == 0:  # a record longer than the chunk: read more at once
-                        if want >= eventfile.MAX_RECORD_LEN + 16:
+                        if want >= records.MAX_RECORD_LEN + 16:
                             break
-                        want = min(2 * want, eventfile.MAX_RECORD_LEN + 16)
+                        want = min(2 * want, records.MAX_RECORD_LEN + 16)
             fs.error = None
         except OSError as e:
             fs.error = e.strerror or str(e)
         return changed
 
-    def _apply(self, dec: eventfile.DecodedBatch) -> bool:
+    def _apply(self, dec: scalars.DecodedBatch) -> bool:
         self.stats.records += dec.n_records
         for tag, plugin in dec.plugins:
             self._plugins.setdefault(tag, plugin)
@@ -349,7 +349,7 @@ class RunReader:
         p_step, p_wall, p_val = dec.point_step, dec.point_wall, dec.point_value
         if dec.point_tensor.any():
             ok_tag = np.array(
-                [self._plugins.get(t, "") in ("", eventfile.SCALAR_PLUGIN) for t in dec.tags],
+                [self._plugins.get(t, "") in ("", scalars.SCALAR_PLUGIN) for t in dec.tags],
                 dtype=bool,
             )
             keep = ~dec.point_tensor | ok_tag[p_tag]
@@ -370,7 +370,7 @@ class RunReader:
             groups = [(int(p_tag[0]), slice(0, k))]
             order = None
         else:
-            order = eventfile._stable_order(p_tag)
+            order = records.stable_order(p_tag)
             st = p_tag[order]
             cuts = [0] + (np.flatnonzero(np.diff(st)) + 1).tolist() + [k]
             groups = [(int(st[a]), slice(a, b)) for a, b in zip(cuts[:-1], cuts[1:])]

@@ -24,15 +24,15 @@ from typing import Callable, Iterable
 
 import numpy as np
 
-from tb_crash_signals.config import Config
-from tb_crash_signals.engine import CRASH_FAMILIES, _headline, _loss_trend
-from tb_crash_signals.episodes import Episode
-from tb_crash_signals.report import fit_to_json
-from tb_crash_signals.rules import RULES
-from tb_crash_signals.rules.base import EpisodeView
-from tb_crash_signals.series import Series
-from tb_crash_signals.signals import SIGNALS
-from tb_crash_signals.streaming import HIT, ORDER, STREAMS, Channel, Screen
+from tb_crash_signals.analysis.config import Config
+from tb_crash_signals.analysis.engine import CRASH_FAMILIES, _headline, _loss_trend
+from tb_crash_signals.analysis.episodes import Episode
+from tb_crash_signals.report.document import fit_to_json
+from tb_crash_signals.analysis.rules import RULES
+from tb_crash_signals.analysis.rules.base import EpisodeView
+from tb_crash_signals.ingest.series import Series
+from tb_crash_signals.analysis.signals import SIGNALS
+from tb_crash_signals.analysis.streaming import HIT, ORDER, STREAMS, Channel, Screen
 
 _log, _nan = math.log, math.nan
 # Points kept per signal for messages and the summary (not for the rules).
@@ -125,7 +125,7 @@ class Monitor:
         name: str = "monitor",
     ):
         if isinstance(config, str):
-            from tb_crash_signals.config import load_config
+            from tb_crash_signals.analysis.config import load_config
 
             config = load_config(config)
         self.config = config or Config()

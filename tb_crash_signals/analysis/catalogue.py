@@ -5,8 +5,8 @@ from __future__ import annotations
 import dataclasses
 import re
 
-from tb_crash_signals.config import Config
-from tb_crash_signals.rules import RULES
+from tb_crash_signals.analysis.config import Config
+from tb_crash_signals.analysis.rules import RULES
 
 
 def param_docs(params_cls) -> dict[str, str]:

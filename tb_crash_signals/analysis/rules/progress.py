@@ -7,9 +7,9 @@ import dataclasses
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from tb_crash_signals.rules.base import Hits, fmt, rule, since_index
-from tb_crash_signals import stats
-from tb_crash_signals.stats import chunks, finite_anchor, trailing_median_inclusive
+from tb_crash_signals.analysis.rules.base import Hits, fmt, rule, since_index
+from tb_crash_signals.analysis import stats
+from tb_crash_signals.analysis.stats import chunks, finite_anchor, trailing_median_inclusive
 
 
 @dataclasses.dataclass(frozen=True)

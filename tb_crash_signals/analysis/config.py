@@ -31,8 +31,8 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on Python 3.10 only
     import tomli as tomllib
 
-from tb_crash_signals.rules import RULES, SEVERITIES
-from tb_crash_signals.signals import SIGNALS
+from tb_crash_signals.analysis.rules import RULES, SEVERITIES
+from tb_crash_signals.analysis.signals import SIGNALS
 
 CONFIG_FILENAME = "crash_signals.toml"
 _TOP_KEYS = ("select", "ignore", "signals", "rules")

@@ -28,10 +28,10 @@ from itertools import islice
 
 import numpy as np
 
-from tb_crash_signals.rules.base import Fit, fmt
-from tb_crash_signals.rules.growth import fit_window, quarter_rise
-from tb_crash_signals.series import Series
-from tb_crash_signals.signals import SIGNALS
+from tb_crash_signals.analysis.rules.base import Fit, fmt
+from tb_crash_signals.analysis.rules.growth import fit_window, quarter_rise
+from tb_crash_signals.ingest.series import Series
+from tb_crash_signals.analysis.signals import SIGNALS
 
 _MAD_TO_SIGMA = 1.4826
 _isfinite = math.isfinite

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import re
 
-from tb_crash_signals.config import CONFIG_FILENAME
+from tb_crash_signals.analysis.config import CONFIG_FILENAME
 
 _URI = re.compile(r"[a-zA-Z][0-9a-zA-Z.]*://.*")
 

@@ -6,9 +6,9 @@ import dataclasses
 
 import numpy as np
 
-from tb_crash_signals.rules.base import Hits, fmt, rule, since_index
-from tb_crash_signals.signals import SIGNAL_LABELS
-from tb_crash_signals.stats import (
+from tb_crash_signals.analysis.rules.base import Hits, fmt, rule, since_index
+from tb_crash_signals.analysis.signals import SIGNAL_LABELS
+from tb_crash_signals.analysis.stats import (
     consecutive_runs,
     finite_anchor,
     positive_log,

@@ -5,7 +5,7 @@ thresholds/spikes/divergence, CS2xx growth, CS3xx plateau/stagnation, CS4xx
 overfitting, CS5xx optimiser.
 """
 
-from tb_crash_signals.rules import (  # noqa: F401  (registration)
+from tb_crash_signals.analysis.rules import (  # noqa: F401  (registration)
     generalization,
     growth,
     nonfinite,
@@ -13,7 +13,7 @@ from tb_crash_signals.rules import (  # noqa: F401  (registration)
     progress,
     spikes,
 )
-from tb_crash_signals.rules.base import FAMILIES, REGISTRY, SEVERITIES, Fit, Hits, Rule
+from tb_crash_signals.analysis.rules.base import FAMILIES, REGISTRY, SEVERITIES, Fit, Hits, Rule
 
 RULES = dict(sorted(REGISTRY.items()))
 
