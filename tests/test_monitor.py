@@ -24,7 +24,7 @@ from tensorboard.compat.proto import event_pb2
 from tb_crash_signals import Monitor
 from tb_crash_signals.analysis.config import Config
 from tb_crash_signals.scan import scan_logdir
-from tb_crash_signals.analysis.streaming import Screen
+from tb_crash_signals.online.screen import Screen
 
 from eventwriters import scalar_value, write_events
 from helpers import healthy_grad, healthy_loss

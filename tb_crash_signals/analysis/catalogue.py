@@ -3,32 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
-import re
 
 from tb_crash_signals.analysis.config import Config
 from tb_crash_signals.analysis.rules import RULES
-
-
-def param_docs(params_cls) -> dict[str, str]:
-    """Parameter descriptions from the `Attributes:` section of a params docstring.
-
-    Subclasses inherit their parent's descriptions and may override some.
-    """
-    docs: dict[str, str] = {}
-    for cls in reversed(params_cls.__mro__):
-        text = cls.__dict__.get("__doc__") or ""
-        if "Attributes:" not in text:
-            continue
-        body = text.split("Attributes:", 1)[1]
-        current = None
-        for line in body.splitlines():
-            m = re.match(r"\s{8}(\w+): (.*)", line)
-            if m:
-                current = m.group(1)
-                docs[current] = m.group(2).strip()
-            elif current and line.strip():
-                docs[current] += " " + line.strip()
-    return docs
+from tb_crash_signals.analysis.rules.base import param_bounds, param_doc
 
 
 def _params(config: Config, code: str) -> dict:
@@ -95,7 +73,8 @@ def catalogue_markdown(config: Config) -> str:
         )
         out += ["", r.doc, "", f"What to do: {r.advice}.", ""]
         out += ["| parameter | default | meaning |", "|---|---|---|"]
-        docs = param_docs(r.params)
         for name, value in _params(config, code).items():
-            out.append(f"| `{name}` | {value!r} | {docs.get(name, '')} |")
+            bounds = param_bounds(r.params, name)
+            valid = f" ({bounds.describe()})" if bounds is not None else ""
+            out.append(f"| `{name}` | {value!r} | {param_doc(r.params, name)}{valid} |")
     return "\n".join(out) + "\n"

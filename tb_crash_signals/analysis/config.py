@@ -32,6 +32,7 @@ else:  # pragma: no cover - exercised on Python 3.10 only
     import tomli as tomllib
 
 from tb_crash_signals.analysis.rules import RULES, SEVERITIES
+from tb_crash_signals.analysis.rules.base import param_bounds
 from tb_crash_signals.analysis.signals import SIGNALS
 
 CONFIG_FILENAME = "crash_signals.toml"
@@ -118,8 +119,8 @@ def _rule_code(name: str) -> str:
     raise ConfigError(f"rules.{name}: no rule has this code or symbol")
 
 
-def _coerce(key: str, value, default):
-    """Checks a parameter value against its default's type."""
+def _coerce(key: str, value, default, bounds=None):
+    """Checks a parameter value against its default's type and its declared range."""
     given = value
     if isinstance(default, bool):
         ok = isinstance(value, bool)
@@ -144,27 +145,14 @@ def _coerce(key: str, value, default):
         raise ConfigError(f"{key}: must not be negative, got {value!r}")
     if isinstance(value, int) and not isinstance(value, bool) and value > _MAX_INT_PARAM:
         raise ConfigError(f"{key}: must be at most {_MAX_INT_PARAM}, got {value!r}")
-    bound = _PARAM_BOUNDS.get(key.rsplit(".", 1)[-1])
-    if bound is not None and isinstance(value, (int, float)) and not isinstance(value, bool):
-        low, strict, high, what = bound
-        if value < low or (strict and value == low) or (high is not None and value > high):
-            raise ConfigError(f"{key}: must be {what}, got {value!r}")
+    if bounds is not None and isinstance(value, (int, float)) and not isinstance(value, bool):
+        if not bounds.admits(value):
+            raise ConfigError(f"{key}: must be {bounds.describe()}, got {value!r}")
     return value
 
 
 # Point counts beyond this are no window any run has (and overflow C sizes).
 _MAX_INT_PARAM = 10**9
-# Parameter name -> (low, low excluded, high or None, how to say it). Without
-# these a rule would divide by zero, take log(0) or index an empty window.
-_PARAM_BOUNDS = {
-    "window": (2, False, None, "at least 2 (points)"),
-    "min_ratio": (0.0, True, None, "greater than 0 (a ratio)"),
-    "min_growth": (0.0, True, None, "greater than 0 (a growth factor)"),
-    "min_excess": (0.0, True, None, "greater than 0 (a ratio)"),
-    "patience_fraction": (0.0, False, 1.0, "between 0 and 1 (a share of the points)"),
-}
-
-
 def from_dict(data: Mapping[str, Any], path: str | None = None) -> Config:
     """Validates a parsed TOML document into a Config."""
     unknown = [k for k in data if k not in _TOP_KEYS]
@@ -219,7 +207,7 @@ def from_dict(data: Mapping[str, Any], path: str | None = None) -> Config:
                 raise ConfigError(
                     f"{full}: unknown parameter (known: {', '.join(fields)}, severity)"
                 )
-            changes[key] = _coerce(full, value, fields[key])
+            changes[key] = _coerce(full, value, fields[key], param_bounds(rule.params, key))
         if code in params:
             raise ConfigError(f"rules.{name}: configured twice (by code and by symbol)")
         params[code] = dataclasses.replace(defaults, **changes)

@@ -187,7 +187,7 @@ def _finite_max(values: np.ndarray, start: int = 0, prefix: float | None = None)
     return max(prefix, top)
 
 
-def _loss_trend(train: Series | None) -> str | None:
+def loss_trend(train: Series | None) -> str | None:
     """The article's trend over the recent window: is the loss still going down?"""
     if train is None or len(train) == 0:
         return None
@@ -210,7 +210,7 @@ def _finite_or_none(x) -> float | None:
     return float(x) if x is not None and np.isfinite(x) else None
 
 
-def _headline(health: str, episodes, summary, data) -> str:
+def headline(health: str, episodes, summary, data) -> str:
     if health == "no_signals":
         return "no recognised loss, grad-norm or learning-rate tags"
     steps = max((int(s.steps[-1]) for s in data.values() if len(s)), default=0)
@@ -254,7 +254,7 @@ def summarize(run: LogicalRun, data: Mapping[str, Series], episodes, grad_max=Fa
     return {
         "first_critical_step": by_sev["critical"],
         "first_warning_step": by_sev["warning"],
-        "loss_trend": _loss_trend(train),
+        "loss_trend": loss_trend(train),
         "grad_norm_max": grad_max,
         "val_train_gap": gap,
     }
@@ -307,7 +307,7 @@ def analyze_run(
         carry=carry,
     )
     result = RunResult(run, data, tuple(episodes), tuple(fits), sampled, summary, checkpoint)
-    summary["headline"] = _headline(result.health, episodes, summary, data)
+    summary["headline"] = headline(result.health, episodes, summary, data)
     return result
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import bisect
 import copy
 import dataclasses
+import math
 
 import numpy as np
 
@@ -133,7 +134,7 @@ class EpisodeTrack:
         groups = self.groups[:keep]
         episodes = [self._reclosed(e, last, n) for e, (_, last) in zip(self.episodes, groups)]
         heads = {first: self.heads[first] for first, _ in groups}
-        for _, _, first, last in _groups(np.concatenate([old, new]), self.cooldown):
+        for a, b, first, last in _groups(np.concatenate([old, new]), self.cooldown):
             if first < start:  # an earlier episode going on: its first hit is as it was
                 head = self.heads[first]
             elif hits is not None:
@@ -142,7 +143,7 @@ class EpisodeTrack:
                 head = (None, None)
             heads[first] = head
             groups.append((first, last))
-            episodes.append(self._episode(series, first, last, *head))
+            episodes.append(self._episode(series, first, last, b - a + 1, *head))
         self.index = np.concatenate([self.index[:below], new])
         self.groups, self.episodes, self.heads, self.size = groups, episodes, heads, n
         if hits is not None:
@@ -153,13 +154,17 @@ class EpisodeTrack:
         is_open = last + self.cooldown >= n - 1
         return episode if episode.open == is_open else dataclasses.replace(episode, open=is_open)
 
-    def _episode(self, series: Series, first: int, last: int, note, fit) -> Episode:
+    def _episode(self, series: Series, first: int, last: int, hits: int, note, fit) -> Episode:
         rule, params = self.rule, self.params
         peak = _peak(rule, series.values, first, last)
+        steps, values = series.steps, series.values
+        peak_value = float(values[peak])
         view = EpisodeView(
-            signal=self.signal, series=series, start=first, end=last, peak=peak, note=note, fit=fit
+            signal=self.signal, start_step=int(steps[first]), start_value=float(values[first]),
+            prev_value=float(values[first - 1]) if first else math.nan,
+            end_step=int(steps[last]), peak_step=int(steps[peak]), peak_value=peak_value,
+            hits=hits, note=note, fit=fit,
         )
-        peak_value = float(series.values[peak])
         return Episode(
             code=rule.code,
             rule=rule.symbol,

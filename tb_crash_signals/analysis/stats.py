@@ -23,6 +23,9 @@ _CACHE_CHUNK = 1 << 14
 # the heap's free lists (glibc maps blocks from 128 KiB afresh, page by page).
 _SMALL_CHUNK = 1 << 13
 
+# A normal distribution's standard deviation is 1.4826 x its median absolute deviation.
+MAD_TO_SIGMA = 1.4826
+
 # Per-thread memo of intermediate arrays, active inside memo().
 _MEMO = threading.local()
 

@@ -22,17 +22,16 @@ import math
 import pickle
 from typing import Callable, Iterable
 
-import numpy as np
 
 from tb_crash_signals.analysis.config import Config
-from tb_crash_signals.analysis.engine import CRASH_FAMILIES, _headline, _loss_trend
+from tb_crash_signals.analysis.engine import headline, loss_trend
 from tb_crash_signals.analysis.episodes import Episode
-from tb_crash_signals.report.document import fit_to_json
 from tb_crash_signals.analysis.rules import RULES
 from tb_crash_signals.analysis.rules.base import EpisodeView
-from tb_crash_signals.ingest.series import Series
 from tb_crash_signals.analysis.signals import SIGNALS
-from tb_crash_signals.analysis.streaming import HIT, ORDER, STREAMS, Channel, Screen
+from tb_crash_signals.analysis.streaming import HIT, ORDER, Channel
+from tb_crash_signals.online.screen import Screen
+from tb_crash_signals.report.document import fit_to_json
 
 _log, _nan = math.log, math.nan
 # Points kept per signal for messages and the summary (not for the rules).
@@ -46,25 +45,28 @@ _SNAPSHOTS = 4
 
 class _Record:
     """One episode as it grows, merged as episodes.build_episodes merges hits:
-    its first and last hit, its peak, and the running extreme since it began."""
+    its first and last hit, its peak, the running extreme since it began,
+    and what its description reads (see rules.base.EpisodeView)."""
 
-    __slots__ = ("code", "signal", "how", "cooldown", "first", "first_step", "last",
-                 "last_step", "peak", "peak_step", "peak_value", "extreme", "ext_step",
-                 "ext_value", "note", "fit", "message")
+    __slots__ = ("code", "signal", "how", "cooldown", "first", "first_step", "first_value",
+                 "prev_value", "last", "last_step", "peak", "peak_step", "peak_value",
+                 "extreme", "ext_step", "ext_value", "hits", "note", "base_note", "fit", "follow")
 
-    def __init__(self, code, signal, cooldown, i, step, value, hit):
+    def __init__(self, code, signal, cooldown, i, step, value, prev_value, hit):
         self.code, self.signal = code, signal
         self.how = RULES[code].peak  # "max" | "min" | "first"
         self.cooldown = cooldown
         self.first = self.last = self.peak = i
         self.first_step = self.last_step = self.peak_step = step
+        self.first_value, self.prev_value = value, prev_value
         self.peak_value = value
         self.extreme = None  # index of the running extreme since `first`
         self.ext_step, self.ext_value = step, value
         if self.how != "first" and math.isfinite(value):
             self.extreme = i
-        self.note, self.fit = hit.note, hit.fit
-        self.message = None
+        self.hits = 1
+        self.note, self.fit, self.follow = hit.note, hit.fit, hit.follow
+        self.base_note = hit.note  # the part of the note known at the hit
 
 
 class _State:
@@ -75,10 +77,12 @@ class _State:
         self.order = [self.channels[s] for s in ORDER]
         # The channels of the signals given together, in ORDER, by the keys' order.
         self.orders: dict[tuple, list] = {}
-        codes = config.enabled_codes()
-        # NaN/Inf is checked inline in Monitor._apply: the commonest rule, the cheapest test.
-        self.nonfinite = "CS001" in codes
-        built = [(code, STREAMS[code], config.params_for(code)) for code in codes if code != "CS001"]
+        built = [(code, RULES[code].stream, config.params_for(code)) for code in config.enabled_codes()]
+        # A stream that fires exactly on NaN/Inf is checked inline in Monitor._apply:
+        # the commonest rule, the cheapest test.
+        inline = [code for code, cls, _ in built if getattr(cls, "nonfinite_only", False)]
+        self.nonfinite = inline[0] if inline else None
+        built = [b for b in built if b[0] not in inline]
         # Shared windows first, sized for every rule that reads them.
         for _, cls, params in built:
             for sig in cls.hits:
@@ -245,6 +249,8 @@ class Monitor:
             log_window = ch.log_window
             if log_window is not None:
                 x = ch.log_value = _log(v) if v > 0 else _nan
+            if ch.follows:
+                self._follow(ch, step, v)
             if v - v == 0.0:  # finite
                 if v > ch.max_finite:
                     ch.max_finite = v
@@ -252,9 +258,9 @@ class Monitor:
                     self._grow_open(ch, i, step, v)
                 if ch.screen is not None and ch.screen.quiet(v):
                     checks = ch.always
-            elif st.nonfinite:
-                hits.append(("CS001", name))
-                ep = self._hit("CS001", name, i, step, v, HIT)
+            elif st.nonfinite is not None:
+                hits.append((st.nonfinite, name))
+                ep = self._hit(st.nonfinite, name, i, step, v, HIT)
                 if ep is not None:
                     opened.append(ep)
             for code, check in checks:
@@ -291,18 +297,32 @@ class Monitor:
             ):
                 op.extreme, op.ext_step, op.ext_value = i, step, v
 
+    @staticmethod
+    def _follow(ch, step, v):
+        """Feeds a point to the notes that read ahead (a spike's recovery)."""
+        for record in list(ch.follows):
+            note = record.follow.push(step, v)
+            if note is not None:
+                record.note = f"{record.base_note}; {note}"
+            if record.follow.done:
+                ch.follows.remove(record)
+
     def _hit(self, code, name, i, step, v, hit):
         st = self._state
         ch = st.channels[name]
         op = ch.open.get(code)
         if op is not None and i - op.last <= op.cooldown:
             op.last, op.last_step = i, step
+            op.hits += 1
             if op.extreme is not None:
                 op.peak, op.peak_step, op.peak_value = op.extreme, op.ext_step, op.ext_value
             return None
-        op = _Record(code, name, self._cooldown[code], i, step, v, hit)
+        prev = ch.values[-2] if i else _nan
+        op = _Record(code, name, self._cooldown[code], i, step, v, prev, hit)
+        if op.follow is not None:
+            op.note = f"{op.base_note}; {op.follow.note}"
+            ch.follows.append(op)
         ch.open[code] = op
-        op.message = self._message(op)
         st.episodes.append(op)
         return self._episode(op)
 
@@ -350,28 +370,16 @@ class Monitor:
 
     # -- reading -----------------------------------------------------------------
 
-    def _message(self, record: _Record) -> str:
-        code, name = record.code, record.signal
-        sig = self._state.channels[name]
-        recent = sig.recent()
-        offset = sig.n - len(recent)
-        start, end, peak = record.first - offset, record.last - offset, record.peak - offset
-        if start < 1 and record.first > 0:
-            return record.message or RULES[code].symbol
-        view = EpisodeView(
-            signal=name, series=recent, start=max(start, 0), end=max(end, 0),
-            peak=max(peak, 0), note=record.note, fit=record.fit,
-        )
-        try:
-            return RULES[code].describe(view, self.config.params_for(code))
-        except (IndexError, ValueError):
-            return RULES[code].symbol
-
     def _episode(self, record: _Record) -> Episode:
         code = record.code
         rule = RULES[code]
         n = self._state.channels[record.signal].n
         peak_value = record.peak_value
+        view = EpisodeView(
+            signal=record.signal, start_step=record.first_step, start_value=record.first_value,
+            prev_value=record.prev_value, end_step=record.last_step, peak_step=record.peak_step,
+            peak_value=peak_value, hits=record.hits, note=record.note, fit=record.fit,
+        )
         return Episode(
             code=code, rule=rule.symbol, family=rule.family,
             severity=self.config.severity_for(code), signal=record.signal,
@@ -379,7 +387,8 @@ class Monitor:
             peak_step=record.peak_step,
             peak_value=peak_value if math.isfinite(peak_value) else None,
             open=record.last + record.cooldown >= n - 1,
-            message=record.message, advice=rule.advice, fit=record.fit,
+            message=rule.describe(view, self.config.params_for(code)), advice=rule.advice,
+            fit=record.fit,
         )
 
     def episodes(self) -> list[Episode]:
@@ -413,12 +422,12 @@ class Monitor:
             "first_warning_step": min(
                 (e.start_step for e in eps if e.severity == "warning"), default=None
             ),
-            "loss_trend": _loss_trend(train.recent()) if train.n else None,
+            "loss_trend": loss_trend(train.recent()) if train.n else None,
             "grad_norm_max": grad.max_finite if grad.n and math.isfinite(grad.max_finite) else None,
             "val_train_gap": st.last_gap if st.last_gap is not None and math.isfinite(st.last_gap) else None,
         }
         data = {s: st.channels[s].recent() for s in SIGNALS if st.channels[s].n}
-        out["headline"] = _headline(self.health, eps, out, data)
+        out["headline"] = headline(self.health, eps, out, data)
         return out
 
     def report(self) -> dict:

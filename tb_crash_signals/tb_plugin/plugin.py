@@ -24,27 +24,24 @@ from __future__ import annotations
 
 import collections
 import itertools
-import json
 import logging
 import os
-import re
 import secrets
 import threading
 import time
-import types
 
-import numpy as np
 from werkzeug import wrappers
 
 from tensorboard import errors, plugin_util
-from tensorboard.backend import http_util, json_util
+from tensorboard.backend import http_util
 from tensorboard.data import provider as tb_provider
 from tensorboard.plugins import base_plugin
 
 from tb_crash_signals.tb_plugin import decimate
 from tb_crash_signals.analysis.catalogue import catalogue_json
-from tb_crash_signals.analysis.config import CONFIG_FILENAME, Config, ConfigError, load_config
-from tb_crash_signals.analysis.engine import analyze_run, rank
+from tb_crash_signals.analysis.overlays import chart_overlays
+from tb_crash_signals.analysis.config import Config
+from tb_crash_signals.analysis.engine import analyze_run
 from tb_crash_signals.report.document import SCHEMA_VERSION, run_to_json
 from tb_crash_signals.ingest.series import Series
 from tb_crash_signals.analysis.signals import SIGNALS, LogicalRun, group_runs
@@ -567,8 +564,7 @@ class CrashSignalsPlugin(base_plugin.TBPlugin):
             result.data.get("train_loss"), result.data.get("val_loss"), self.max_points,
             val_decimator=charts.get("val_loss"),
         )
-        payload["bands"] = _bands(config)
-        payload["thresholds"] = _thresholds(config)
+        payload["thresholds"], payload["bands"] = chart_overlays(config)
         payload["config_error"] = config_error
         payload["problems"] = list(problems)
         return payload
@@ -823,20 +819,3 @@ def _shown(name: str) -> str:
     """A run name for an error message: quoted, escaped, bounded."""
     text = repr(name)
     return text if len(text) <= 200 else text[:197] + "..."
-
-
-def _bands(config: Config) -> dict:
-    """{"update_ratio": [low, high]} from the update-ratio rules in force (null if disabled)."""
-    enabled = set(config.enabled_codes())
-    low = float(config.params_for("CS502").low) if "CS502" in enabled else None
-    high = float(config.params_for("CS501").high) if "CS501" in enabled else None
-    if low is None and high is None:
-        return {}
-    return {"update_ratio": [low, high]}
-
-
-def _thresholds(config: Config) -> dict:
-    """{"grad_norm": threshold} of grad-norm-threshold when it is enabled."""
-    if "CS101" not in config.enabled_codes():
-        return {}
-    return {"grad_norm": float(config.params_for("CS101").threshold)}

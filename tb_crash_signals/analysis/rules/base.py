@@ -1,22 +1,29 @@
-"""What a rule is: metadata, a frozen parameter dataclass and a pure function.
+"""What a rule is: metadata, a frozen parameter dataclass, a batch function and its streaming twin.
 
-A rule function receives the run's series by dimension and its parameters,
-and returns where it fired as indices into one dimension's series. It must be
-causal: whether it fires at index i depends only on points at steps <= the
-step of i. Merging hits into episodes is done once, in `episodes.py`.
+A rule lives in one module: its parameters (`param` fields with their valid
+range), its batch function (vectorised numpy over whole series), its
+streaming twin (a `streaming.Stream` deciding one point at a time with
+bounded state), the decision kernel both share where the arithmetic must
+match bit for bit, how an episode is described, and the chart overlays it
+draws. `@rule(...)` registers them together.
 
-Incremental re-analysis: a rule function also takes `since` (a step, or
+The batch function receives the run's series by dimension and its
+parameters, and returns where it fired as indices into one dimension's
+series. It must be causal: whether it fires at index i depends only on
+points at steps <= the step of i. Merging hits into episodes is done once,
+in `episodes.py`.
+
+Incremental re-analysis: a batch function also takes `since` (a step, or
 None): it then returns only the hits at steps >= since -- exactly those of
 the full call -- and may compute only over the points it needs for them
 (its lookback before `since`, plus cheap running values over the prefix).
-When new points are appended, the engine asks each rule only for the hits
-from the first new step on (tests/test_incremental.py checks the contract).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Iterable, Mapping
+import math
+from typing import Callable, Iterable
 
 import numpy as np
 
@@ -27,6 +34,54 @@ FAMILIES = (
     "plateau", "stagnation", "overfit", "optimizer",
 )
 SEVERITIES = ("warning", "critical")
+
+
+@dataclasses.dataclass(frozen=True)
+class Bounds:
+    """The valid range of a numeric parameter (beyond "not negative")."""
+
+    low: float | None = None
+    low_open: bool = False
+    high: float | None = None
+
+    def admits(self, value) -> bool:
+        if self.low is not None and (value < self.low or (self.low_open and value == self.low)):
+            return False
+        return self.high is None or value <= self.high
+
+    def describe(self) -> str:
+        parts = []
+        if self.low is not None:
+            parts.append(f"{'greater than' if self.low_open else 'at least'} {self.low:g}")
+        if self.high is not None:
+            parts.append(f"at most {self.high:g}")
+        return " and ".join(parts)
+
+
+def param(default, doc: str, *, at_least=None, above=None, at_most=None):
+    """A rule parameter: its default, what it does, and its valid range.
+
+    Args:
+        default: the default value; its type is the parameter's type.
+        doc: one sentence for the catalogue (docs/rules.md, `rules` command).
+        at_least / above: lower bound, inclusive / exclusive.
+        at_most: upper bound, inclusive.
+    """
+    bounds = None
+    if at_least is not None or above is not None or at_most is not None:
+        low = above if above is not None else at_least
+        bounds = Bounds(low=low, low_open=above is not None, high=at_most)
+    return dataclasses.field(default=default, metadata={"doc": doc, "bounds": bounds})
+
+
+def param_doc(params_cls, name: str) -> str:
+    field = next((f for f in dataclasses.fields(params_cls) if f.name == name), None)
+    return "" if field is None else field.metadata.get("doc", "")
+
+
+def param_bounds(params_cls, name: str) -> Bounds | None:
+    field = next((f for f in dataclasses.fields(params_cls) if f.name == name), None)
+    return None if field is None else field.metadata.get("bounds")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,15 +135,49 @@ def since_index(series: Series, since: int | None) -> int:
 
 @dataclasses.dataclass(frozen=True)
 class EpisodeView:
-    """What a rule's `describe` sees of one merged episode."""
+    """What a rule's `describe` sees of one merged episode.
+
+    Only these values, so that the batch analysis and the online monitor
+    (which keeps no history) describe an episode with the same words.
+
+    Attributes:
+        signal: the dimension the rule fired on.
+        start_step, start_value: the first hit.
+        prev_value: the point before the first hit (NaN if none).
+        end_step: the last hit.
+        peak_step, peak_value: the episode's peak (see `Rule.peak`).
+        hits: how many points of the episode fired.
+        note: the rule's note for the first hit, if any.
+        fit: the growth fit of the first hit, if any.
+    """
 
     signal: str
-    series: Series
-    start: int  # index of the first hit
-    end: int  # index of the last hit
-    peak: int  # index of the peak point
-    note: str | None
-    fit: Fit | None
+    start_step: int
+    start_value: float
+    prev_value: float
+    end_step: int
+    peak_step: int
+    peak_value: float
+    hits: int
+    note: str | None = None
+    fit: Fit | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Threshold:
+    """A horizontal line a rule draws on a signal's chart, at the value of one parameter."""
+
+    signal: str
+    param: str
+
+
+@dataclasses.dataclass(frozen=True)
+class BandEdge:
+    """One edge ("low" or "high") of a healthy band a rule draws on a signal's chart."""
+
+    signal: str
+    param: str
+    edge: str
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,7 +193,9 @@ class Rule:
     func: RuleFunc
     describe: Callable[[EpisodeView, object], str]
     advice: str
+    stream: type | None = None
     peak: str = "max"  # how the episode's peak is chosen: "max" | "min" | "first"
+    overlays: tuple = ()
 
     @property
     def doc(self) -> str:
@@ -121,16 +212,19 @@ class Rule:
 REGISTRY: dict[str, Rule] = {}
 
 
-def rule(*, code, symbol, family, severity, signals, params, describe, advice, peak="max"):
-    """Registers a rule function under a stable code and symbol."""
-    assert family in FAMILIES and severity in SEVERITIES
+def rule(*, code, symbol, family, severity, signals, params, describe, advice, stream,
+         peak="max", overlays=()):
+    """Registers a rule function, with its streaming twin, under a stable code and symbol."""
+    assert family in FAMILIES and severity in SEVERITIES, code
+    assert peak in ("max", "min", "first"), code
 
     def register(func: RuleFunc) -> RuleFunc:
         assert code not in REGISTRY, code
+        assert all(symbol != r.symbol for r in REGISTRY.values()), symbol
         REGISTRY[code] = Rule(
             code=code, symbol=symbol, family=family, severity=severity,
-            signals=tuple(signals), params=params, func=func,
-            describe=describe, advice=advice, peak=peak,
+            signals=tuple(signals), params=params, func=func, describe=describe,
+            advice=advice, stream=stream, peak=peak, overlays=tuple(overlays),
         )
         return func
 
@@ -139,7 +233,7 @@ def rule(*, code, symbol, family, severity, signals, params, describe, advice, p
 
 def fmt(x: float) -> str:
     """Compact number for messages."""
-    if x is None or not np.isfinite(x):
+    if x is None or not math.isfinite(x):
         return str(x)
     ax = abs(x)
     if ax != 0 and (ax >= 1e5 or ax < 1e-3):
@@ -147,3 +241,8 @@ def fmt(x: float) -> str:
     if ax >= 100:
         return f"{x:.0f}"
     return f"{x:.3g}"
+
+
+def step_of(step) -> str:
+    """A step for messages (an int, or '?' when unknown)."""
+    return str(int(step)) if step is not None else "?"

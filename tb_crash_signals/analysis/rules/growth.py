@@ -1,13 +1,16 @@
-"""CS2xx: exponential growth that predicts an explosion before it happens."""
+"""CS201: exponential growth of the gradient norm that predicts an explosion before it happens."""
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import math
+from itertools import islice
 
 import numpy as np
 
-from tb_crash_signals.analysis.rules.base import Fit, Hits, fmt, rule, since_index
+from tb_crash_signals.analysis.rules.base import Fit, Hits, fmt, param, rule, since_index
+from tb_crash_signals.analysis.streaming import Stream, StreamHit
 from tb_crash_signals.analysis.stats import (
     chunks,
     finite_anchor,
@@ -20,35 +23,28 @@ from tb_crash_signals.analysis.stats import (
 
 @dataclasses.dataclass(frozen=True)
 class GrowthParams:
-    """Parameters of `grad-norm-growth`.
-
-    Attributes:
-        window: points in the sliding log-linear fit.
-        min_r2: the fit must explain at least this share of the variance of
-            log(grad norm) over the window (a sustained, steady growth).
-        min_growth: fitted growth factor over the window (e.g. 2.0 = doubled).
-        threshold: the explosion threshold the projection aims at (same as
-            `grad-norm-threshold`).
-        horizon: fires only when the projected crossing is at most this many
-            steps ahead (100, was 500: the rise of the grad norm in the first
-            hundred steps of a healthy run projects a crossing a few hundred
-            steps out; an explosion that is coming gets within 100 steps well
-            before it happens -- see docs/detection.md).
-        baseline_window: points before the fit window whose median is the
-            run's normal level.
-        min_excess: the current value must be at least this multiple of that
-            normal level, so the early rise of a healthy run is not an alarm.
-        cooldown: points without a prediction after which a new episode starts.
-    """
-
-    window: int = 40
-    min_r2: float = 0.6
-    min_growth: float = 2.0
-    threshold: float = 100.0
-    horizon: int = 100
-    baseline_window: int = 200
-    min_excess: float = 2.0
-    cooldown: int = 20
+    window: int = param(40, "points in the sliding log-linear fit", at_least=2)
+    min_r2: float = param(
+        0.6, "the fit must explain at least this share of the variance of log(grad norm) "
+        "over the window (a sustained, steady growth)"
+    )
+    min_growth: float = param(
+        2.0, "fitted growth factor over the window (2.0: doubled)", above=0.0
+    )
+    threshold: float = param(
+        100.0, "the explosion threshold the projection aims at (as `grad-norm-threshold`)"
+    )
+    horizon: int = param(
+        100, "fires only when the projected crossing is at most this many steps ahead"
+    )
+    baseline_window: int = param(
+        200, "points before the fit window whose median is the run's normal level"
+    )
+    min_excess: float = param(
+        2.0, "the current value must be at least this multiple of that normal level, so the "
+        "early rise of a healthy run is not an alarm", above=0.0,
+    )
+    cooldown: int = param(20, "points without a prediction after which a new episode starts")
 
 
 def _describe_growth(ep, p):
@@ -66,9 +62,102 @@ def _describe_growth(ep, p):
     )
 
 
+class GradGrowthStream(Stream):
+    hits = ("grad_norm",)
+
+    # The running quarter sums are recomputed exactly this often, so their
+    # rounding drift stays far below _SLACK.
+    _RESYNC = 1024
+    _SLACK = 1e-6
+
+    @classmethod
+    def needs(cls, p, signal):
+        # The run's normal level: forward-filled logs before the fit window.
+        return [(signal, p.baseline_window + p.window, True)]
+
+    def __init__(self, p, signal, channels):
+        self.p = p
+        w = self.w = p.window
+        self.threshold = p.threshold
+        self.q, self.rise = quarter_rise(p)
+        self.q_rise = self.q * self.rise
+        self.logs = collections.deque(maxlen=w)  # logs, 0.0 where not finite
+        self.steps = collections.deque(maxlen=w)
+        self.channel = channels[signal]  # its log_value: log(v), computed once a point
+        self.history = self.channel.log_window
+        self.last_bad = -w  # index of the last non-finite log
+        # Sums of the first and the last q logs of the window, kept running
+        # once the window is full, and recomputed every _RESYNC points.
+        self.first = self.last = 0.0
+        self.count = self._RESYNC
+        self.full = False
+
+    def check(self, i, step, v):
+        logs = self.logs
+        x = self.channel.log_value
+        if not x - x == 0.0:
+            x = 0.0
+            self.last_bad = i
+        if self.full:  # the window slides (the usual case)
+            q = self.q
+            self.last += x - logs[-q]
+            self.first += logs[q] - logs[0]
+            logs.append(x)
+            self.steps.append(step)
+            self.count -= 1
+            if not self.count:
+                self._resync()
+        else:
+            self._fill(x, step)
+        if i - self.last_bad < self.w or not v < self.threshold or i < self.w - 1:
+            return None
+        # A necessary condition, with a slack far above the running sums'
+        # rounding: the exact (numpy) test in _decide settles close calls.
+        if self.last - self.first < self.q_rise - self._SLACK:
+            return None
+        return self._decide(i)
+
+    def _fill(self, x, step):
+        """Appends while the window is not full yet (or is no longer than a quarter)."""
+        self.logs.append(x)
+        self.steps.append(step)
+        self._resync()
+        self.full = len(self.logs) == self.w and self.w > self.q
+
+    def _resync(self):
+        """The quarter sums afresh (exactly, from the window)."""
+        logs, q = self.logs, self.q
+        n = len(logs)
+        self.first = sum(islice(logs, min(q, n)))
+        self.last = sum(islice(logs, max(n - q, 0), None))
+        self.count = self._RESYNC
+
+    def _decide(self, i):
+        p, w, q = self.p, self.w, self.q
+        logs = np.fromiter(self.logs, dtype=np.float64, count=w)  # all finite here
+        # The batch rule's exact arithmetic.
+        if logs[w - q :].sum() / q - logs[:q].sum() / q < self.rise:
+            return None
+        lo = i - w + 1
+        base = math.nan
+        if lo >= w:
+            # The history is pushed after this check: it ends at point i - 1.
+            hist = list(self.history.values)
+            before = np.asarray(hist[: len(hist) - (w - 1)][-p.baseline_window :], dtype=np.float64)
+            if lo < p.baseline_window:
+                before = before[np.isfinite(before)]
+                base = float(np.median(before)) if before.size >= w else math.nan
+            else:
+                base = float(np.median(before))
+        steps = np.fromiter(self.steps, dtype=np.int64, count=w)
+        fit = fit_window(steps, logs, base, p)
+        return None if fit is None else StreamHit(fit=fit)
+
+
 @rule(
     code="CS201", symbol="grad-norm-growth", family="growth", severity="critical",
     signals=("grad_norm",), params=GrowthParams, describe=_describe_growth,
+    stream=GradGrowthStream,
     advice="an explosion is coming: lower the learning rate now, enable gradient clipping, "
     "and checkpoint before the projected step",
 )

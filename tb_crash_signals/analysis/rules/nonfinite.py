@@ -3,35 +3,44 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import numpy as np
 
-from tb_crash_signals.analysis.rules.base import Hits, fmt, rule, since_index
+from tb_crash_signals.analysis.rules.base import Hits, fmt, param, rule, since_index
 from tb_crash_signals.analysis.signals import SIGNAL_LABELS, SIGNALS
+from tb_crash_signals.analysis.streaming import HIT, Quiet, Stream
 
 
 @dataclasses.dataclass(frozen=True)
 class NonFiniteParams:
-    """Parameters of `nonfinite`.
-
-    Attributes:
-        cooldown: points without NaN/Inf after which a new episode starts.
-    """
-
-    cooldown: int = 20
+    cooldown: int = param(20, "points without NaN/Inf after which a new episode starts")
 
 
 def _describe_nonfinite(ep, p):
-    v = ep.series.values[ep.start]
-    n = int(np.count_nonzero(~np.isfinite(ep.series.values[ep.start : ep.end + 1])))
-    what = "NaN" if np.isnan(v) else ("+Inf" if v > 0 else "-Inf")
-    more = f" ({n} non-finite points)" if n > 1 else ""
-    return f"{SIGNAL_LABELS[ep.signal]} is {what} at step {int(ep.series.steps[ep.start])}{more}"
+    v = ep.start_value
+    what = "NaN" if math.isnan(v) else ("+Inf" if v > 0 else "-Inf")
+    more = f" ({ep.hits} non-finite points)" if ep.hits > 1 else ""
+    return f"{SIGNAL_LABELS[ep.signal]} is {what} at step {ep.start_step}{more}"
+
+
+class NonFiniteStream(Stream):
+    """Fires on every non-finite value (the monitor runs this test inline: `nonfinite_only`)."""
+
+    hits = SIGNALS
+    nonfinite_only = True
+
+    def __init__(self, p, signal, channels):
+        pass
+
+    def check(self, i, step, v):
+        return None if math.isfinite(v) else HIT
 
 
 @rule(
     code="CS001", symbol="nonfinite", family="nonfinite", severity="critical",
     signals=SIGNALS, params=NonFiniteParams, describe=_describe_nonfinite, peak="first",
+    stream=NonFiniteStream,
     advice="training has diverged: restore the last good checkpoint, lower the learning rate, "
     "clip gradients, check the batch at the first NaN step and fp16 overflow",
 )
@@ -51,30 +60,38 @@ def nonfinite(data, p: NonFiniteParams, since=None):
 
 @dataclasses.dataclass(frozen=True)
 class LossBoundParams:
-    """Parameters of `loss-bound`.
-
-    Attributes:
-        max_loss: a train or validation loss above this is critical, even as
-            the first point logged. No usual objective (cross-entropy, MSE on
-            normalised targets) gets near it; raise it for losses summed over
-            large batches or unnormalised regression targets.
-        cooldown: points back under the bound after which a new episode starts.
-    """
-
-    max_loss: float = 1e4
-    cooldown: int = 20
+    max_loss: float = param(
+        1e4,
+        "a train or validation loss above this is critical, even as the first point logged; "
+        "raise it for losses summed over large batches or unnormalised regression targets",
+    )
+    cooldown: int = param(20, "points back under the bound after which a new episode starts")
 
 
 def _describe_bound(ep, p):
     return (
-        f"{SIGNAL_LABELS[ep.signal]} reached {fmt(ep.series.values[ep.peak])} at step "
-        f"{int(ep.series.steps[ep.peak])}, beyond the bound {fmt(p.max_loss)}"
+        f"{SIGNAL_LABELS[ep.signal]} reached {fmt(ep.peak_value)} at step "
+        f"{ep.peak_step}, beyond the bound {fmt(p.max_loss)}"
     )
+
+
+class LossBoundStream(Stream):
+    hits = ("train_loss", "val_loss")
+
+    def __init__(self, p, signal, channels):
+        self.max = p.max_loss
+
+    def quiet(self):
+        return Quiet(lo=-self.max, hi=self.max)
+
+    def check(self, i, step, v):
+        return HIT if abs(v) > self.max and v - v == 0.0 else None
 
 
 @rule(
     code="CS002", symbol="loss-bound", family="explosion", severity="critical",
     signals=("train_loss", "val_loss"), params=LossBoundParams, describe=_describe_bound,
+    stream=LossBoundStream,
     advice="the loss is far beyond any plausible value: the learning rate is far too high "
     "or the inputs/labels are broken; check data scaling and lower the learning rate",
 )
@@ -83,7 +100,8 @@ def loss_bound(data, p: LossBoundParams, since=None):
 
     The first layer of the source article's filter applied to the loss: an
     absolute threshold that needs no history, so it also catches a run that
-    blew up before its first logged point.
+    blew up before its first logged point. No usual objective (cross-entropy,
+    MSE on normalised targets) gets near the default bound.
     """
     for signal in ("train_loss", "val_loss"):
         s = data.get(signal)

@@ -1,17 +1,19 @@
-"""CS4xx: the model stops generalising (validation vs training)."""
+"""CS401, CS402: the model stops generalising (validation vs training)."""
 
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import numpy as np
 
-from tb_crash_signals.analysis.rules.base import Hits, fmt, rule, since_index
+from tb_crash_signals.analysis.rules.base import Hits, fmt, param, rule, since_index
 from tb_crash_signals.analysis.stats import (
     run_lengths,
     trailing_median_inclusive_at,
     value_at_or_before,
 )
+from tb_crash_signals.analysis.streaming import Stream, StreamHit, finite_median, small_median
 
 
 def _train_at_val_steps(data, smooth: int, which=None):
@@ -37,31 +39,62 @@ def _train_at_val_steps(data, smooth: int, which=None):
 
 @dataclasses.dataclass(frozen=True)
 class OverfitParams:
-    """Parameters of `overfitting`.
+    max_train_loss: float = param(0.1, "the train loss must be below this (the article's 0.1)")
+    ratio: float = param(
+        5.0, "... and the validation loss above this multiple of the train loss (the article's 5)"
+    )
+    cooldown: int = param(10, "evaluations after which a new episode starts")
 
-    Attributes:
-        max_train_loss: the train loss must be below this (the article's 0.1).
-        ratio: ... and the validation loss above `ratio` x the train loss (the
-            article's 5).
-        cooldown: evaluations after which a new episode starts.
-    """
 
-    max_train_loss: float = 0.1
-    ratio: float = 5.0
-    cooldown: int = 10
+class _TrainAtVal(Stream):
+    """The train loss at or before each validation point, optionally smoothed."""
+
+    hits = ("val_loss",)
+
+    @classmethod
+    def needs(cls, p, signal):
+        return [("train_loss", p.smooth, False)] if getattr(p, "smooth", 1) > 1 else []
+
+    def __init__(self, smooth, channels):
+        self.smooth = max(1, smooth)
+        self.train = channels["train_loss"]  # updated before the validation channel
+
+    def train_now(self):
+        """The (smoothed) train loss at the last train point."""
+        train = self.train
+        if train.n == 0:
+            return math.nan
+        if self.smooth == 1:
+            return train.values[-1]  # unsmoothed: the raw value, NaN/Inf included
+        window = train.window.tail(self.smooth)
+        if train.n < self.smooth:
+            return finite_median(window)
+        return small_median(window)
 
 
 def _describe_overfit(ep, p):
-    s = ep.series
     return (
         f"train loss {ep.note} < {fmt(p.max_train_loss)} while validation loss "
-        f"{fmt(s.values[ep.start])} is > {fmt(p.ratio)}x it (step {int(s.steps[ep.start])})"
+        f"{fmt(ep.start_value)} is > {fmt(p.ratio)}x it (step {ep.start_step})"
     )
+
+
+class OverfitStream(_TrainAtVal):
+    def __init__(self, p, signal, channels):
+        super().__init__(1, channels)
+        self.p = p
+
+    def check(self, i, step, v):
+        t = self.train_now()
+        if t < self.p.max_train_loss and v > self.p.ratio * t:
+            return StreamHit(note=fmt(t))
+        return None
 
 
 @rule(
     code="CS401", symbol="overfitting", family="overfit", severity="warning",
     signals=("train_loss", "val_loss"), params=OverfitParams, describe=_describe_overfit,
+    stream=OverfitStream,
     advice="the model memorises the training set: add regularisation (weight decay, "
     "dropout, augmentation), get more data, or stop at the best validation step",
 )
@@ -91,37 +124,55 @@ def overfitting(data, p: OverfitParams, since=None):
 
 @dataclasses.dataclass(frozen=True)
 class ValDivergenceParams:
-    """Parameters of `val-divergence`.
-
-    Attributes:
-        evaluations: the last this-many evaluations must all be above the best
-            (a rise that persists, not one noisy evaluation).
-        min_rise: ... by at least this much (relative). 0.10, was 0.05: the
-            same 10 % rise that defines an overfit run in our labels and in
-            the real-log verdicts; 5 % fired on healthy validation noise.
-        smooth: trailing train points whose median is compared (noise).
-        min_evaluations: evaluations needed before the rule can fire.
-        cooldown: evaluations after which a new episode starts.
-    """
-
-    evaluations: int = 2
-    min_rise: float = 0.10
-    smooth: int = 5
-    min_evaluations: int = 3
-    cooldown: int = 10
+    evaluations: int = param(
+        2, "the last this-many evaluations must all be above the best (a rise that persists)"
+    )
+    min_rise: float = param(0.10, "... by at least this much (relative)")
+    smooth: int = param(5, "trailing train points whose median is compared (noise)")
+    min_evaluations: int = param(3, "evaluations needed before the rule can fire")
+    cooldown: int = param(10, "evaluations after which a new episode starts")
 
 
 def _describe_valdiv(ep, p):
-    s = ep.series
     return (
-        f"validation loss rose to {fmt(s.values[ep.start])} from its best {ep.note} "
-        f"while train loss kept falling (step {int(s.steps[ep.start])})"
+        f"validation loss rose to {fmt(ep.start_value)} from its best {ep.note} "
+        f"while train loss kept falling (step {ep.start_step})"
     )
+
+
+class ValDivergenceStream(_TrainAtVal):
+    def __init__(self, p, signal, channels):
+        super().__init__(p.smooth, channels)
+        self.p = p
+        self.best = math.inf
+        self.best_i = 0
+        self.best_step = None
+        self.train_at_best = math.nan
+        self.above = 0
+
+    def check(self, i, step, v):
+        p = self.p
+        masked = v if math.isfinite(v) else math.inf
+        if i == 0 or masked < self.best:
+            self.best = min(masked, self.best) if i else masked
+            self.best_i, self.best_step = i, step
+            self.train_at_best = self.train_now()
+        above = math.isfinite(v) and v >= self.best * (1 + p.min_rise) and self.best > 0
+        self.above = self.above + 1 if above else 0
+        if (
+            i >= p.min_evaluations
+            and self.above >= p.evaluations
+            and i - self.best_i >= p.evaluations
+            and self.train_now() < self.train_at_best
+        ):
+            return StreamHit(note=f"{fmt(self.best)} at step {self.best_step}")
+        return None
 
 
 @rule(
     code="CS402", symbol="val-divergence", family="overfit", severity="warning",
     signals=("train_loss", "val_loss"), params=ValDivergenceParams, describe=_describe_valdiv,
+    stream=ValDivergenceStream,
     advice="overfitting has begun: keep the checkpoint at the best validation step, add "
     "regularisation or augmentation, or stop early",
 )

@@ -1,37 +1,18 @@
-"""CS5xx: optimiser settings out of band (update ratio, learning rate)."""
+"""CS511-CS513: the learning rate out of band (non-positive, jumping, rising after decay)."""
 
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import numpy as np
 
 from tb_crash_signals.analysis import stats
-from tb_crash_signals.analysis.rules.base import Hits, fmt, rule, since_index
+from tb_crash_signals.analysis.rules.base import Hits, fmt, param, rule, since_index
 from tb_crash_signals.analysis.stats import run_lengths
+from tb_crash_signals.analysis.streaming import HIT, Quiet, Stream
 
 _CHUNK = 1 << 16  # points per step of lr-rising's scan for the first decay
-
-
-@dataclasses.dataclass(frozen=True)
-class UpdateRatioParams:
-    """Parameters of `update-ratio-high` and `update-ratio-low`.
-
-    Attributes:
-        low: healthy lower bound of |delta theta| / |theta| per step.
-        high: healthy upper bound (DeepDiagnosis: outside [1e-5, 1e-1] is a
-            learning-rate problem).
-        consecutive: points out of band in a row before the rule fires
-            (update ratio is often logged every ~10 steps).
-        warmup: points ignored at the start (the first updates are large).
-        cooldown: points back in band after which a new episode starts.
-    """
-
-    low: float = 1e-5
-    high: float = 1e-1
-    consecutive: int = 3
-    warmup: int = 3
-    cooldown: int = 10
 
 
 def _run_start(s, since, consecutive: int) -> tuple[int, int]:
@@ -40,83 +21,41 @@ def _run_start(s, since, consecutive: int) -> tuple[int, int]:
     return i0, (max(i0 - consecutive, 0) if consecutive > 0 else 0)
 
 
-def _out_of_band(data, p, above: bool, since):
-    s = data.get("update_ratio")
-    if s is None or len(s) == 0:
-        return
-    i0, a = _run_start(s, since, p.consecutive)
-    v = s.values[a:]
-    with np.errstate(invalid="ignore"):
-        out = (v > p.high) if above else ((v < p.low) & (v >= 0))
-    out[: max(p.warmup - a, 0)] = False
-    idx = np.flatnonzero(run_lengths(out) >= p.consecutive) + a
-    idx = idx[idx >= i0]
-    if idx.size:
-        yield Hits("update_ratio", idx)
-
-
-def _describe_ratio(ep, p, above):
-    s = ep.series
-    bound = p.high if above else p.low
-    word = "above" if above else "below"
-    return (
-        f"update ratio {fmt(s.values[ep.peak])} {word} the healthy band's {fmt(bound)} "
-        f"from step {int(s.steps[ep.start])}"
-    )
-
-
-@rule(
-    code="CS501", symbol="update-ratio-high", family="optimizer", severity="warning",
-    signals=("update_ratio",), params=UpdateRatioParams,
-    describe=lambda ep, p: _describe_ratio(ep, p, True),
-    advice="each step changes the weights too much: lower the learning rate or add warm-up",
-)
-def update_ratio_high(data, p: UpdateRatioParams, since=None):
-    """Parameter updates are too large relative to the parameters.
-
-    Fires when |delta theta| / |theta| stays above `high` for `consecutive`
-    logged points (after `warmup`).
-    """
-    yield from _out_of_band(data, p, above=True, since=since)
-
-
-@rule(
-    code="CS502", symbol="update-ratio-low", family="optimizer", severity="warning",
-    signals=("update_ratio",), params=UpdateRatioParams,
-    describe=lambda ep, p: _describe_ratio(ep, p, False), peak="min",
-    advice="the weights barely move: raise the learning rate, check that the schedule did "
-    "not decay to zero and that parameters are not frozen",
-)
-def update_ratio_low(data, p: UpdateRatioParams, since=None):
-    """Parameter updates are too small to learn anything.
-
-    Fires when |delta theta| / |theta| stays below `low` for `consecutive`
-    logged points (after `warmup`).
-    """
-    yield from _out_of_band(data, p, above=False, since=since)
-
-
 @dataclasses.dataclass(frozen=True)
 class LrNonPositiveParams:
-    """Parameters of `lr-nonpositive`.
+    consecutive: int = param(
+        3, "zero learning-rate points in a row before the rule fires (schedules legitimately end "
+        "at 0 on their last step; a negative learning rate fires at once)"
+    )
+    cooldown: int = param(10, "points after which a new episode starts")
 
-    Attributes:
-        consecutive: zero learning-rate points in a row before the rule fires
-            (schedules legitimately end at 0 on their last step; a negative
-            learning rate fires at once).
-        cooldown: points after which a new episode starts.
-    """
 
-    consecutive: int = 3
-    cooldown: int = 10
+class LrNonPositiveStream(Stream):
+    hits = ("lr",)
+
+    def __init__(self, p, signal, channels):
+        self.consecutive = p.consecutive
+        # Consecutive zeros, ending at point `last` (kept lazily).
+        self.zeros = 0
+        self.last = -2
+
+    def quiet(self):
+        return Quiet(lo=5e-324) if self.consecutive > 0 else None  # lo: v > 0
+
+    def check(self, i, step, v):
+        if v == 0:
+            self.zeros = self.zeros + 1 if self.last == i - 1 else 1
+            self.last = i
+            return HIT if self.zeros >= self.consecutive else None
+        return HIT if v < 0 or self.consecutive == 0 else None
 
 
 @rule(
     code="CS511", symbol="lr-nonpositive", family="optimizer", severity="warning",
-    signals=("lr",), params=LrNonPositiveParams, peak="min",
+    signals=("lr",), params=LrNonPositiveParams, peak="min", stream=LrNonPositiveStream,
     describe=lambda ep, p: (
-        f"learning rate is {fmt(ep.series.values[ep.start])} at step "
-        f"{int(ep.series.steps[ep.start])}"
+        f"learning rate is {fmt(ep.start_value)} at step "
+        f"{ep.start_step}"
     ),
     advice="a zero or negative learning rate stops (or reverses) training: check the "
     "scheduler's configuration and the number of total steps it was given",
@@ -140,29 +79,43 @@ def lr_nonpositive(data, p: LrNonPositiveParams, since=None):
 
 @dataclasses.dataclass(frozen=True)
 class LrJumpParams:
-    """Parameters of `lr-jump` and `lr-rising`.
+    factor: float = param(
+        5.0, "`lr-jump` fires when the learning rate rises more than this multiple in one logged "
+        "point (drops are what schedules do)"
+    )
+    warmup: int = param(3, "points ignored at the start (warm-up ramps from ~0)")
+    peak_factor: float = param(
+        1.5, "`lr-rising` fires when, after the learning rate has decayed, it climbs above this "
+        "multiple of its earlier peak"
+    )
+    cooldown: int = param(10, "points after which a new episode starts")
 
-    Attributes:
-        factor: `lr-jump` fires when the learning rate rises more than this
-            multiple in one logged point (drops are what schedules do).
-        warmup: points ignored at the start (warm-up ramps from ~0).
-        peak_factor: `lr-rising` fires when, after the learning rate has
-            decayed, it climbs above `peak_factor` x its earlier peak.
-        cooldown: points after which a new episode starts.
-    """
 
-    factor: float = 5.0
-    warmup: int = 3
-    peak_factor: float = 1.5
-    cooldown: int = 10
+class LrJumpStream(Stream):
+    hits = ("lr",)
+
+    def __init__(self, p, signal, channels):
+        self.factor = p.factor
+        self.min_i = p.warmup + 1
+        self.values = channels[signal].values  # holds this point and the ones before
+
+    def quiet(self):
+        return Quiet(prev_factor=self.factor)
+
+    def check(self, i, step, v):
+        if i >= self.min_i:
+            prev = self.values[-2]
+            if v > self.factor * prev and prev > 0:
+                return HIT
+        return None
 
 
 @rule(
     code="CS512", symbol="lr-jump", family="optimizer", severity="warning",
-    signals=("lr",), params=LrJumpParams,
+    signals=("lr",), params=LrJumpParams, stream=LrJumpStream,
     describe=lambda ep, p: (
-        f"learning rate jumped {fmt(ep.series.values[ep.start - 1])} -> "
-        f"{fmt(ep.series.values[ep.start])} at step {int(ep.series.steps[ep.start])}"
+        f"learning rate jumped {fmt(ep.prev_value)} -> "
+        f"{fmt(ep.start_value)} at step {ep.start_step}"
     ),
     advice="a sudden learning-rate increase often triggers a loss spike: check the "
     "scheduler (restarts, a resumed run with a reset schedule)",
@@ -182,12 +135,37 @@ def lr_jump(data, p: LrJumpParams, since=None):
         yield Hits("lr", idx)
 
 
+class LrRisingStream(Stream):
+    hits = ("lr",)
+
+    def __init__(self, p, signal, channels):
+        self.p = p
+        self.peak = math.nan
+        self.first = None
+        self.limit = math.nan  # peak_factor x the peak when the lr first decayed
+        self.from_i = 0
+
+    def check(self, i, step, v):
+        finite = v - v == 0.0
+        if finite and not v <= self.peak:  # fmax ignores NaN
+            self.peak = v
+        if self.first is None:
+            if finite and v < 0.5 * self.peak:
+                self.first = i
+                self.limit = self.p.peak_factor * self.peak
+                self.from_i = max(i + 1, self.p.warmup)
+            return None
+        if finite and v > self.limit and i >= self.from_i:
+            return HIT
+        return None
+
+
 @rule(
     code="CS513", symbol="lr-rising", family="optimizer", severity="warning",
-    signals=("lr",), params=LrJumpParams,
+    signals=("lr",), params=LrJumpParams, stream=LrRisingStream,
     describe=lambda ep, p: (
-        f"learning rate climbed to {fmt(ep.series.values[ep.peak])} after decaying, above "
-        f"{fmt(p.peak_factor)}x its earlier peak (step {int(ep.series.steps[ep.start])})"
+        f"learning rate climbed to {fmt(ep.peak_value)} after decaying, above "
+        f"{fmt(p.peak_factor)}x its earlier peak (step {ep.start_step})"
     ),
     advice="the learning rate grows after warm-up: check the scheduler direction and "
     "whether the schedule was restarted",

@@ -1,52 +1,44 @@
-"""CS3xx: training that stopped making progress."""
+"""CS301: the train loss stopped making progress (trend layer)."""
 
 from __future__ import annotations
 
 import dataclasses
 
 import numpy as np
-from numpy.lib.stride_tricks import sliding_window_view
 
-from tb_crash_signals.analysis.rules.base import Hits, fmt, rule, since_index
+import array
+import collections
+import math
+
+from tb_crash_signals.analysis.rules.base import Hits, fmt, param, rule, since_index
 from tb_crash_signals.analysis import stats
 from tb_crash_signals.analysis.stats import chunks, finite_anchor, trailing_median_inclusive
+from tb_crash_signals.analysis.streaming import Stream, StreamHit, finite_median
 
 
 @dataclasses.dataclass(frozen=True)
 class PlateauParams:
-    """Parameters of `loss-plateau`.
-
-    Attributes:
-        smooth: trailing points whose median is the smoothed loss (per-step
-            losses are noisy; epoch-level ones are already averages). 9, was 3:
-            the best of a 3-point median is a lucky batch that a healthy run
-            takes hundreds of steps to beat by 1 %.
-        rel_improvement: progress means the best smoothed loss fell by at
-            least this fraction over the patience window.
-        min_patience: points the best must have stood still before the rule fires.
-        patience_fraction: ... or this share of the points logged so far, if
-            larger, so a long run must stall for a proportionate time (0.4, was
-            0.3: fewer warnings on healthy runs whose progress slows as the
-            learning rate decays; see docs/detection.md).
-        max_patience: ... but never more than this many points (this bounds
-            the history the online monitor keeps).
-        cooldown: points after which a new episode starts.
-    """
-
-    smooth: int = 9
-    rel_improvement: float = 0.01
-    min_patience: int = 8
-    patience_fraction: float = 0.4
-    max_patience: int = 2000
-    cooldown: int = 50
+    smooth: int = param(9, "trailing points whose median is the smoothed loss")
+    rel_improvement: float = param(
+        0.01, "progress means the best smoothed loss fell by at least this fraction over the "
+        "patience window"
+    )
+    min_patience: int = param(8, "points the best must have stood still before the rule fires")
+    patience_fraction: float = param(
+        0.4, "... or this share of the points logged so far, if larger, so a long run must "
+        "stall for a proportionate time", at_least=0.0, at_most=1.0,
+    )
+    max_patience: int = param(
+        2000, "... but never more than this many points (bounds the online monitor's history)"
+    )
+    cooldown: int = param(50, "points after which a new episode starts")
 
 
 def _describe_plateau(ep, p):
-    s = ep.series
     return (
         f"train loss has not improved by {p.rel_improvement:.0%} for "
-        f"{ep.note or 'many'} points (around {fmt(s.values[ep.start])} at step "
-        f"{int(s.steps[ep.start])})"
+        f"{ep.note or 'many'} points (around {fmt(ep.start_value)} at step "
+        f"{ep.start_step})"
     )
 
 
@@ -76,9 +68,95 @@ def _in_warmup(data, steps):
         return (pos >= 0) & (v[np.maximum(pos, 0)] > v[back])
 
 
+class PlateauStream(Stream):
+    """loss-plateau, point by point."""
+
+    hits = ("train_loss",)
+
+    def __init__(self, p, signal, channels):
+        k = self.k = max(1, p.smooth)
+        self.mid, self.odd = k // 2, k % 2 == 1
+        self.window = collections.deque(maxlen=k)  # forward-filled losses, this point included
+        self.last = math.nan
+        self.best = math.nan
+        self.settled = False
+        self.rel = p.rel_improvement
+        self.fraction, self.min_patience = p.patience_fraction, p.min_patience
+        self.cap = max(p.max_patience, p.min_patience)
+        self.capped_from = _capped_from(p.patience_fraction, self.min_patience, self.cap)
+        self.capped_hit = StreamHit(note=str(self.cap))
+        # Ring: the best as of each recent point (an array pickles as one block).
+        self.bests = array.array("d", [math.nan]) * (self.cap + 1)
+        # The learning rate's recent points (its channel is updated first).
+        self.lr = channels["lr"].values
+
+    def check(self, i, step, v):
+        finite = v - v == 0.0
+        if finite:
+            self.last = v
+        window = self.window
+        y = self.last
+        window.append(y)
+        if i >= self.k - 1:
+            # Once settled, the window's median is >= best after every point,
+            # and for an odd window only a new value below best can take the
+            # median below it: otherwise the median need not be computed.
+            # Forward-filled: NaN can only lead, so a finite first value means all are.
+            if (y < self.best or not self.settled) and window[0] == window[0]:
+                xs = sorted(window)
+                mid = self.mid
+                sm = xs[mid] if self.odd else (xs[mid - 1] + xs[mid]) / 2.0
+                if not sm >= self.best:  # fmin: a NaN best takes sm
+                    self.best = sm
+                self.settled = self.odd
+        else:
+            sm = finite_median(window)
+            if sm - sm == 0.0 and not sm >= self.best:
+                self.best = sm
+        best = self.best
+        ring = self.bests
+        size = len(ring)
+        ring[i % size] = best
+        if i >= self.capped_from:
+            patience = self.cap
+        else:
+            grown = int(self.fraction * (i + 1))  # floor, for i >= 0
+            patience = min(grown if grown > self.min_patience else self.min_patience, self.cap)
+        if i < patience or not finite:
+            return None
+        ref = ring[(i - patience) % size]
+        if best > ref - self.rel * abs(ref) and not self._lr_rising():
+            if patience == self.cap:  # a stall fires on every point: one hit object
+                return self.capped_hit
+            return StreamHit(note=str(patience))
+        return None
+
+    def _lr_rising(self):
+        """The last lr point above the one 3 points before it (warm-up)."""
+        lr = self.lr
+        n = len(lr)
+        return n > 0 and lr[-1] > lr[-4 if n >= 4 else 0]
+
+
+def _capped_from(fraction, min_patience, cap):
+    """The first point whose patience is the cap: floor(fraction x (i+1)) >= cap."""
+    if min_patience >= cap:
+        return 0
+    if fraction <= 0 or cap / fraction > 2.0**63:  # never within an int64 step count
+        return math.inf
+    i = max(0, math.ceil(cap / fraction) - 1)
+    # Settle float rounding against the very expression the check uses.
+    while int(fraction * (i + 1)) < cap:
+        i += 1
+    while i > 0 and int(fraction * i) >= cap:
+        i -= 1
+    return i
+
+
 @rule(
     code="CS301", symbol="loss-plateau", family="plateau", severity="warning",
     signals=("train_loss",), params=PlateauParams, describe=_describe_plateau, peak="first",
+    stream=PlateauStream,
     advice="the model stopped learning: check the learning rate (too low or decayed to 0), "
     "frozen parameters, or dead activations; stop the run if it has converged",
 )
@@ -199,56 +277,3 @@ def _patience_reaches_cap(n: int, p: PlateauParams) -> int:
         else:
             lo = mid + 1
     return lo
-
-
-@dataclasses.dataclass(frozen=True)
-class StagnationParams:
-    """Parameters of `val-stagnation`.
-
-    Attributes:
-        evaluations: how many previous validation values are compared (the
-            source article's 10).
-        tolerance: all of them within this absolute distance of the current
-            value (the article's 0.001).
-        cooldown: evaluations after which a new episode starts.
-    """
-
-    evaluations: int = 10
-    tolerance: float = 0.001
-    cooldown: int = 10
-
-
-def _describe_stagnation(ep, p):
-    s = ep.series
-    return (
-        f"validation loss stuck at {fmt(s.values[ep.start])}: the last {p.evaluations} "
-        f"evaluations within {fmt(p.tolerance)} (step {int(s.steps[ep.start])})"
-    )
-
-
-@rule(
-    code="CS302", symbol="val-stagnation", family="stagnation", severity="warning",
-    signals=("val_loss",), params=StagnationParams, describe=_describe_stagnation, peak="first",
-    advice="validation stopped moving: stop early, or change the learning-rate schedule; "
-    "if it never moved, the model is not learning at all",
-)
-def val_stagnation(data, p: StagnationParams, since=None):
-    """The validation loss has not moved for many evaluations (source article rule).
-
-    Condition: the previous `evaluations` validation losses are all within
-    `tolerance` of the current one, as in the article's TrainingMonitor.
-    """
-    s = data.get("val_loss")
-    k = p.evaluations
-    if s is None or len(s) <= k:
-        return
-    i0 = max(since_index(s, since), k)  # the first window ends at k
-    if i0 >= len(s):
-        return
-    wins = sliding_window_view(s.values[i0 - k :], k + 1)
-    cur = wins[:, -1:]
-    with np.errstate(invalid="ignore"):
-        close = np.all(np.abs(wins[:, :-1] - cur) < p.tolerance, axis=1)
-    idx = np.flatnonzero(close) + i0
-    if idx.size:
-        yield Hits("val_loss", idx)

@@ -1,0 +1,73 @@
+"""CS302: the validation loss stopped moving (source article rule)."""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+
+from tb_crash_signals.analysis.rules.base import Hits, fmt, param, rule, since_index
+from tb_crash_signals.analysis.streaming import HIT, Stream
+
+
+@dataclasses.dataclass(frozen=True)
+class StagnationParams:
+    evaluations: int = param(10, "how many previous validation values are compared (the article's 10)")
+    tolerance: float = param(
+        0.001, "all of them within this absolute distance of the current value (the article's 0.001)"
+    )
+    cooldown: int = param(10, "evaluations after which a new episode starts")
+
+
+def _describe_stagnation(ep, p):
+    return (
+        f"validation loss stuck at {fmt(ep.start_value)}: the last {p.evaluations} "
+        f"evaluations within {fmt(p.tolerance)} (step {ep.start_step})"
+    )
+
+
+class ValStagnationStream(Stream):
+    hits = ("val_loss",)
+
+    def __init__(self, p, signal, channels):
+        self.p = p
+        self.values = collections.deque(maxlen=p.evaluations)
+
+    def check(self, i, step, v):
+        p = self.p
+        hit = None
+        if i >= p.evaluations and all(abs(x - v) < p.tolerance for x in self.values):
+            hit = HIT
+        self.values.append(v)
+        return hit
+
+
+@rule(
+    code="CS302", symbol="val-stagnation", family="stagnation", severity="warning",
+    signals=("val_loss",), params=StagnationParams, describe=_describe_stagnation, peak="first",
+    stream=ValStagnationStream,
+    advice="validation stopped moving: stop early, or change the learning-rate schedule; "
+    "if it never moved, the model is not learning at all",
+)
+def val_stagnation(data, p: StagnationParams, since=None):
+    """The validation loss has not moved for many evaluations (source article rule).
+
+    Condition: the previous `evaluations` validation losses are all within
+    `tolerance` of the current one, as in the article's TrainingMonitor.
+    """
+    s = data.get("val_loss")
+    k = p.evaluations
+    if s is None or len(s) <= k:
+        return
+    i0 = max(since_index(s, since), k)  # the first window ends at k
+    if i0 >= len(s):
+        return
+    wins = sliding_window_view(s.values[i0 - k :], k + 1)
+    cur = wins[:, -1:]
+    with np.errstate(invalid="ignore"):
+        close = np.all(np.abs(wins[:, :-1] - cur) < p.tolerance, axis=1)
+    idx = np.flatnonzero(close) + i0
+    if idx.size:
+        yield Hits("val_loss", idx)
