@@ -35,8 +35,8 @@ from bench_monitor import ArticleMonitor, TrainingState  # noqa: E402
 from tb_crash_signals.analysis.config import Config  # noqa: E402
 from tb_crash_signals.analysis.engine import analyze_run  # noqa: E402
 from tb_crash_signals.analysis.rules import RULES  # noqa: E402
-from tb_crash_signals.ingest.series import Series  # noqa: E402
 from tb_crash_signals.analysis.signals import group_runs  # noqa: E402
+from tb_crash_signals.ingest.series import Series  # noqa: E402
 
 
 def main(argv=None):

@@ -49,16 +49,15 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from tensorboard.backend.event_processing.event_file_loader import EventFileLoader  # noqa: E402
-from tensorboard.compat.proto import event_pb2, summary_pb2  # noqa: E402
-from tensorboard.summary.writer.event_file_writer import EventFileWriter  # noqa: E402
-from tensorboard.summary.writer.record_writer import RecordWriter  # noqa: E402
-from tensorboard.util import tensor_util  # noqa: E402
+import _synth
+from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+from tensorboard.compat.proto import event_pb2
+from tensorboard.summary.writer.event_file_writer import EventFileWriter
+from tensorboard.summary.writer.record_writer import RecordWriter
+from tensorboard.util import tensor_util
 
-import _synth  # noqa: E402
-
-from tb_crash_signals.ingest import records as eventfile  # noqa: E402
-from tb_crash_signals.ingest.reader import RunReader  # noqa: E402
+from tb_crash_signals.ingest import records as eventfile
+from tb_crash_signals.ingest.reader import RunReader
 
 TAGS = ["train/loss", "train/grad_norm", "train/learning_rate", "optim/update_ratio"]
 

@@ -26,8 +26,8 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-from tb_crash_signals import Monitor  # noqa: E402
-from tb_crash_signals.compat import TrainingState  # noqa: E402  (the article's dataclass)
+from tb_crash_signals import Monitor
+from tb_crash_signals.compat import TrainingState
 
 
 class ArticleMonitor:
@@ -147,7 +147,7 @@ def main(argv=None):
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
           f"Python {platform.python_version()}, numpy {np.__version__}, "
           f"load average {os.getloadavg()[0]:.1f}")
-    print(f"run: train loss, grad norm, lr every step; update ratio every 10; val every 100")
+    print("run: train loss, grad norm, lr every step; update ratio every 10; val every 100")
 
     t_ours, t_art, m = timing(args.timing_steps, loss, grad, lr)
     rules = len(m.config.enabled_codes())

@@ -53,9 +53,9 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, ".."))
 sys.path.insert(0, os.path.join(HERE, "..", "tests"))
 
-import numpy as np  # noqa: E402
 
 import _synth  # noqa: E402
+from plugin_harness import tb_flags  # noqa: E402
 from tensorboard import context as tb_context  # noqa: E402
 from tensorboard.backend import application  # noqa: E402
 from tensorboard.data import server_ingester  # noqa: E402
@@ -65,7 +65,6 @@ from tensorboard.util import grpc_util  # noqa: E402
 from werkzeug import test as werkzeug_test  # noqa: E402
 from werkzeug import wrappers  # noqa: E402
 
-from plugin_harness import tb_flags  # noqa: E402
 from tb_crash_signals.tb_plugin.plugin import CrashSignalsPlugin  # noqa: E402
 
 EVENTS = "events.out.tfevents.1700000000.bench"
@@ -215,10 +214,11 @@ def reservoir_cost(server, ours, listing):
     One ``read_scalars`` call for every run's signal tags (as the plugin did before), then
     the same analysis on those points. Returns (read seconds, analysis seconds, runs).
     """
-    from tb_crash_signals.analysis.engine import analyze_run
-    from tb_crash_signals.ingest.series import Series
-    from tb_crash_signals.analysis.signals import group_runs
     from tensorboard.data import provider as tb_provider
+
+    from tb_crash_signals.analysis.engine import analyze_run
+    from tb_crash_signals.analysis.signals import group_runs
+    from tb_crash_signals.ingest.series import Series
 
     ctx = tb_context.RequestContext()
     logical = group_runs({run: list(tags) for run, tags in listing.items()})

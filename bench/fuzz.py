@@ -55,23 +55,22 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))  # this checkout, not another installed copy
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests"))
 
-import numpy as np  # noqa: E402
-
 import eventwriters as ew  # noqa: E402
+import numpy as np  # noqa: E402
 from tensorboard.compat.proto import event_pb2  # noqa: E402
 from tensorboard.summary.writer.record_writer import RecordWriter  # noqa: E402
 
-from tb_crash_signals.tb_plugin import decimate
-from tb_crash_signals.ingest import records as eventfile
-from tb_crash_signals.ingest import scalars
-from tb_crash_signals.ingest import reader as source  # noqa: E402
 from tb_crash_signals.analysis.config import Config, ConfigError, from_dict, load_config  # noqa: E402
 from tb_crash_signals.analysis.engine import analyze_run  # noqa: E402
+from tb_crash_signals.analysis.rules import RULES  # noqa: E402
+from tb_crash_signals.analysis.signals import SIGNALS, LogicalRun, TagRef  # noqa: E402
+from tb_crash_signals.ingest import reader as source  # noqa: E402
+from tb_crash_signals.ingest import records as eventfile
+from tb_crash_signals.ingest import scalars
+from tb_crash_signals.ingest.series import Series  # noqa: E402
 from tb_crash_signals.online.monitor import Monitor  # noqa: E402
 from tb_crash_signals.report.document import run_to_json  # noqa: E402
-from tb_crash_signals.analysis.rules import RULES  # noqa: E402
-from tb_crash_signals.ingest.series import Series  # noqa: E402
-from tb_crash_signals.analysis.signals import SIGNALS, LogicalRun, TagRef  # noqa: E402
+from tb_crash_signals.tb_plugin import decimate
 
 MEM_LIMIT = 8 << 20
 CASE_SECONDS = 30

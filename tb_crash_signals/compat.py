@@ -21,8 +21,8 @@ import collections
 import dataclasses
 from typing import Callable
 
-from tb_crash_signals.online.monitor import Monitor
 from tb_crash_signals.analysis.rules import RULES
+from tb_crash_signals.online.monitor import Monitor
 
 # The article's rule names and messages, for its four rules.
 _ARTICLE = {

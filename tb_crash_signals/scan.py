@@ -7,9 +7,9 @@ from typing import Callable
 
 from tb_crash_signals.analysis.config import Config
 from tb_crash_signals.analysis.engine import analyze_run
-from tb_crash_signals.report.document import report_to_json
 from tb_crash_signals.analysis.signals import group_runs
 from tb_crash_signals.ingest.reader import LogdirSource
+from tb_crash_signals.report.document import report_to_json
 
 
 def scan_logdir(

@@ -61,8 +61,7 @@ STYLES = ("pytorch", "hf", "lightning", "keras", "custom")
 
 class _Writer:
     def __init__(self, logdir: str, tensor: bool = False):
-        from tensorboard.compat.proto import event_pb2, summary_pb2
-        from tensorboard.compat.proto import tensor_pb2, tensor_shape_pb2, types_pb2
+        from tensorboard.compat.proto import event_pb2, summary_pb2, tensor_pb2, tensor_shape_pb2, types_pb2
         from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
         self.ev, self.sm = event_pb2, summary_pb2

@@ -49,6 +49,7 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))
 
 from baselines import BASELINES  # noqa: E402
+
 from tb_crash_signals.analysis.config import Config  # noqa: E402
 from tb_crash_signals.analysis.engine import analyze_run  # noqa: E402
 from tb_crash_signals.analysis.signals import group_runs  # noqa: E402
@@ -205,7 +206,7 @@ def score_corpus(runs, labels: dict, detect) -> dict:
                     mis["flagged"] += 1
                 else:
                     mis["missed"].append(f"{run.name} ({sig})")
-    per10k = lambda x: 1e4 * x / max(healthy["steps"], 1)  # noqa: E731
+    per10k = lambda x: 1e4 * x / max(healthy["steps"], 1)
     return {
         "runs": len(per_run),
         "divergence": {

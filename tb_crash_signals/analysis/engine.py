@@ -14,14 +14,14 @@ from typing import Mapping
 
 import numpy as np
 
+from tb_crash_signals.analysis import stats
 from tb_crash_signals.analysis.config import Config
 from tb_crash_signals.analysis.episodes import Episode, EpisodeTrack
 from tb_crash_signals.analysis.rules import RULES, Fit
 from tb_crash_signals.analysis.rules.base import since_index
-from tb_crash_signals.ingest.series import Series
 from tb_crash_signals.analysis.signals import SIGNALS, LogicalRun
-from tb_crash_signals.analysis import stats
 from tb_crash_signals.analysis.stats import value_at_or_before
+from tb_crash_signals.ingest.series import Series
 
 HEALTH_ORDER = ("critical", "warning", "ok", "no_signals")
 # Families that mean the crash itself happened (as opposed to a precursor).

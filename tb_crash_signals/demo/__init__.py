@@ -122,8 +122,7 @@ class ScalarWriter:
     def __init__(self, logdir: str, tensor: bool = False):
         # TensorBoard is imported here, not at module level: importing this
         # module (e.g. for the CLI's argument parser) stays cheap.
-        from tensorboard.compat.proto import event_pb2, summary_pb2
-        from tensorboard.compat.proto import tensor_pb2, tensor_shape_pb2, types_pb2
+        from tensorboard.compat.proto import event_pb2, summary_pb2, tensor_pb2, tensor_shape_pb2, types_pb2
         from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
         self._event_pb2, self._summary_pb2 = event_pb2, summary_pb2
@@ -818,7 +817,7 @@ def _blas_single_thread():
                 break
         if setter is not None:
             setter(1)
-    except Exception:  # noqa: BLE001 - an optimisation only
+    except Exception:
         setter = None
     try:
         yield

@@ -22,7 +22,6 @@ import math
 import pickle
 from typing import Callable, Iterable
 
-
 from tb_crash_signals.analysis.config import Config
 from tb_crash_signals.analysis.engine import headline, loss_trend
 from tb_crash_signals.analysis.episodes import Episode

@@ -30,23 +30,23 @@ import secrets
 import threading
 import time
 
-from werkzeug import wrappers
-
 from tensorboard import errors, plugin_util
 from tensorboard.backend import http_util
 from tensorboard.data import provider as tb_provider
 from tensorboard.plugins import base_plugin
+from werkzeug import wrappers
 
-from tb_crash_signals.tb_plugin import decimate
 from tb_crash_signals.analysis.catalogue import catalogue_json
-from tb_crash_signals.analysis.overlays import chart_overlays
 from tb_crash_signals.analysis.config import Config
 from tb_crash_signals.analysis.engine import analyze_run
-from tb_crash_signals.report.document import SCHEMA_VERSION, run_to_json
-from tb_crash_signals.ingest.series import Series
+from tb_crash_signals.analysis.overlays import chart_overlays
 from tb_crash_signals.analysis.signals import SIGNALS, LogicalRun, group_runs
 from tb_crash_signals.ingest.reader import RunReader
-from tb_crash_signals.tb_plugin.state import (  # noqa: F401  (re-exported for tests)
+from tb_crash_signals.ingest.series import Series
+from tb_crash_signals.report.document import SCHEMA_VERSION, run_to_json
+from tb_crash_signals.tb_plugin import decimate
+from tb_crash_signals.tb_plugin.locator import RunLocator, file_signature, parse_logdir_spec  # noqa: F401
+from tb_crash_signals.tb_plugin.state import (
     _LRU,
     _ConfigState,
     _dumps,
@@ -54,7 +54,6 @@ from tb_crash_signals.tb_plugin.state import (  # noqa: F401  (re-exported for t
     _rank_entries,
     _ReaderSlot,
 )
-from tb_crash_signals.tb_plugin.locator import RunLocator, file_signature, parse_logdir_spec  # noqa: F401
 
 PLUGIN_NAME = "crash_signals"
 PENDING = "pending"  # `health` of a run listed before its analysis is done (big logdirs)

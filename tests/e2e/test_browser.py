@@ -1,8 +1,8 @@
 """End-to-end: a real TensorBoard with the plugin installed, driven by Chromium via Playwright.
 
 Needs: the package installed (`pip install -e .`, which also builds the tab), Python `playwright`
-and a system Chromium at /usr/bin/chromium (or $CHROMIUM). Playwright never downloads a browser
-here. Skipped, with the reason, when any of these is missing.
+and a system Chromium at /usr/bin/chromium (or $CHROMIUM); scripts/test_all.sh installs them.
+Playwright never downloads a browser here, and a missing piece fails the tests.
 
     python -m pytest tests/e2e -q
 """
@@ -12,52 +12,16 @@ from __future__ import annotations
 import json
 import math
 import os
-import sys
 import time
-from importlib import metadata
 
 import numpy as np
 import pytest
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from eventwriters import write_scalars  # noqa: E402  (tests/eventwriters.py)
-from tbserver import PLUGIN, running_tensorboard, runs_listed  # noqa: E402
+from support.browser import Tab
+from support.eventwriters import write_scalars
+from support.tbserver import PLUGIN, running_tensorboard, runs_listed
 
-import playwright.sync_api as playwright_api  # noqa: E402  (a missing install fails, never skips)
-
-CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
 HOSTILE = "<img src=x onerror=alert(1)>"
-
-
-def _plugin_installed() -> bool:
-    eps = metadata.entry_points()
-    group = eps.select(group="tensorboard_plugins") if hasattr(eps, "select") else eps.get("tensorboard_plugins", [])
-    return any(ep.name == PLUGIN for ep in group)
-
-
-def _bundle_built() -> bool:
-    try:
-        import tb_crash_signals
-    except ImportError:
-        return False
-    static = os.path.join(os.path.dirname(tb_crash_signals.__file__), "tb_plugin", "static")
-    return all(os.path.exists(os.path.join(static, f)) for f in ("index.js", "index.css"))
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _require_tools():
-    # scripts/test_all.sh installs all three; a missing one is a failure, not a skip.
-    assert os.path.exists(CHROMIUM), f"no Chromium at {CHROMIUM} (apt-get install chromium)"
-    assert _plugin_installed(), "tb-crash-signals is not installed (pip install -e .)"
-    assert _bundle_built(), "frontend bundle missing (cd frontend && npm ci && npm run build)"
 
 
 def make_logdir(root: str) -> None:
@@ -72,7 +36,7 @@ def make_logdir(root: str) -> None:
     loss[560:] += np.exp(0.2 * (steps[560:] - 560)) * 0.1
     grad[580:] = np.nan
     loss[580:] = np.nan
-    pairs = lambda v: list(zip(steps.tolist(), v.tolist()))  # noqa: E731
+    pairs = lambda v: list(zip(steps.tolist(), v.tolist()))
     write_scalars(
         os.path.join(root, "exploding"),
         {"train/loss": pairs(loss), "train/grad_norm": pairs(grad), "train/learning_rate": [(int(s), 1e-3) for s in steps]},
@@ -96,48 +60,6 @@ def tensorboard(tmp_path_factory):
         yield base
 
 
-@pytest.fixture(scope="module")
-def browser():
-    with playwright_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-        yield b
-        b.close()
-
-
-class Tab:
-    """TensorBoard's UI with the Crash Signals tab open; records console errors and dialogs."""
-
-    def __init__(self, browser, base, setup=None):
-        self.base = base
-        self.errors: list[str] = []
-        self.dialogs: list[str] = []
-        self.page = browser.new_page(viewport={"width": 1400, "height": 1000})
-        self.page.on("console", lambda m: m.type == "error" and self.errors.append(m.text))
-        self.page.on("pageerror", lambda e: self.errors.append(str(e)))
-
-        def on_dialog(d):
-            self.dialogs.append(d.message)
-            d.dismiss()
-
-        self.page.on("dialog", on_dialog)
-        if setup is not None:
-            setup(self.page)  # e.g. page.route(...) before the tab loads
-        self.page.goto(f"{base}/#{PLUGIN}")
-        self.frame = self.page.frame_locator(f'iframe[src*="plugin_entry.html?name={PLUGIN}"]')
-        self.frame.locator("body[data-ready='1']:not([data-loading])").wait_for(timeout=30000)
-
-    def settle(self):
-        self.frame.locator("body[data-ready='1']:not([data-loading])").wait_for(timeout=30000)
-
-    def analysis(self, run):
-        from urllib.parse import quote
-
-        resp = self.page.request.get(f"{self.base}/data/plugin/{PLUGIN}/analysis?run={quote(run, safe='')}")
-        assert resp.status == 200, resp.text()
-        return resp.json()
-
-    def close(self):
-        self.page.close()
 
 
 @pytest.fixture

@@ -7,16 +7,14 @@ points it at docs/img, where the README takes them from.
 from __future__ import annotations
 
 import os
-import sys
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_browser import CHROMIUM, CHROMIUM_ARGS, Tab  # noqa: E402
-from tbserver import running_tensorboard  # noqa: E402
-import playwright.sync_api as playwright_api  # noqa: E402
+from support.browser import Tab
+from support.paths import DEMO_LOGS
+from support.tbserver import running_tensorboard
 
-DEMO = os.path.join(os.path.dirname(__file__), "..", "..", "demo_logs")
+DEMO = DEMO_LOGS
 SHOTS = {
     # run to select -> (file name, what must be drawn)
     "lightning/grad-explosion": ("tab.png", "[data-fit]"),
@@ -31,26 +29,23 @@ def demo_tensorboard():
         yield base
 
 
-def test_demo_runs_render_and_are_screenshotted(demo_tensorboard, tmp_path):
+def test_demo_runs_render_and_are_screenshotted(browser, demo_tensorboard, tmp_path):
     out = os.environ.get("SCREENSHOT_DIR") or str(tmp_path)
     os.makedirs(out, exist_ok=True)
-    with playwright_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-        try:
-            tab = Tab(browser, demo_tensorboard)
-            ranked = [tab.frame.locator("[data-run]").nth(i).get_attribute("data-health") for i in range(8)]
-            assert ranked[:2] == ["critical", "critical"] and "critical" not in ranked[2:]
-            for run, (name, drawn) in SHOTS.items():
-                tab.frame.locator(f"[data-run='{run}']").click()
-                tab.settle()
-                tab.frame.locator(drawn).first.wait_for(timeout=15000)
-                episodes = tab.analysis(run)["episodes"]
-                assert tab.frame.locator("[data-episode]").count() >= len(episodes) > 0
-                tab.page.wait_for_timeout(300)
-                tab.page.screenshot(path=os.path.join(out, name))
-            assert tab.errors == [] and tab.dialogs == []
-            tab.close()
-        finally:
-            browser.close()
+    tab = Tab(browser, demo_tensorboard)
+    try:
+        ranked = [tab.frame.locator("[data-run]").nth(i).get_attribute("data-health") for i in range(8)]
+        assert ranked[:2] == ["critical", "critical"] and "critical" not in ranked[2:]
+        for run, (name, drawn) in SHOTS.items():
+            tab.frame.locator(f"[data-run='{run}']").click()
+            tab.settle()
+            tab.frame.locator(drawn).first.wait_for(timeout=15000)
+            episodes = tab.analysis(run)["episodes"]
+            assert tab.frame.locator("[data-episode]").count() >= len(episodes) > 0
+            tab.page.wait_for_timeout(300)
+            tab.page.screenshot(path=os.path.join(out, name))
+        assert tab.errors == [] and tab.dialogs == []
+    finally:
+        tab.close()
     for name, _ in SHOTS.values():
         assert os.path.getsize(os.path.join(out, name)) > 10_000

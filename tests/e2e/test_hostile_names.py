@@ -13,22 +13,15 @@ from __future__ import annotations
 import json
 import os
 import re
-import sys
 
 import numpy as np
 import pytest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(HERE))
-sys.path.insert(0, HERE)
-from eventwriters import write_scalars  # noqa: E402  (tests/eventwriters.py)
-from test_browser import CHROMIUM, PLUGIN, Tab, _require_tools  # noqa: E402,F401
-from tbserver import running_tensorboard, runs_listed  # noqa: E402
-
-import playwright.sync_api as playwright_api  # noqa: E402  (a missing install fails, never skips)
-
-from tb_crash_signals import cli  # noqa: E402
-from tb_crash_signals.report.document import safe  # noqa: E402
+from support.browser import PLUGIN, Tab
+from support.eventwriters import write_scalars
+from support.tbserver import running_tensorboard, runs_listed
+from tb_crash_signals import cli
+from tb_crash_signals.report.document import safe
 
 LONG = "/".join(["L" * 249 + str(i % 10) for i in range(12)])  # a 3011-char run name (12 nested dirs)
 RUNS = [
@@ -75,14 +68,6 @@ def logdir(tmp_path_factory):
 def tensorboard(logdir):
     with running_tensorboard(logdir, "--reload_interval", "1", ready=runs_listed(len(RUNS) + 2)) as base:
         yield base
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with playwright_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"], headless=True)
-        yield b
-        b.close()
 
 
 def _assert_clean(tab):

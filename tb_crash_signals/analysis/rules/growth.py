@@ -10,7 +10,6 @@ from itertools import islice
 import numpy as np
 
 from tb_crash_signals.analysis.rules.base import Fit, Hits, fmt, param, rule, since_index
-from tb_crash_signals.analysis.streaming import Stream, StreamHit
 from tb_crash_signals.analysis.stats import (
     chunks,
     finite_anchor,
@@ -19,6 +18,7 @@ from tb_crash_signals.analysis.stats import (
     trailing_median_mad_at,
     window_sums,
 )
+from tb_crash_signals.analysis.streaming import Stream, StreamHit
 
 
 @dataclasses.dataclass(frozen=True)

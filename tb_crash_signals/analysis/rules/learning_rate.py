@@ -68,7 +68,7 @@ def lr_nonpositive(data, p: LrNonPositiveParams, since=None):
     i0, a = _run_start(s, since, p.consecutive)
     v = s.values[a:]
     with np.errstate(invalid="ignore"):
-        if not (v <= 0).any():  # the usual case: nothing to find
+        if p.consecutive > 0 and not (v <= 0).any():  # the usual case: nothing to find
             return
         hit = (v < 0) | (run_lengths(v == 0) >= p.consecutive)
     idx = np.flatnonzero(hit) + a

@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
+import array
+import collections
 import dataclasses
+import math
 
 import numpy as np
 
-import array
-import collections
-import math
-
-from tb_crash_signals.analysis.rules.base import Hits, fmt, param, rule, since_index
 from tb_crash_signals.analysis import stats
+from tb_crash_signals.analysis.rules.base import Hits, fmt, param, rule, since_index
 from tb_crash_signals.analysis.stats import chunks, finite_anchor, trailing_median_inclusive
 from tb_crash_signals.analysis.streaming import Stream, StreamHit, finite_median
 

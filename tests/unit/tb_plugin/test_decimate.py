@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tb_crash_signals.ingest.series import Series
 from tb_crash_signals.tb_plugin import decimate as decimate_mod
 from tb_crash_signals.tb_plugin.decimate import (
     Decimator,
@@ -18,7 +19,6 @@ from tb_crash_signals.tb_plugin.decimate import (
     gap_band,
     nonfinite_points,
 )
-from tb_crash_signals.ingest.series import Series
 
 
 def _noisy(n, seed=0):

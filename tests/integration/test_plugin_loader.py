@@ -7,18 +7,15 @@ import subprocess
 import sys
 
 import pytest
-from werkzeug import test as werkzeug_test
-from werkzeug import wrappers
-
-from eventwriters import write_scalars
-from plugin_harness import free_port
-
 from tensorboard import program
 from tensorboard.plugins import base_plugin
 from tensorboard.plugins.core import core_plugin
 from tensorboard.plugins.scalar import scalars_plugin
+from werkzeug import test as werkzeug_test
+from werkzeug import wrappers
 
-import tb_crash_signals
+from support.eventwriters import write_scalars
+from support.plugin_harness import free_port
 from tb_crash_signals import loader as loader_mod
 from tb_crash_signals.loader import CrashSignalsLoader
 

@@ -5,17 +5,14 @@ from __future__ import annotations
 import json
 import math
 import os
-import threading
-import urllib.parse
 
 import numpy as np
 import pytest
 
-from eventwriters import scalar_event, write_events, write_scalars
-from plugin_harness import PREFIX, backend, simple_events, tb_flags, write_records
-
-from tb_crash_signals.tb_plugin import plugin as plugin_mod
+from support.eventwriters import write_scalars
+from support.plugin_harness import PREFIX, backend, simple_events, tb_flags, write_records
 from tb_crash_signals.scan import scan_logdir
+from tb_crash_signals.tb_plugin import plugin as plugin_mod
 
 EXTRA_KEYS = {"series", "nonfinite", "gap_band", "bands", "thresholds", "config_error", "problems"}
 HOSTILE = "<img src=x onerror=alert(1)>"

@@ -5,10 +5,9 @@ import dataclasses
 import numpy as np
 import pytest
 
+from support.helpers import analyze, codes, episodes_of, healthy_grad, healthy_loss
 from tb_crash_signals.analysis.config import Config
 from tb_crash_signals.analysis.rules import FAMILIES, RULES
-
-from helpers import analyze, codes, episodes_of, healthy_grad, healthy_loss
 
 
 def test_catalogue_covers_every_family_with_stable_metadata():
@@ -163,7 +162,7 @@ def test_val_divergence_flags_the_onset_within_a_few_evaluations():
     steps = np.arange(0, 3000, 100)
     val = np.concatenate([np.linspace(1.0, 0.5, 15), 0.5 + 0.04 * np.arange(1, 16)])
     train = np.linspace(1.0, 0.05, 3000)
-    from helpers import series
+    from support.helpers import series
 
     result = analyze(train_loss=train, val_loss=series(val, steps))
     eps = episodes_of(result, "CS402")

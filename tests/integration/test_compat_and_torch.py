@@ -4,11 +4,10 @@ import math
 
 import numpy as np
 import torch
+from test_article_conformance import ArticleMonitor, scenario
 
 from tb_crash_signals.compat import AlertRule, TrainingMonitor, TrainingState
 from tb_crash_signals.torch_utils import global_grad_norm, update_ratio
-
-from test_article_conformance import ArticleMonitor, scenario
 
 
 def test_compat_check_fires_the_articles_rules_on_the_articles_steps():

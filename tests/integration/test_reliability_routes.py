@@ -13,9 +13,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from eventwriters import write_scalars
-from plugin_harness import PREFIX, backend, tb_flags
-
+from support.eventwriters import write_scalars
+from support.plugin_harness import PREFIX, backend, tb_flags
 from tb_crash_signals.tb_plugin import plugin as plugin_mod
 
 HOSTILE_RUNS = [

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import pickle
 from unittest import mock
 
@@ -21,13 +20,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tensorboard.compat.proto import event_pb2
 
+from support.eventwriters import scalar_value, write_events
+from support.helpers import healthy_grad, healthy_loss
+from support.paths import SCHEMA
 from tb_crash_signals import Monitor
 from tb_crash_signals.analysis.config import Config
-from tb_crash_signals.scan import scan_logdir
 from tb_crash_signals.online.screen import Screen
-
-from eventwriters import scalar_value, write_events
-from helpers import healthy_grad, healthy_loss
+from tb_crash_signals.scan import scan_logdir
 
 TAGS = {
     "train_loss": "train/loss",
@@ -38,7 +37,7 @@ TAGS = {
 }
 SCHEMA = json.load(
     open(
-        os.path.join(os.path.dirname(__file__), "..", "tb_crash_signals", "report", "schema.json"),
+        SCHEMA,
         encoding="utf-8",
     )
 )

@@ -12,9 +12,7 @@ import os
 import struct
 
 import numpy as np
-
-from tensorboard.compat.proto import event_pb2, summary_pb2, tensor_pb2, tensor_shape_pb2
-from tensorboard.compat.proto import types_pb2
+from tensorboard.compat.proto import event_pb2, summary_pb2, tensor_pb2, tensor_shape_pb2, types_pb2
 from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
 KINDS = ("simple", "tensor", "double", "half", "content", "content64")

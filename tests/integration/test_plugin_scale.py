@@ -13,10 +13,10 @@ import time
 
 import pytest
 
-from plugin_harness import Served, backend, make_plugin, simple_events, tb_flags, write_records
+from support.plugin_harness import Served, backend, make_plugin, simple_events, tb_flags, write_records
+from tb_crash_signals.scan import scan_logdir
 from tb_crash_signals.tb_plugin import plugin as plugin_mod
 from tb_crash_signals.tb_plugin.plugin import CrashSignalsPlugin
-from tb_crash_signals.scan import scan_logdir
 
 
 class _Lazy(CrashSignalsPlugin):

@@ -23,8 +23,8 @@ import urllib.request
 
 import pytest
 
-from eventwriters import write_scalars
-from plugin_harness import free_port
+from support.eventwriters import write_scalars
+from support.plugin_harness import free_port
 
 PLUGIN = "crash_signals"
 RUNS = ["steady", "exploding", "nan", "keras/train", "keras/validation"]

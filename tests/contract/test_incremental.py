@@ -14,14 +14,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from support.helpers import logical
+from tb_crash_signals.analysis import stats
 from tb_crash_signals.analysis.config import Config
 from tb_crash_signals.analysis.engine import analyze_run
-from tb_crash_signals.report.document import run_to_json
 from tb_crash_signals.analysis.rules import RULES
 from tb_crash_signals.ingest.series import Series
-from tb_crash_signals.analysis import stats
-
-from helpers import logical
+from tb_crash_signals.report.document import run_to_json
 
 SPECIALS = [np.nan, np.inf, -np.inf, 0.0, -0.0, -1.0, 1e5, 150.0]
 
@@ -235,7 +234,7 @@ def _append(path, events):
 def test_plugin_resumes_after_appends_and_serves_what_a_cold_request_does(tmp_path):
     import os
 
-    from plugin_harness import backend, make_plugin, tb_flags, write_records, Served
+    from support.plugin_harness import Served, backend, make_plugin, tb_flags, write_records
 
     root = str(tmp_path)
     path = write_records(os.path.join(root, "r"), _events(0, 1200))
@@ -273,7 +272,7 @@ def test_reader_revision_changes_exactly_when_a_series_does_not_just_grow(tmp_pa
 
     from tensorboard.compat.proto import event_pb2
 
-    from plugin_harness import write_records
+    from support.plugin_harness import write_records
     from tb_crash_signals.ingest.reader import RunReader
 
     def events(steps, value=1.0):

@@ -14,9 +14,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from support.helpers import series
 from tb_crash_signals.analysis.rules import RULES
-
-from helpers import series
 
 
 @dataclasses.dataclass

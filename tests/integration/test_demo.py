@@ -12,7 +12,6 @@ import struct
 
 import numpy as np
 import pytest
-
 from tensorboard.compat.proto import event_pb2
 
 from tb_crash_signals import demo
@@ -314,9 +313,9 @@ def test_analysis_finds_each_story(logdir):
 def test_monitor_fed_step_by_step_agrees_with_scan(logdir):
     """The online Monitor, fed each demo run in step order, finds what scan finds."""
     from tb_crash_signals import Monitor
-    from tb_crash_signals.scan import scan_logdir
     from tb_crash_signals.analysis.signals import group_runs
     from tb_crash_signals.ingest.reader import LogdirSource
+    from tb_crash_signals.scan import scan_logdir
 
     source = LogdirSource(str(logdir))
     report = {r["run"]: r for r in scan_logdir(str(logdir), source=source)["runs"]}

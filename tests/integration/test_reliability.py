@@ -22,24 +22,21 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tensorboard.summary.writer.record_writer import RecordWriter
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-import eventwriters as ew  # noqa: E402
-from helpers import logical  # noqa: E402
-from tensorboard.summary.writer.record_writer import RecordWriter  # noqa: E402
-
-from tb_crash_signals.tb_plugin import decimate
+from support import eventwriters as ew
+from support.helpers import logical
+from tb_crash_signals.analysis.config import Config, ConfigError, from_dict, load_config
+from tb_crash_signals.analysis.engine import analyze_run
+from tb_crash_signals.analysis.rules import RULES
+from tb_crash_signals.analysis.signals import SIGNALS
+from tb_crash_signals.ingest import reader as source
 from tb_crash_signals.ingest import records as eventfile
 from tb_crash_signals.ingest import scalars
-from tb_crash_signals.ingest import reader as source  # noqa: E402
-from tb_crash_signals.analysis.config import Config, ConfigError, from_dict, load_config  # noqa: E402
-from tb_crash_signals.analysis.engine import analyze_run  # noqa: E402
-from tb_crash_signals.online.monitor import Monitor  # noqa: E402
-from tb_crash_signals.report.document import run_to_json  # noqa: E402
-from tb_crash_signals.analysis.rules import RULES  # noqa: E402
-from tb_crash_signals.ingest.series import Series  # noqa: E402
-from tb_crash_signals.analysis.signals import SIGNALS  # noqa: E402
+from tb_crash_signals.ingest.series import Series
+from tb_crash_signals.online.monitor import Monitor
+from tb_crash_signals.report.document import run_to_json
+from tb_crash_signals.tb_plugin import decimate
 
 FAST = settings(
     max_examples=120,
@@ -511,7 +508,7 @@ def test_plugin_with_a_fifo_config_answers(tmp_path):
     """The tab keeps answering (with config_error) when crash_signals.toml is a FIFO."""
     import threading
 
-    from plugin_harness import backend, tb_flags
+    from support.plugin_harness import backend, tb_flags
 
     ew.write_scalars(str(tmp_path / "run"), {"loss": [(i, 1.0 / (i + 1)) for i in range(20)]})
     os.mkfifo(tmp_path / "crash_signals.toml")

@@ -9,13 +9,13 @@ import jsonschema
 import numpy as np
 import pytest
 
+from support.eventwriters import write_scalars
+from support.paths import DOCS, SCHEMA
 from tb_crash_signals import cli
 from tb_crash_signals.report.document import safe
 
-from eventwriters import write_events, write_scalars
-
 SCHEMA = json.load(
-    open(os.path.join(os.path.dirname(cli.__file__), "..", "report", "schema.json"), encoding="utf-8")
+    open(SCHEMA, encoding="utf-8")
 )
 
 
@@ -170,7 +170,7 @@ def test_rules_command_and_generated_docs_are_in_step(capsys):
     code, out, _ = run_cli("rules", capsys=capsys)
     assert code == 0 and "CS201  grad-norm-growth" in out
     code, out, _ = run_cli("rules", "--format", "markdown", capsys=capsys)
-    docs = os.path.join(os.path.dirname(__file__), "..", "docs", "rules.md")
+    docs = os.path.join(DOCS, "rules.md")
     with open(docs, encoding="utf-8") as f:
         assert f.read() == out, "docs/rules.md is stale: tb-crash-signals rules --format markdown > docs/rules.md"
 

@@ -5,23 +5,19 @@ from __future__ import annotations
 import math
 import os
 import struct
-import sys
 
 import numpy as np
 import pytest
+from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+from tensorboard.compat.proto import event_pb2, graph_pb2, summary_pb2
+from tensorboard.compat.tensorflow_stub import pywrap_tensorflow
+from tensorboard.util import tensor_util
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-import eventwriters as ew  # noqa: E402
-from tensorboard.backend.event_processing.event_file_loader import EventFileLoader  # noqa: E402
-from tensorboard.compat.proto import event_pb2, graph_pb2, summary_pb2  # noqa: E402
-from tensorboard.compat.tensorflow_stub import pywrap_tensorflow  # noqa: E402
-from tensorboard.util import tensor_util  # noqa: E402
-
+from support import eventwriters as ew
+from tb_crash_signals.ingest import reader as source
 from tb_crash_signals.ingest import records as eventfile
-from tb_crash_signals.ingest import reader as source  # noqa: E402
-from tb_crash_signals.ingest.series import Series  # noqa: E402
-from tb_crash_signals.ingest.reader import LogdirSource, RunReader, discover_runs  # noqa: E402
+from tb_crash_signals.ingest.reader import LogdirSource, RunReader, discover_runs
+from tb_crash_signals.ingest.series import Series
 
 
 def pts(n, f=lambda i: float(i) * 0.5, start=0):

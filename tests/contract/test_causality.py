@@ -4,10 +4,9 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from support.helpers import logical, series
 from tb_crash_signals.analysis.config import Config
 from tb_crash_signals.analysis.engine import analyze_run
-
-from helpers import logical, series
 
 values = st.one_of(
     st.floats(min_value=1e-6, max_value=1e6, allow_nan=False),

@@ -6,8 +6,8 @@ import numpy as np
 
 from tb_crash_signals.analysis.config import Config
 from tb_crash_signals.analysis.engine import analyze_run
-from tb_crash_signals.ingest.series import Series
 from tb_crash_signals.analysis.signals import SIGNALS, LogicalRun, TagRef
+from tb_crash_signals.ingest.series import Series
 
 
 def series(values, steps=None) -> Series:

@@ -22,7 +22,7 @@ import urllib.request
 import numpy as np
 import pytest
 
-from plugin_harness import free_port, simple_events, write_records
+from support.plugin_harness import free_port, simple_events, write_records
 
 SPIKE = 13457
 N = 20_000

@@ -7,16 +7,14 @@ import threading
 
 import numpy as np
 import pytest
-
-from eventwriters import write_scalars
-from plugin_harness import backend, make_plugin, simple_events, tb_flags, write_records, Served
-
 from tensorboard import errors
 from tensorboard.backend.event_processing import data_ingester
 
+from support.eventwriters import write_scalars
+from support.plugin_harness import Served, backend, make_plugin, simple_events, tb_flags, write_records
+from tb_crash_signals.scan import scan_logdir
 from tb_crash_signals.tb_plugin import plugin as plugin_mod
 from tb_crash_signals.tb_plugin.plugin import CrashSignalsPlugin, RunLocator, parse_logdir_spec
-from tb_crash_signals.scan import scan_logdir
 
 EXTRA_KEYS = {"series", "nonfinite", "gap_band", "bands", "thresholds", "config_error", "problems"}
 
