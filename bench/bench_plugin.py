@@ -195,7 +195,7 @@ def cmd_routes(args):
             ratios.append(dt)
         assert r.get_json()["points"]["train_loss"] == cut + args.reloads * (args.steps // 100)
         inc = statistics.median(ratios)
-        counters = dict(server.ours.stats)
+        counters = dict(server.ours.service.stats)
         same = timed_get(server.app(), "/data/plugin/crash_signals/analysis?run=run")[1].data == r.data
         print(f"\nreload after +1 % steps (x{args.reloads}): {inc:.3f} s median "
               f"({', '.join(f'{t:.3f}' for t in ratios)}) = {inc / cold * 100:.1f} % of cold "
@@ -282,7 +282,7 @@ def cmd_runs(args):
         done = time.perf_counter() - t_first
         gc.collect()
         rss2 = rss_mb()
-        background = ours.stats["background_analyses"]
+        background = ours.service.stats["background_analyses"]
         print(f"  every run analysed {done:.1f} s after the first response ({background} by the background "
               f"worker: {done / max(background, 1) * 1e3:.0f} ms per run); {len(polls)} re-polls every "
               f"{args.poll:g} s took median {statistics.median(polls or [0]) * 1e3:.0f} ms, "
@@ -292,13 +292,13 @@ def cmd_runs(args):
         warm = statistics.median(timed_get(client, "/data/plugin/crash_signals/runs")[0] for _ in range(3))
         print(f"  warm (nothing changed): {warm * 1e3:.0f} ms (median of 3); load average "
               f"{os.getloadavg()[0]:.1f}")
-        pts = sum(slot.reader.stats.scalar_points for slot in ours._readers._d.values())
+        pts = sum(slot.reader.stats.scalar_points for slot in ours.service.data.readers._d.values())
         print(f"memory: process RSS {rss0:.0f} -> {rss1:.0f} MiB (+{rss1 - rss0:.0f} MiB) after the first "
               f"response, {rss2:.0f} MiB (+{rss2 - rss0:.0f} MiB) once every run was analysed; "
-              f"plugin caches: {len(ours._readers)} readers holding {pts / 1e6:.1f} M points, "
-              f"{len(ours._analyses)} payloads, {len(ours._summaries)} summaries; response "
+              f"plugin caches: {len(ours.service.data.readers)} readers holding {pts / 1e6:.1f} M points, "
+              f"{len(ours.service._analyses)} payloads, {len(ours._summaries)} summaries; response "
               f"{len(r.get_data()) / 1e3:.0f} kB")
-        print(f"plugin counters: {dict(ours.stats)}")
+        print(f"plugin counters: {dict(ours.service.stats)}")
         if not args.no_reservoir:
             listing = server.wait(args.runs, args.steps - 1)
             read, analyse, n = reservoir_cost(server, ours, listing)

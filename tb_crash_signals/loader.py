@@ -3,7 +3,8 @@
 `setup.py` declares ``crash_signals = tb_crash_signals.loader:CrashSignalsLoader``
 under ``tensorboard_plugins``. TensorBoard imports this module at startup,
 before it parses flags, and an ImportError here would stop TensorBoard itself,
-so this module imports nothing but TensorBoard's own base classes. The plugin
+so this module imports nothing but TensorBoard's own base classes and the
+plugin's names (`tb_plugin.metadata`, constants only). The plugin
 (numpy, the engine, the rules) is imported inside :meth:`load`; if that fails
 the reason is logged and the tab is simply not offered.
 """
@@ -15,7 +16,7 @@ import os
 
 from tensorboard.plugins import base_plugin
 
-PLUGIN_NAME = "crash_signals"
+from tb_crash_signals.tb_plugin.metadata import CONFIG_FLAG, PLUGIN_NAME
 
 # TensorBoard's logger ("tensorboard"); its messages reach TensorBoard's log.
 logger = logging.getLogger("tensorboard")
@@ -27,7 +28,7 @@ class CrashSignalsLoader(base_plugin.TBLoader):
     def define_flags(self, parser):
         group = parser.add_argument_group(PLUGIN_NAME)
         group.add_argument(
-            "--crash_signals_config",
+            f"--{CONFIG_FLAG}",
             metavar="PATH",
             type=str,
             default=None,
@@ -38,10 +39,10 @@ class CrashSignalsLoader(base_plugin.TBLoader):
 
     def fix_flags(self, flags):
         # Never raise here: a bad path must show in the tab, not stop TensorBoard.
-        path = getattr(flags, "crash_signals_config", None)
+        path = getattr(flags, CONFIG_FLAG, None)
         if isinstance(path, str):
             path = path.strip()
-            flags.crash_signals_config = os.path.expanduser(path) if path else None
+            setattr(flags, CONFIG_FLAG, os.path.expanduser(path) if path else None)
 
     def load(self, context):
         try:

@@ -1,4 +1,4 @@
-"""The plugin's small stateful parts: config in force, bounded caches, per-run entries.
+"""The service's small stateful parts: the config in force, bounded caches, per-run entries.
 
 Plain Python (TensorBoard only for its JSON cleansing), tested through the plugin.
 """
@@ -6,6 +6,7 @@ Plain Python (TensorBoard only for its JSON cleansing), tested through the plugi
 from __future__ import annotations
 
 import collections
+import dataclasses
 import json
 import logging
 import os
@@ -16,6 +17,7 @@ from tensorboard.backend import json_util
 
 from tb_crash_signals.analysis.config import CONFIG_FILENAME, Config, ConfigError, load_config
 from tb_crash_signals.analysis.engine import rank
+from tb_crash_signals.tb_plugin.metadata import PENDING
 from tb_crash_signals.ingest.reader import RunReader
 from tb_crash_signals.tb_plugin.locator import RunLocator
 
@@ -25,7 +27,17 @@ logger = logging.getLogger("tensorboard")
 # -- configuration -----------------------------------------------------------
 
 
-class _ConfigState:
+@dataclasses.dataclass(frozen=True)
+class ConfigInForce:
+    """The config the analyses use, the error that made it the default (or None), and a
+    key that changes whenever the file does."""
+
+    config: Config
+    error: str | None
+    key: tuple
+
+
+class ConfigState:
     """The config in force, re-read when the file's mtime or size changes."""
 
     def __init__(self, locator: RunLocator, explicit: str | None):
@@ -41,8 +53,8 @@ class _ConfigState:
         root = self._locator.config_root()
         return os.path.join(root, CONFIG_FILENAME) if root else None
 
-    def get(self):
-        """(config, error message or None, key identifying this config)."""
+    def get(self) -> ConfigInForce:
+        """The config in force now."""
         path = self._path()
         try:
             st = os.stat(path) if path else None
@@ -52,7 +64,7 @@ class _ConfigState:
         key = (path, sig)
         with self._lock:
             if key == self._key:
-                return self._value + (key,)
+                return ConfigInForce(*self._value, key)
             if path is None or (not self._explicit and sig is not None and sig[0] == "missing"):
                 value = (Config(), None)
             else:
@@ -66,13 +78,13 @@ class _ConfigState:
                 if value[1]:
                     logger.warning("crash_signals: config error (using defaults): %s", value[1])
             self._key, self._value = key, value
-            return value + (key,)
+            return ConfigInForce(*value, key)
 
 
 # -- caches ------------------------------------------------------------------
 
 
-class _LRU:
+class LRU:
     """An ordered dict bounded by entry count and, optionally, total weight.
 
     Not thread-safe: the plugin guards it with its lock.
@@ -117,7 +129,7 @@ class _LRU:
                 total -= self._weight(v)
 
 
-class _ReaderSlot:
+class ReaderSlot:
     """One cached RunReader, with its lock and a data generation counter."""
 
     __slots__ = ("reader", "lock", "token", "generation", "directory")
@@ -130,7 +142,7 @@ class _ReaderSlot:
         self.directory = directory
 
 
-class _Entry:
+class Entry:
     """The small per-run summary kept for every run (not the data)."""
 
     __slots__ = ("name", "fast_key", "data_key", "summary", "problems", "health", "first_critical")
@@ -145,7 +157,7 @@ class _Entry:
         self.first_critical = summary.get("first_critical_step")
 
 
-def _rank_entries(entries):
+def rank_entries(entries):
     """Orders entries with engine.rank (critical, warning, ok, no signals).
 
     Runs whose analysis is pending (health "pending") come after the sick
@@ -159,18 +171,18 @@ def _rank_entries(entries):
             entry=e,
         )
         for e in entries
-        if e.health != "pending"
+        if e.health != PENDING
     ]
     ranked = [s.entry for s in rank(shims)]
     sick = sum(1 for e in ranked if e.health in ("critical", "warning"))
-    pending = sorted((e for e in entries if e.health == "pending"), key=lambda e: e.name)
+    pending = sorted((e for e in entries if e.health == PENDING), key=lambda e: e.name)
     return ranked[:sick] + pending + ranked[sick:]
 
 
 _HTML_UNSAFE = {ord("<"): "\\u003c", ord(">"): "\\u003e", ord("&"): "\\u0026"}
 
 
-def _dumps(payload) -> str:
+def dumps(payload) -> str:
     """JSON text; `<`, `>`, `&` escaped (run names are attacker-controlled)."""
     try:
         text = json.dumps(payload, allow_nan=False)

@@ -241,7 +241,7 @@ def test_plugin_resumes_after_appends_and_serves_what_a_cold_request_does(tmp_pa
     flags = tb_flags(logdir=root)
     with backend("python", flags) as s:
         first = s.get("analysis", run="r").data
-        assert s.plugin.stats["incremental_analyses"] == 0
+        assert s.plugin.service.stats["incremental_analyses"] == 0
         # Appends that open a spike (its recovery decided later), a growth,
         # a NaN stretch, and extend them; one in a new file; then a restart
         # from step 1500 (a purge: the reader rewrites the tags).
@@ -255,7 +255,7 @@ def test_plugin_resumes_after_appends_and_serves_what_a_cold_request_does(tmp_pa
             warm = s.get("analysis", run="r").data
             cold = Served(make_plugin(flags, s.provider), s.provider).get("analysis", run="r").data
             assert warm == cold, (a, b)
-        assert s.plugin.stats["incremental_analyses"] == len(steps)
+        assert s.plugin.service.stats["incremental_analyses"] == len(steps)
         payload = s.get("analysis", run="r").get_json()
         assert {"CS001", "CS112", "CS201"} <= {e["code"] for e in payload["episodes"]}
         assert warm != first
@@ -264,7 +264,7 @@ def test_plugin_resumes_after_appends_and_serves_what_a_cold_request_does(tmp_pa
         warm = s.get("analysis", run="r").data
         cold = Served(make_plugin(flags, s.provider), s.provider).get("analysis", run="r").data
         assert warm == cold
-        assert s.plugin.stats["incremental_analyses"] == len(steps)  # a full analysis
+        assert s.plugin.service.stats["incremental_analyses"] == len(steps)  # a full analysis
 
 
 def test_reader_revision_changes_exactly_when_a_series_does_not_just_grow(tmp_path):

@@ -4,8 +4,8 @@ import math
 
 import numpy as np
 import torch
-from test_article_conformance import ArticleMonitor, scenario
 
+from support.article import ArticleMonitor, scenario
 from tb_crash_signals.compat import AlertRule, TrainingMonitor, TrainingState
 from tb_crash_signals.torch_utils import global_grad_norm, update_ratio
 

@@ -13,8 +13,10 @@ from tensorboard.backend.event_processing import data_ingester
 from support.eventwriters import write_scalars
 from support.plugin_harness import Served, backend, make_plugin, simple_events, tb_flags, write_records
 from tb_crash_signals.scan import scan_logdir
-from tb_crash_signals.tb_plugin import plugin as plugin_mod
-from tb_crash_signals.tb_plugin.plugin import CrashSignalsPlugin, RunLocator, parse_logdir_spec
+from tb_crash_signals.tb_plugin import service as service_mod
+from tb_crash_signals.tb_plugin.locator import RunLocator, parse_logdir_spec
+from tb_crash_signals.tb_plugin.plugin import CrashSignalsPlugin
+from tb_crash_signals.tb_plugin.service import Limits
 
 EXTRA_KEYS = {"series", "nonfinite", "gap_band", "bands", "thresholds", "config_error", "problems"}
 
@@ -98,25 +100,25 @@ def test_cached_until_files_grow_and_reads_only_appended_bytes(tmp_path):
     with backend("python", tb_flags(logdir=root)) as s:
         p = s.plugin
         a1 = s.get("analysis", run="r").get_json()
-        assert p.stats["analyses"] == 1
+        assert p.service.stats["analyses"] == 1
         assert not any(e["start_step"] >= 1500 for e in a1["episodes"])
         s.get("analysis", run="r")
         s.get("runs")
-        assert p.stats["analyses"] == 1
-        reader = p._readers.get("r").reader
+        assert p.service.stats["analyses"] == 1
+        reader = p.service.data.readers.get("r").reader
         before = reader.stats.bytes_read
 
         # The training continues in a new file with a spike at step 1777.
         path = _run(root, "r", n=2000, spike=1777, start=1500, fname="events.out.tfevents.1700000001.a")
         a2 = s.get("analysis", run="r").get_json()
-        assert p.stats["analyses"] == 2
+        assert p.service.stats["analyses"] == 2
         assert a2["points"]["train_loss"] == 2000
         assert ("loss-spike", 1777) in {(e["rule"], e["start_step"]) for e in a2["episodes"]}
-        assert reader is p._readers.get("r").reader
+        assert reader is p.service.data.readers.get("r").reader
         assert reader.stats.bytes_read - before == os.path.getsize(path)
         assert _core(a2) == scan_logdir(root)["runs"][0]
         s.get("runs")
-        assert p.stats["analyses"] == 2
+        assert p.service.stats["analyses"] == 2
 
 
 def test_concurrent_requests_do_the_work_once(tmp_path):
@@ -144,13 +146,12 @@ def test_concurrent_requests_do_the_work_once(tmp_path):
         assert all(code == 200 for _, code, _ in bodies)
         assert len({data for is_analysis, _, data in bodies if is_analysis}) == 1
         assert len({data for is_analysis, _, data in bodies if not is_analysis}) == 1
-        assert s.plugin.stats["analyses"] == 2  # one per run
-        assert s.plugin.stats["readers_created"] == 2
+        assert s.plugin.service.stats["analyses"] == 2  # one per run
+        assert s.plugin.service.stats["readers_created"] == 2
 
 
 class _Tiny(CrashSignalsPlugin):
-    max_readers = 2
-    max_analyses = 3
+    limits = Limits(max_readers=2, max_analyses=3)
 
 
 def test_memory_bounded_with_many_runs(tmp_path):
@@ -163,14 +164,14 @@ def test_memory_bounded_with_many_runs(tmp_path):
         p = s.plugin
         runs = s.get("runs").get_json()["runs"]
         assert sorted(e["run"] for e in runs) == names
-        assert len(p._readers) <= 2 and len(p._analyses) <= 3
-        assert p.stats["analyses"] == 12
-        created = p.stats["readers_created"]
+        assert len(p.service.data.readers) <= 2 and len(p.service._analyses) <= 3
+        assert p.service.stats["analyses"] == 12
+        created = p.service.stats["readers_created"]
         s.get("runs")  # nothing changed: summaries answer, no file is re-read
-        assert p.stats["analyses"] == 12 and p.stats["readers_created"] == created
+        assert p.service.stats["analyses"] == 12 and p.service.stats["readers_created"] == created
         for name in names:
             assert _core(s.get("analysis", run=name).get_json()) == ref[name]
-        assert len(p._readers) <= 2 and len(p._analyses) <= 3
+        assert len(p.service.data.readers) <= 2 and len(p.service._analyses) <= 3
 
 
 def test_reader_point_budget(tmp_path):
@@ -179,11 +180,11 @@ def test_reader_point_budget(tmp_path):
         _run(root, name, n=400)
 
     class Budget(CrashSignalsPlugin):
-        reader_point_budget = 500
+        limits = Limits(reader_points=500)
 
     with backend("python", tb_flags(logdir=root), plugin_cls=Budget) as s:
         assert s.get("runs").status_code == 200
-        assert len(s.plugin._readers) == 1
+        assert len(s.plugin.service.data.readers) == 1
 
 
 # -- no 500s ------------------------------------------------------------------------
@@ -196,7 +197,7 @@ def test_internal_errors_become_problems_not_500(tmp_path, monkeypatch):
         def boom(*a, **k):
             raise RuntimeError("boom")
 
-        monkeypatch.setattr(plugin_mod, "analyze_run", boom)
+        monkeypatch.setattr(service_mod, "analyze_run", boom)
         r = s.get("runs")
         assert r.status_code == 200
         payload = r.get_json()
@@ -243,7 +244,7 @@ def test_remote_logdir_uses_tensorboard_data_and_says_sampled(tmp_path, kind):
         assert big["sampled"] is True and big["points"]["train_loss"] == 1000
         small = r.get("analysis", run="small").get_json()
         assert _core(small) == ref["small"]  # a reservoir that is not full is every point
-        assert remote._readers.keys() == []
+        assert remote.service.data.readers.keys() == []
 
 
 # -- run name -> directory -----------------------------------------------------------
@@ -284,7 +285,7 @@ def test_logdir_spec_runs_read_from_files(tmp_path):
         r1 = s.get("analysis", run="grp/r1").get_json()
         assert r1["sampled"] is False and r1["points"]["train_loss"] == 1500
         assert ("loss-spike", 1234) in {(e["rule"], e["start_step"]) for e in r1["episodes"]}
-        assert s.plugin._locator.directory("grp/.") == os.path.realpath(a)
+        assert s.plugin.service._locator.directory("grp/.") == os.path.realpath(a)
 
 
 def test_path_prefix(tmp_path):

@@ -15,28 +15,30 @@ import pytest
 
 from support.plugin_harness import Served, backend, make_plugin, simple_events, tb_flags, write_records
 from tb_crash_signals.scan import scan_logdir
-from tb_crash_signals.tb_plugin import plugin as plugin_mod
+from tb_crash_signals.tb_plugin import service as service_mod
 from tb_crash_signals.tb_plugin.plugin import CrashSignalsPlugin
+from tb_crash_signals.tb_plugin.service import Limits
 
 
 class _Lazy(CrashSignalsPlugin):
-    lazy_runs = 1  # every logdir with 2+ runs is "big"
-    runs_budget = 0.0  # no full-resolution analysis inside the request
+    # Every logdir with 2+ runs is "big"; no full-resolution analysis inside the request.
+    limits = Limits(lazy_runs=1, runs_budget=0.0)
 
 
 class _Paused(_Lazy):
-    """Queues the pending runs but starts no worker (the test starts it)."""
+    """Queues the pending runs but starts no worker (the test starts it: `start_worker`)."""
 
-    def _start_background(self):
-        pass
+    def __init__(self, context):
+        super().__init__(context)
+        self.start_worker = self.service.worker.start
+        self.service.worker.start = lambda: None
 
 
 def _wait_idle(plugin, timeout=30.0):
     deadline = time.time() + timeout
     while time.time() < deadline:
-        with plugin._lock:
-            if not plugin._background and plugin._worker is None:
-                return
+        if plugin.service.worker.idle():
+            return
         time.sleep(0.02)
     raise TimeoutError("background analyses did not finish")
 
@@ -67,7 +69,7 @@ def test_runs_over_budget_are_pending_then_analysed_at_full_resolution(tmp_path,
             assert entry["signals"]["train_loss"] == {"run": name, "tag": "train/loss"}
         assert [e["run"] for e in first["runs"]] == ["a", "b"]  # pending: by name
         _wait_idle(served.plugin)
-        assert served.plugin.stats["background_analyses"] == 2
+        assert served.plugin.service.stats["background_analyses"] == 2
         second = served.get("runs").get_json()
         assert second["progress"] == {"analysed": 2, "pending": 0, "total": 2}
         for name, entry in _by_run(second).items():
@@ -76,7 +78,7 @@ def test_runs_over_budget_are_pending_then_analysed_at_full_resolution(tmp_path,
         assert _by_run(second)["a"]["counts"]["warning"] >= 1  # the spike, seen at full resolution
         a = served.get("analysis", run="a").get_json()
         assert a["sampled"] is False and a["health"] == ref["a"]["health"]
-        assert served.plugin.stats["analyses"] == 2  # the worker's analyses serve both routes
+        assert served.plugin.service.stats["analyses"] == 2  # the worker's analyses serve both routes
 
 
 def test_analysis_of_a_pending_run_is_done_on_demand(tmp_path):
@@ -89,7 +91,7 @@ def test_analysis_of_a_pending_run_is_done_on_demand(tmp_path):
         body = served.get("runs").get_json()
         assert body["progress"] == {"analysed": 1, "pending": 1, "total": 2}
         assert _by_run(body)["a"]["health"] == "critical" and "pending" not in _by_run(body)["a"]
-        assert served.plugin.stats["analyses"] == 1
+        assert served.plugin.service.stats["analyses"] == 1
 
 
 def test_pending_runs_are_queued_most_recently_written_first(tmp_path):
@@ -99,8 +101,8 @@ def test_pending_runs_are_queued_most_recently_written_first(tmp_path):
     with backend("python", tb_flags(logdir=str(tmp_path)), plugin_cls=_Paused) as served:
         body = served.get("runs").get_json()
         assert [e["run"] for e in body["runs"]] == ["middle", "newest", "old"]  # listed by name
-        assert list(served.plugin._background) == ["newest", "middle", "old"]  # analysed newest first
-        CrashSignalsPlugin._start_background(served.plugin)
+        assert list(served.plugin.service.worker.queue) == ["newest", "middle", "old"]  # analysed newest first
+        served.plugin.start_worker()
         _wait_idle(served.plugin)
         assert served.get("runs").get_json()["progress"]["pending"] == 0
 
@@ -110,28 +112,28 @@ def test_within_budget_runs_are_analysed_in_the_request_unless_the_worker_is_bus
         write_records(str(tmp_path / name), simple_events({"train/loss": [1.0] * 30}))
 
     class Roomy(_Lazy):
-        runs_budget = 600.0
+        limits = Limits(lazy_runs=1, runs_budget=600.0)
 
     with backend("python", tb_flags(logdir=str(tmp_path)), plugin_cls=Roomy) as served:
         plugin = served.plugin
         release = threading.Event()
         busy = threading.Thread(target=release.wait, daemon=True)
         busy.start()
-        plugin._worker = busy  # as if the worker were analysing: the request only lists
+        plugin.service.worker.thread = busy  # as if the worker were analysing: the request only lists
         try:
             body = served.get("runs").get_json()
             assert body["progress"] == {"analysed": 0, "pending": 3, "total": 3}
-            assert plugin.stats["analyses"] == 0
-            assert sorted(plugin._background) == ["a", "b", "c"]
+            assert plugin.service.stats["analyses"] == 0
+            assert sorted(plugin.service.worker.queue) == ["a", "b", "c"]
         finally:
             release.set()
             busy.join()
-        with plugin._lock:
-            plugin._worker = None
-            plugin._background.clear()
+        with plugin.service.worker.lock:
+            plugin.service.worker.thread = None
+            plugin.service.worker.queue.clear()
         body = served.get("runs").get_json()  # worker idle, time left: analysed in the request
         assert body["progress"] == {"analysed": 3, "pending": 0, "total": 3}
-        assert plugin.stats["analyses"] == 3 and plugin._worker is None
+        assert plugin.service.stats["analyses"] == 3 and plugin.service.worker.thread is None
 
 
 def test_changed_sick_run_keeps_its_findings_while_pending(tmp_path):
@@ -142,7 +144,7 @@ def test_changed_sick_run_keeps_its_findings_while_pending(tmp_path):
     with backend("python", tb_flags(logdir=str(root)), plugin_cls=_Paused) as served:
         plugin = served.plugin
         served.get("runs")
-        CrashSignalsPlugin._start_background(plugin)
+        plugin.start_worker()
         _wait_idle(plugin)
         before = _by_run(served.get("runs").get_json())
         assert before["sick"]["health"] == "critical"
@@ -166,7 +168,7 @@ def test_changed_sick_run_keeps_its_findings_while_pending(tmp_path):
         (root / "crash_signals.toml").write_text('ignore = ["CS001"]\n')
         runs = _by_run(served.get("runs").get_json())
         assert runs["sick"]["health"] == "pending"
-        CrashSignalsPlugin._start_background(plugin)
+        plugin.start_worker()
         _wait_idle(plugin)
         body = served.get("runs").get_json()
         assert body["progress"]["pending"] == 0
@@ -176,7 +178,7 @@ def test_changed_sick_run_keeps_its_findings_while_pending(tmp_path):
 def test_failed_background_analysis_is_listed_and_not_retried(tmp_path, monkeypatch):
     for name in ("a", "b"):
         write_records(str(tmp_path / name), simple_events({"train/loss": [1.0] * 30}))
-    real = plugin_mod.analyze_run
+    real = service_mod.analyze_run
     failures = []
 
     def flaky(logical, *args, **kwargs):
@@ -185,7 +187,7 @@ def test_failed_background_analysis_is_listed_and_not_retried(tmp_path, monkeypa
             raise RuntimeError("boom")
         return real(logical, *args, **kwargs)
 
-    monkeypatch.setattr(plugin_mod, "analyze_run", flaky)
+    monkeypatch.setattr(service_mod, "analyze_run", flaky)
     with backend("python", tb_flags(logdir=str(tmp_path)), plugin_cls=_Lazy) as served:
         served.get("runs")
         _wait_idle(served.plugin)
@@ -196,7 +198,7 @@ def test_failed_background_analysis_is_listed_and_not_retried(tmp_path, monkeypa
             assert b["health"] == "no_signals" and "boom" in b["error"]
             assert any("boom" in p for p in body["problems"])
         assert failures == ["b"]  # tried once, not retried while its data are the same
-        assert served.plugin._worker is None
+        assert served.plugin.service.worker.thread is None
 
 
 @pytest.mark.parametrize("kind", ["python", "rust"])
@@ -213,7 +215,7 @@ def test_remote_runs_are_pending_too(tmp_path, kind):
         runs = _by_run(served.get("runs").get_json())
         assert runs["a"]["sampled"] is True  # analysed from TensorBoard's full reservoir
         assert runs["b"]["sampled"] is False and runs["b"]["health"] == "ok"
-        assert remote._readers.keys() == []
+        assert remote.service.data.readers.keys() == []
 
 
 def test_small_logdirs_are_analysed_in_the_request(tmp_path):
@@ -225,7 +227,7 @@ def test_small_logdirs_are_analysed_in_the_request(tmp_path):
         assert [e["sampled"] for e in body["runs"]] == [False, False]
         assert all("pending" not in e for e in body["runs"])
         assert body["progress"] == {"analysed": 2, "pending": 0, "total": 2}
-        assert served.plugin._worker is None and not served.plugin._background
+        assert served.plugin.service.worker.thread is None and not served.plugin.service.worker.queue
 
 
 def test_worker_waits_while_a_request_is_served(tmp_path):
@@ -235,15 +237,18 @@ def test_worker_waits_while_a_request_is_served(tmp_path):
         plugin = served.plugin
         served.get("runs")
         gate = threading.Event()
-        held = plugin._foreground(lambda request: gate.wait(30))
-        request = threading.Thread(target=held, args=(None,))
+        def held():
+            with plugin.service.worker.foreground():
+                gate.wait(30)
+
+        request = threading.Thread(target=held)
         request.start()  # a request in progress
-        while not plugin._active:
+        while not plugin.service.worker.active:
             time.sleep(0.01)
-        CrashSignalsPlugin._start_background(plugin)
+        plugin.start_worker()
         time.sleep(0.3)
-        assert plugin.stats["background_analyses"] == 0 and len(plugin._background) == 2
+        assert plugin.service.stats["background_analyses"] == 0 and len(plugin.service.worker.queue) == 2
         gate.set()
         request.join()
         _wait_idle(plugin)
-        assert plugin.stats["background_analyses"] == 2
+        assert plugin.service.stats["background_analyses"] == 2
