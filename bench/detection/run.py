@@ -17,8 +17,8 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-import corpus  # noqa: E402
-import score  # noqa: E402
+import corpus
+import score
 
 NAMES = {
     "ours": "tb-crash-signals defaults",

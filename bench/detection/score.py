@@ -48,11 +48,12 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))
 
-from baselines import BASELINES  # noqa: E402
-from tb_crash_signals.config import Config  # noqa: E402
-from tb_crash_signals.engine import analyze_run  # noqa: E402
-from tb_crash_signals.signals import group_runs  # noqa: E402
-from tb_crash_signals.source import LogdirSource  # noqa: E402
+from baselines import BASELINES
+
+from tb_crash_signals.config import Config
+from tb_crash_signals.engine import analyze_run
+from tb_crash_signals.signals import group_runs
+from tb_crash_signals.source import LogdirSource
 
 ARTICLE = ("CS101", "CS111", "CS302", "CS401")
 DETECTORS = ("ours", "ours-no-CS111", "before", "article", "olmo", "megatron", "foundry")
@@ -205,7 +206,7 @@ def score_corpus(runs, labels: dict, detect) -> dict:
                     mis["flagged"] += 1
                 else:
                     mis["missed"].append(f"{run.name} ({sig})")
-    per10k = lambda x: 1e4 * x / max(healthy["steps"], 1)  # noqa: E731
+    per10k = lambda x: 1e4 * x / max(healthy["steps"], 1)
     return {
         "runs": len(per_run),
         "divergence": {
