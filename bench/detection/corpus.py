@@ -127,6 +127,33 @@ def generate(out: str | None = None, jobs: int = 1, force: bool = False, quiet: 
     return meta
 
 
+def relabel(out: str | None = None) -> dict:
+    """Recomputes the labels of a generated corpus from its event files (after a labels.py change).
+
+    The event files hold exactly the recorded scalars (float32, TensorBoard's
+    purge of a resumed run applied), so this equals labelling at generation.
+    """
+    from events import RawReader
+    from labels import compute_labels
+
+    out = out or default_dir()
+    meta = _load(out)
+    if meta is None:
+        raise SystemExit(f"no corpus of version {CORPUS_VERSION} in {out}")
+    readers = {s: RawReader(os.path.join(out, s)) for s in SPLITS}
+    for r in meta["runs"].values():
+        rd = readers[r["split"]]
+        rec = {}
+        for sig, ref in r["label_tags"].items():
+            s, v = rd.series(ref["run"], ref["tag"])
+            if len(s):
+                rec[sig] = list(zip(s.tolist(), v.tolist()))
+        r["labels"] = compute_labels(rec)
+    with open(os.path.join(out, "labels.json"), "w") as f:
+        json.dump(meta, f, indent=1)
+    return meta
+
+
 def summary_rows(meta: dict) -> list[str]:
     """A Markdown table: runs per split and what their labels say."""
     head = ("| split | runs | healthy (with overflow) | faulty | diverged | with precursor | "
@@ -173,8 +200,10 @@ def main(argv=None):
     ap.add_argument("--jobs", type=int, default=1, help="worker processes (default 1)")
     ap.add_argument("--force", action="store_true", help="regenerate even if cached")
     ap.add_argument("--only", type=int, nargs="*", help="plan indices only (for development)")
+    ap.add_argument("--relabel", action="store_true",
+                    help="recompute the labels of the corpus in --out from its event files")
     a = ap.parse_args(argv)
-    meta = generate(a.out, a.jobs, a.force, only=a.only)
+    meta = relabel(a.out) if a.relabel else generate(a.out, a.jobs, a.force, only=a.only)
     print(f"{len(meta['runs'])} runs in {a.out} ({meta['seconds']} s)")
     print("\n".join(summary_rows(meta)))
     print()

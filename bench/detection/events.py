@@ -26,7 +26,9 @@ class RawReader:
 
     def _accumulator(self, run: str):
         if run not in self._acc:
-            from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+            from tensorboard.backend.event_processing.event_accumulator import (
+                EventAccumulator,
+            )
 
             path = self.logdir if run in (".", "") else os.path.join(self.logdir, run)
             acc = EventAccumulator(path, size_guidance={"scalars": 0, "tensors": 0})

@@ -15,8 +15,10 @@ detectors may not. The rules, all on logged points:
   non-finite grad norm that is not an overflow step; the first train loss
   > 10x the median of its previous (up to) 50 finite points (at least 20)
   and >= half the initial loss level (the median of its first 10 points),
-  whose next 10 points have a median >= 3x that median or a non-finite
-  value (`jump`: it does not come back); the first point from which the train loss, smoothed by a centred
+  whose next 10 points have a non-finite value, or a median >= 3x that
+  median and above the largest of those 50 points (`jump`: it does not come
+  back; the per-step losses of tiny batches jump 10x and fall back all the
+  time); the first point from which the train loss, smoothed by a centred
   median of 9 points, stays >= 2x its best smoothed value so far through the
   end of the run (at least 5 points), having reached 3x it and at least half
   the initial loss level (`sustained`: lost what it had learnt). None if none happens.
@@ -138,7 +140,10 @@ def crash(loss, grad, overflow) -> tuple[int | None, str | None]:
             m = _prev_median(v, i, 50, 20)
             if np.isfinite(m) and m > 0 and v[i] > 10 * m and v[i] >= 0.5 * init:
                 after = v[i + 1:i + 11]
-                back = np.isfinite(after).all() and (after.size < 3 or np.median(after) < 3 * m)
+                prev = v[max(0, i - 50):i]
+                level = np.median(after) if after.size >= 3 else np.inf
+                back = np.isfinite(after).all() and (
+                    level < 3 * m or level < np.max(prev[np.isfinite(prev)]))
                 if not back:
                     cands.append((int(s[i]), "jump"))
                     break
