@@ -22,8 +22,8 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-import corpus  # noqa: E402
-import score  # noqa: E402
+import corpus
+import score
 
 BEFORE = os.path.join(HERE, "before.toml")
 NAMES = {
@@ -76,8 +76,8 @@ def measure_rows(r: dict, anchor: bool) -> list[tuple[str, str, str]]:
     else:
         rows += [
             ("growth fit: first projection within ±20 %", "all",
-             f"{g['within20']}/{g['n_fit']} fitted of {g['n_crossing']} crossing 100; "
-             f"median \\|err\\| {_pct(g['abs_error']['median']) if g['abs_error'] else '–'}"),
+             (f"{g['within20']}/{g['n_fit']} fitted of {g['n_crossing']} crossing 100; "
+              f"median \\|err\\| {_pct(g['abs_error']['median']) if g['abs_error'] else '–'}")),
             ("growth fit: fit shown is the episode's latest", "all",
              f"{g['latest_shown']}/{g['episodes']}"),
             ("spikes: recall", "≥ 0.8", f"{sp['found']}/{sp['labelled']} ({_pct(sp['recall'])})"),
