@@ -21,6 +21,10 @@ class RawReader:
     """Caches one EventAccumulator per run directory of a logdir."""
 
     def __init__(self, logdir: str):
+        import logging
+
+        # TensorBoard logs every resume purge as a warning; they are expected here
+        logging.getLogger("tensorboard").setLevel(logging.ERROR)
         self.logdir = logdir
         self._acc: dict[str, object] = {}
 

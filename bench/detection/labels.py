@@ -19,18 +19,19 @@ detectors may not. The rules, all on logged points:
   median and above the largest of those 50 points (`jump`: it does not come
   back; the per-step losses of tiny batches jump 10x and fall back all the
   time); the first point from which the train loss, smoothed by a centred
-  median of 9 points, stays >= 2x its best smoothed value so far through the
-  end of the run (at least 5 points), having reached 3x it and at least half
-  the initial loss level (`sustained`: lost what it had learnt). None if none happens.
+  median of 9 points (2 % of the points on long runs), stays >= 2x its best
+  smoothed value so far through the end of the run (at least 5 points),
+  having reached 3x it and at least half the initial loss level
+  (`sustained`: lost what it had learnt). None if none happens.
 - **precursor** (crash runs): for the train loss and the grad norm, over
-  their finite points up to the crash (smoothed by a centred median of 9
-  finite points), with m the smoothed minimum (for the grad norm, after the first
-  10 % of those points, past the early transient):
-  if the smoothed value reaches 2x m (loss) / 3x m (grad norm, which also
-  drifts up in healthy runs) by the crash, its rise starts at the point
-  after the last one <= 1.25x m. The run has a precursor if a rise starts
-  >= 20 steps before the crash; `precursor_start` is the earliest such
-  start, `precursor_signal` its signal.
+  their finite points up to the crash (smoothed as above), with m the
+  smoothed minimum (for the grad norm, after the first 10 % of those points,
+  past the early transient): if the smoothed value reaches 2x m (loss) / 3x m
+  (grad norm, which also drifts up in healthy runs) by the crash, its rise
+  starts at the point after the last one <= 1.25x m. The run has a
+  precursor if a rise starts >= 20 steps before the crash;
+  `precursor_start` is the earliest such start, `precursor_signal` its
+  signal.
 - **grad crossing**: the first logged step at which the grad norm is > 100
   or non-finite (overflow steps excepted), with whether it was finite -- the
   true answer to a growth fit's "crosses 100 at step N".
@@ -101,6 +102,11 @@ def _smooth(v: np.ndarray, k: int) -> np.ndarray:
     return np.median(np.lib.stride_tricks.sliding_window_view(pad, k), axis=1)
 
 
+def _k(n: int) -> int:
+    """Smoothing width for the crash and precursor rules: 9 points, 2 % of long runs."""
+    return max(9, (n // 50) | 1)
+
+
 def overflow_steps(loss, grad) -> list[int]:
     if grad is None:
         return []
@@ -150,7 +156,7 @@ def crash(loss, grad, overflow) -> tuple[int | None, str | None]:
         ok = np.isfinite(v)
         fs, fv = s[ok], v[ok]
         if fv.size >= 15:
-            sm = _smooth(fv, 9)
+            sm = _smooth(fv, _k(fv.size))
             best = np.minimum.accumulate(sm)
             init = float(np.median(fv[:10]))
             # from point p on the smoothed loss never comes back under 2x its best at p
@@ -172,7 +178,7 @@ def rise_start(sig, crash_at, factor: float, skip_fraction: float) -> int | None
         return None
     s, v = sig
     ok = np.isfinite(v)
-    s, sm = s[ok], _smooth(v[ok], 9)
+    s, sm = s[ok], _smooth(v[ok], _k(int(ok.sum())))
     keep = s <= crash_at
     s, sm = s[keep], sm[keep]
     if s.size < 10:

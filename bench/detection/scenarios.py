@@ -35,7 +35,7 @@ from writers import STYLES
 # per-kind steps, Adam learning rate, SGD learning rate, width, batch
 T = {"mlp": 1200, "reg": 1200, "cnn": 800, "gru": 600, "tfm": 600}
 ADAM = {"mlp": 3e-3, "reg": 2e-3, "cnn": 3e-3, "gru": 5e-3, "tfm": 2e-3}
-SGD = {"mlp": 0.05, "reg": 0.02, "cnn": 0.05, "gru": 0.5, "tfm": 0.05}
+SGD = {"mlp": 0.05, "reg": 0.02, "cnn": 0.05, "gru": 0.5, "tfm": 0.2}
 WIDTH = {"mlp": 96, "reg": 96, "cnn": 64, "gru": 48, "tfm": 32}
 BATCH = {"mlp": 64, "reg": 64, "cnn": 64, "gru": 32, "tfm": 32}
 TEXT = ("gru", "tfm")
@@ -81,7 +81,7 @@ def _tiny_batch(k, rng):
     steps = {"mlp": 3000, "reg": 3000, "cnn": 2000, "gru": 1500, "tfm": 1500}[k]
     return _base(k, steps=steps, opt="adam", easy=True, label_noise=0.0,
                  lr=warmup_cosine(ADAM[k] * 0.3, steps // 20, steps, floor=0.1),
-                 batch=_pick(rng, [1, 2, 4]), log_every=_pick(rng, [1, 1, 5]),
+                 batch=_pick(rng, [1, 2, 4] if k == "reg" else [2, 4]), log_every=_pick(rng, [1, 1, 5]),
                  eval_every=_pick(rng, [100, 200]))
 
 
@@ -163,7 +163,7 @@ def _lr_to_zero(k, rng):
 
 
 def _update_ratio(k, rng):
-    lr = float(rng.uniform(0.5, 1.0)) * (10 if k == "gru" else 1)
+    lr = float(rng.uniform(2.0, 4.0))
     return _base(k, opt="sgd", lr=constant(lr), clip=1.0, log_every=_pick(rng, [1, 5]))
 
 
