@@ -39,7 +39,8 @@ detectors may not. The rules, all on logged points:
   median of its previous 50 points (at least 10) and at least 0.05x the
   run's initial loss level above it, or a grad-norm point >= 5x its median,
   in both cases also >= 2x the largest of those 50 points (out of the local
-  noise: per-step losses of tiny batches jump 3-10x all the time), that comes back under 1.5x (loss) / 2x (grad norm) that median within 10
+  noise: per-step losses of tiny batches jump 3-10x all the time), that
+  comes back under 1.5x (loss) / 2x (grad norm) that median within 10
   points. Spike points closer than 3 steps to an earlier one are one spike.
 - **overfit onset** (no crash, >= 6 evaluations): the step of the validation
   loss minimum, when the median of the last 3 evaluations is >= 1.1x that

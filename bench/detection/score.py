@@ -115,12 +115,12 @@ def report_detector(config=None):
     return detect
 
 
-def anchor_detector(name, mapping_of):
+def anchor_detector(name, mapping_of, reader_of):
     """A baseline on the raw series of the signals `mapping_of(logdir)` maps."""
     fn = BASELINES[name]
 
     def detect(logdir):
-        reader = RawReader(logdir)
+        reader = reader_of(logdir)
         out = {}
         for run, ref in mapping_of(logdir).items():
             eps = fn(reader.series_for({"signals": ref}))
@@ -130,16 +130,29 @@ def anchor_detector(name, mapping_of):
 
 
 def make_detectors(names, configs=None):
-    """{name: detect(logdir)} for built-in names plus `configs` {name: TOML path}."""
+    """{name: detect(logdir)} for built-in names plus `configs` {name: TOML path}.
+
+    The defaults' report of a logdir is computed once (it also gives the
+    anchors their signal mapping), and so is its raw-series reader.
+    """
     from tb_crash_signals import load_config
 
-    mappings: dict[str, dict] = {}
-    ours = report_detector(None)
+    cache: dict[str, dict] = {}
+    readers: dict[str, RawReader] = {}
+    scan_defaults = report_detector(None)
+
+    def ours(logdir):
+        if logdir not in cache:
+            cache[logdir] = scan_defaults(logdir)
+        return cache[logdir]
 
     def mapping_of(logdir):
-        if logdir not in mappings:
-            mappings[logdir] = {run: o["signals"] for run, o in ours(logdir).items()}
-        return mappings[logdir]
+        return {run: o["signals"] for run, o in ours(logdir).items()}
+
+    def reader_of(logdir):
+        if logdir not in readers:
+            readers[logdir] = RawReader(logdir)
+        return readers[logdir]
 
     out = {}
     for name in names:
@@ -148,7 +161,7 @@ def make_detectors(names, configs=None):
         elif name == "article":
             out[name] = report_detector(_config_from_text(ARTICLE_TOML))
         elif name in BASELINES:
-            out[name] = anchor_detector(name, mapping_of)
+            out[name] = anchor_detector(name, mapping_of, reader_of)
         else:
             raise ValueError(f"unknown detector {name!r}")
     for name, path in (configs or {}).items():
