@@ -1,32 +1,60 @@
 """Labels computed from a run's recorded scalars -- never from what the run was meant to do.
 
-Input: `{signal: (steps, values)}` exactly as logged (float32 values, the
-run's own logging cadence). Labels may look at the whole run (hindsight); the
+Input: `{signal: [(step, value), ...]}` in write order (float32 values, the
+run's own logging cadence). First the restart purge is applied per signal (a
+step lower than the largest so far drops the points at that step and later;
+a step logged again replaces the earlier value), as TensorBoard and the
+package read a resumed run. Labels may look at the whole run (hindsight); the
 detectors may not. The rules, all on logged points:
 
-- **crash step**: the first step at which the train loss or the grad norm is
-  NaN/Inf, or the train loss exceeds 10x the median of its previous (up to)
-  50 finite points (at least 5) *and* does not come back under 3x that median
-  within the next 5 points (a crash, not a spike). None if neither happens.
-- **precursor** (crash runs): the grad norm -- or the train loss when no grad
-  norm is logged -- reaches 2x its median of the points before step
-  `crash - 100` somewhere in steps [crash - 100, crash - 20]: something was
-  visible at least 20 steps before the crash.
+- **overflow steps**: a non-finite grad norm while the train loss stays
+  finite (no non-finite loss at that step or within the next 3 loss points)
+  and training continues (a finite grad norm within the next 3 grad-norm
+  points): a skipped fp16 step. Never a crash.
+- **crash step**, the earliest of: the first NaN/Inf train loss; the first
+  non-finite grad norm that is not an overflow step; the first train loss
+  > 10x the median of its previous (up to) 50 finite points (at least 20)
+  and >= half the initial loss level (the median of its first 10 points),
+  whose next 10 points have a non-finite value, or a median >= 3x that
+  median and above the largest of those 50 points (`jump`: it does not come
+  back; the per-step losses of tiny batches jump 10x and fall back all the
+  time); the first point from which the train loss, smoothed by a centred
+  median of 9 points (2 % of the points on long runs), stays >= 2x its best
+  smoothed value so far through the end of the run (at least 5 points),
+  having reached 3x it and at least half the initial loss level
+  (`sustained`: lost what it had learnt). None if none happens.
+- **precursor** (crash runs): for the train loss and the grad norm, over
+  their finite points up to the crash (smoothed as above), with m the
+  smoothed minimum (for the grad norm, after the first 10 % of those points,
+  past the early transient): if the smoothed value reaches 2x m (loss) / 3x m
+  (grad norm, which also drifts up in healthy runs) by the crash, its rise
+  starts at the point after the last one <= 1.25x m. The run has a
+  precursor if a rise starts >= 20 steps before the crash;
+  `precursor_start` is the earliest such start, `precursor_signal` its
+  signal.
+- **grad crossing**: the first logged step at which the grad norm is > 100
+  or non-finite (overflow steps excepted), with whether it was finite -- the
+  true answer to a growth fit's "crosses 100 at step N".
 - **spike steps** (before the crash, if any): a train-loss point >= 3x the
   median of its previous 50 points (at least 10) and at least 0.05x the
   run's initial loss level above it, or a grad-norm point >= 5x its median,
-  that comes back under 1.5x (loss) / 2x (grad norm) that median within 10
+  in both cases also >= 2x the largest of those 50 points (out of the local
+  noise: per-step losses of tiny batches jump 3-10x all the time), that
+  comes back under 1.5x (loss) / 2x (grad norm) that median within 10
   points. Spike points closer than 3 steps to an earlier one are one spike.
 - **overfit onset** (no crash, >= 6 evaluations): the step of the validation
   loss minimum, when the median of the last 3 evaluations is >= 1.1x that
-  minimum while the train loss (median of the last 5% of points) is below
+  minimum while the train loss (median of the last 5 % of points) is below
   its level at the minimum (median of the 5 points up to it).
 - **plateau start** (no crash): with the train loss smoothed by a centred
   median (21 points; 3 for runs under 100 points), the first point P from
   which the smoothed loss never again goes 2 % below its value at P, if P
   leaves at least 40 % of the run (and 10 points) after it and the loss at P
-  is not converged (> 0.05x the initial level; a loss near zero is done, not
-  stuck).
+  is not converged (> 0.05x the initial level).
+- **stagnation start** (no crash, >= 10 evaluations): the first evaluation E
+  from which every later validation loss stays within max(0.001, 0.5 % of
+  it) of its value at E, leaving at least 40 % of the evaluations (and 5)
+  from E on, with the validation loss at E > 0.05x its first value.
 - **update-ratio misconfiguration**: >= 25 % of the update-ratio points
   (after the first 3) outside [1e-5, 1e-1] (DeepDiagnosis' healthy band).
 - **learning-rate misconfiguration**: a learning rate < 0, or = 0 on 3
@@ -35,12 +63,28 @@ detectors may not. The rules, all on logged points:
   peak, a rise above 1.5x that peak.
 
 The run's **category**: `diverged` if it has a crash step, else `healthy` if
-it has no spike, overfit, plateau or misconfiguration label, else `faulty`.
+it has no spike, overfit, plateau, stagnation or misconfiguration label
+(overflow steps alone keep a run healthy), else `faulty`.
 """
 
 from __future__ import annotations
 
 import numpy as np
+
+THRESHOLD = 100.0  # the grad-norm explosion threshold whose crossing a growth fit projects
+
+
+def purged(points) -> tuple[np.ndarray, np.ndarray]:
+    """(steps, values) of points in write order after the restart purge."""
+    steps: list[int] = []
+    values: list[float] = []
+    for s, v in points:
+        if steps and s <= steps[-1]:
+            i = int(np.searchsorted(np.asarray(steps), s, "left"))
+            del steps[i:], values[i:]
+        steps.append(int(s))
+        values.append(float(v))
+    return np.asarray(steps, np.int64), np.asarray(values, np.float64)
 
 
 def _prev_median(v: np.ndarray, i: int, window: int, min_points: int) -> float:
@@ -49,43 +93,121 @@ def _prev_median(v: np.ndarray, i: int, window: int, min_points: int) -> float:
     return float(np.median(w)) if w.size >= min_points else float("nan")
 
 
-def crash_step(loss, grad):
-    """First crash step (see module doc) or None."""
+def _smooth(v: np.ndarray, k: int) -> np.ndarray:
+    """Centred running median of k points (edges padded with the end values)."""
+    if v.size == 0:
+        return v
+    k = max(1, min(k, v.size if v.size % 2 else v.size - 1))
+    h = k // 2
+    pad = np.concatenate([np.full(h, v[0]), v, np.full(h, v[-1])])
+    return np.median(np.lib.stride_tricks.sliding_window_view(pad, k), axis=1)
+
+
+def _k(n: int) -> int:
+    """Smoothing width for the crash and precursor rules: 9 points, 2 % of long runs."""
+    return max(9, (n // 50) | 1)
+
+
+def overflow_steps(loss, grad) -> list[int]:
+    if grad is None:
+        return []
+    gs, gv = grad
+    out = []
+    for i in np.flatnonzero(~np.isfinite(gv)).tolist():
+        if not np.any(np.isfinite(gv[i + 1:i + 4])):
+            continue
+        if loss is not None:
+            ls, lv = loss
+            j = int(np.searchsorted(ls, gs[i], "left"))
+            if not np.all(np.isfinite(lv[j:j + 4])):
+                continue
+        out.append(int(gs[i]))
+    return out
+
+
+def crash(loss, grad, overflow) -> tuple[int | None, str | None]:
+    """(crash step, how) -- see the module doc."""
     cands = []
-    for sig in (loss, grad):
-        if sig is not None:
-            bad = np.flatnonzero(~np.isfinite(sig[1]))
-            if bad.size:
-                cands.append(int(sig[0][bad[0]]))
+    if loss is not None:
+        bad = np.flatnonzero(~np.isfinite(loss[1]))
+        if bad.size:
+            cands.append((int(loss[0][bad[0]]), "nonfinite"))
+    if grad is not None:
+        ov = set(overflow)
+        bad = [i for i in np.flatnonzero(~np.isfinite(grad[1])).tolist() if int(grad[0][i]) not in ov]
+        if bad:
+            cands.append((int(grad[0][bad[0]]), "nonfinite"))
     if loss is not None:
         s, v = loss
-        for i in range(5, len(v)):
+        f0 = v[np.isfinite(v)]
+        init = float(np.median(f0[:10])) if f0.size else float("nan")
+        for i in range(20, len(v)):
             if not np.isfinite(v[i]):
                 break
-            m = _prev_median(v, i, 50, 5)
-            if np.isfinite(m) and m > 0 and v[i] > 10 * m:
-                after = v[i + 1:i + 6]
-                if not np.any(np.isfinite(after) & (after < 3 * m)):
-                    cands.append(int(s[i]))
+            m = _prev_median(v, i, 50, 20)
+            if np.isfinite(m) and m > 0 and v[i] > 10 * m and v[i] >= 0.5 * init:
+                after = v[i + 1:i + 11]
+                prev = v[max(0, i - 50):i]
+                level = np.median(after) if after.size >= 3 else np.inf
+                back = np.isfinite(after).all() and (
+                    level < 3 * m or level < np.max(prev[np.isfinite(prev)]))
+                if not back:
+                    cands.append((int(s[i]), "jump"))
                     break
-    return min(cands) if cands else None
+        ok = np.isfinite(v)
+        fs, fv = s[ok], v[ok]
+        if fv.size >= 15:
+            sm = _smooth(fv, _k(fv.size))
+            best = np.minimum.accumulate(sm)
+            init = float(np.median(fv[:10]))
+            # from point p on the smoothed loss never comes back under 2x its best at p
+            stays = np.minimum.accumulate((sm >= 2 * best)[::-1])[::-1]
+            idx = np.flatnonzero(stays)
+            if idx.size:
+                p = int(idx[0])
+                top = float(sm[p:].max())
+                if best[p] > 0 and top >= 3 * best[p] and top >= 0.5 * init and fv.size - p >= 5:
+                    cands.append((int(fs[p]), "sustained"))
+    if not cands:
+        return None, None
+    return min(cands)
 
 
-def precursor(crash, loss, grad) -> bool:
-    sig = grad if grad is not None and len(grad[0]) else loss
-    if sig is None or crash is None:
-        return False
+def rise_start(sig, crash_at, factor: float, skip_fraction: float) -> int | None:
+    """Start of the rise of a signal that ends in the crash (see the module doc)."""
+    if sig is None:
+        return None
     s, v = sig
-    base = v[(s < crash - 100) & np.isfinite(v)]
-    if base.size < 10:
-        return False
-    m = float(np.median(base))
-    win = v[(s >= crash - 100) & (s <= crash - 20)]
-    win = win[np.isfinite(win)]
-    return bool(win.size and m > 0 and win.max() >= 2 * m)
+    ok = np.isfinite(v)
+    s, sm = s[ok], _smooth(v[ok], _k(int(ok.sum())))
+    keep = s <= crash_at
+    s, sm = s[keep], sm[keep]
+    if s.size < 10:
+        return None
+    skip = int(s.size * skip_fraction)
+    lo = skip + int(np.argmin(sm[skip:]))
+    m = float(sm[lo])
+    if m <= 0 or sm[lo:].max() < factor * m:
+        return None
+    low = np.flatnonzero(sm[lo:] <= 1.25 * m)
+    k = lo + int(low[-1]) + 1
+    return int(s[k]) if k < len(s) else None
 
 
-def spike_steps(loss, grad, crash):
+def grad_crossing(grad, overflow) -> tuple[int | None, bool]:
+    if grad is None:
+        return None, False
+    s, v = grad
+    ov = set(overflow)
+    for i in range(len(v)):
+        if int(s[i]) in ov:
+            continue
+        if not np.isfinite(v[i]) or v[i] > THRESHOLD:
+            return int(s[i]), bool(np.isfinite(v[i]))
+    return None, False
+
+
+def spike_steps(loss, grad, crash_at):
     out = []
     init = None
     if loss is not None:
@@ -96,28 +218,30 @@ def spike_steps(loss, grad, crash):
             continue
         s, v = sig
         for i in range(10, len(v)):
-            if crash is not None and s[i] >= crash:
+            if crash_at is not None and s[i] >= crash_at:
                 break
             if not np.isfinite(v[i]):
                 continue
             m = _prev_median(v, i, 50, 10)
             if not (np.isfinite(m) and m > 0 and v[i] >= factor * m):
                 continue
+            prev = v[max(0, i - 50):i]
+            if v[i] < 2 * np.max(prev[np.isfinite(prev)], initial=0.0):
+                continue  # within the local noise: heavy-tailed small batches reach 3-10x often
             if floor and init is not None and v[i] - m < 0.05 * init:
                 continue
             after = v[i + 1:i + 11]
             if np.any(np.isfinite(after) & (after <= back * m)):
                 out.append(int(s[i]))
-    out = sorted(set(out))
     merged = []
-    for st in out:
+    for st in sorted(set(out)):
         if not merged or st - merged[-1] > 2:
             merged.append(st)
     return merged
 
 
-def overfit_onset(loss, val, crash):
-    if val is None or loss is None or crash is not None:
+def overfit_onset(loss, val, crash_at):
+    if val is None or loss is None or crash_at is not None:
         return None
     vs, vv = val
     ok = np.isfinite(vv)
@@ -126,8 +250,7 @@ def overfit_onset(loss, val, crash):
     m = int(np.nanargmin(np.where(ok, vv, np.nan)))
     if m >= len(vv) - 1:
         return None
-    tail = np.median(vv[-3:])
-    if tail < 1.1 * vv[m]:
+    if np.median(vv[-3:]) < 1.1 * vv[m]:
         return None
     ls, lv = loss
     at = lv[(ls <= vs[m]) & np.isfinite(lv)][-5:]
@@ -138,8 +261,8 @@ def overfit_onset(loss, val, crash):
     return int(vs[m])
 
 
-def plateau_start(loss, crash):
-    if loss is None or crash is not None:
+def plateau_start(loss, crash_at):
+    if loss is None or crash_at is not None:
         return None
     s, v = loss
     ok = np.isfinite(v)
@@ -147,20 +270,32 @@ def plateau_start(loss, crash):
     n = len(v)
     if n < 15:
         return None
-    k = 21 if n >= 100 else 3
-    h = k // 2
-    pad = np.concatenate([np.full(h, v[0]), v, np.full(h, v[-1])])
-    sm = np.median(np.lib.stride_tricks.sliding_window_view(pad, k), axis=1)
+    sm = _smooth(v, 21 if n >= 100 else 3)
     future_min = np.minimum.accumulate(sm[::-1])[::-1]
     init = float(np.median(v[:10]))
-    for p in range(n):
-        if future_min[p] >= 0.98 * sm[p]:
-            break
-    else:
+    hit = np.flatnonzero(future_min >= 0.98 * sm)
+    if not hit.size:
         return None
+    p = int(hit[0])
     if n - p < max(10, 0.4 * n) or sm[p] <= 0.05 * init:
         return None
     return int(s[p])
+
+
+def stagnation_start(val, crash_at):
+    if val is None or crash_at is not None:
+        return None
+    s, v = val
+    ok = np.isfinite(v)
+    s, v = s[ok], v[ok]
+    n = len(v)
+    if n < 10:
+        return None
+    for e in range(n - max(5, int(np.ceil(0.4 * n))) + 1):
+        tol = max(1e-3, 0.005 * abs(v[e]))
+        if np.all(np.abs(v[e:] - v[e]) <= tol) and v[e] > 0.05 * v[0]:
+            return int(s[e])
+    return None
 
 
 def update_ratio_bad(ur) -> bool:
@@ -174,15 +309,14 @@ def update_ratio_bad(ur) -> bool:
 def lr_bad(lr) -> list[str]:
     if lr is None or len(lr[1]) < 2:
         return []
-    s, v = lr
+    v = lr[1]
     n = len(v)
     why = []
     if np.any(v < 0):
         why.append("negative")
-    zero = (v == 0)
     run = 0
     for i in range(int(n * 0.95)):
-        run = run + 1 if zero[i] else 0
+        run = run + 1 if v[i] == 0 else 0
         if run >= 3:
             why.append("zero")
             break
@@ -198,32 +332,48 @@ def lr_bad(lr) -> list[str]:
     return why
 
 
-def compute_labels(rec: dict) -> dict:
-    loss = rec.get("train_loss")
-    grad = rec.get("grad_norm")
-    val = rec.get("val_loss")
-    crash = crash_step(loss, grad)
-    spikes = spike_steps(loss, grad, crash)
-    onset = overfit_onset(loss, val, crash)
-    plateau = plateau_start(loss, crash)
+def compute_labels(recorded: dict) -> dict:
+    """Labels of one run from `{signal: [(step, value), ...]}` (see the module doc)."""
+    rec = {k: purged(v) for k, v in recorded.items() if k != "batch_loss"}
+    loss, grad, val = rec.get("train_loss"), rec.get("grad_norm"), rec.get("val_loss")
+    overflow = overflow_steps(loss, grad)
+    crash_at, how = crash(loss, grad, overflow)
+    pre_start, pre_sig = None, None
+    if crash_at is not None:
+        for name, sig, factor, skip in (("grad_norm", grad, 3.0, 0.1), ("train_loss", loss, 2.0, 0.0)):
+            st = rise_start(sig, crash_at, factor, skip)
+            if st is not None and st <= crash_at - 20 and (pre_start is None or st < pre_start):
+                pre_start, pre_sig = st, name
+    cross, cross_finite = grad_crossing(grad, overflow)
+    spikes = spike_steps(loss, grad, crash_at)
+    onset = overfit_onset(loss, val, crash_at)
+    plateau = plateau_start(loss, crash_at)
+    stagnation = stagnation_start(val, crash_at)
     ur = update_ratio_bad(rec.get("update_ratio"))
     lr = lr_bad(rec.get("lr"))
-    if crash is not None:
+    if crash_at is not None:
         cat = "diverged"
-    elif spikes or onset is not None or plateau is not None or ur or lr:
+    elif spikes or onset is not None or plateau is not None or stagnation is not None or ur or lr:
         cat = "faulty"
     else:
         cat = "healthy"
-    steps = int(max(int(x[0][-1]) for x in rec.values() if len(x[0]))) + 1 if rec else 0
+    loss_span = (int(loss[0][-1]) - int(loss[0][0]) + 1) if loss is not None and len(loss[0]) else 0
     return {
         "category": cat,
-        "crash_step": crash,
-        "precursor": precursor(crash, loss, grad),
+        "crash_step": crash_at,
+        "crash_how": how,
+        "precursor": pre_start is not None,
+        "precursor_start": pre_start,
+        "precursor_signal": pre_sig,
+        "grad_crossing_step": cross,
+        "grad_crossing_finite": cross_finite,
+        "overflow_steps": overflow,
         "spike_steps": spikes,
         "overfit_onset": onset,
         "plateau_start": plateau,
+        "stagnation_start": stagnation,
         "update_ratio_misconfig": ur,
         "lr_misconfig": lr,
-        "steps": steps,
-        "points": {k: int(len(x[0])) for k, x in rec.items()},
+        "steps": loss_span,
+        "points": {k: len(x[0]) for k, x in rec.items()},
     }

@@ -1,9 +1,14 @@
-"""Regenerates docs/detection.md: corpus (cached), scores of every detector, the table.
+"""Regenerates docs/detection.md in one command: corpus (cached), every detector, the tables.
 
     python bench/detection/run.py --real-logs ../shared/real_logs --out docs/detection.md
+    python bench/detection/run.py --config after=tuned.toml --out /dev/stdout
 
-The corpus is generated into --corpus (default $TMPDIR/tbcs-detection-corpus)
-unless a complete one of the same version is there already.
+The corpus is generated into --corpus (default: corpus.default_dir(), under
+the temp dir) unless a complete one of the same version is there. Detectors:
+the defaults (`ours`), `before` (bench/detection/before.toml: the defaults
+pinned at the corpus-v5 measurement), the article's four rules, the four
+anchors, plus any `--config NAME=TOML`. The prose around the tables is
+bench/detection/detection_template.md.
 """
 
 from __future__ import annotations
@@ -17,187 +22,216 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-import corpus  # noqa: E402
-import score  # noqa: E402
+import corpus
+import score
 
+BEFORE = os.path.join(HERE, "before.toml")
 NAMES = {
-    "ours": "tb-crash-signals defaults",
-    "ours-no-CS111": "defaults, `ignore = [\"CS111\"]`",
-    "before": "defaults before tuning",
-    "article": "article's 4 rules (CS101, CS111, CS302, CS401 critical)",
-    "olmo": "OLMo-style \\|z\\| > 6, 128-step window (loss, grad norm)",
-    "megatron": "Megatron-style loss >= 10x max of first 100",
-    "foundry": "LLM-Foundry-style loss >= 2x window mean for > 4 steps",
+    "ours": "defaults",
+    "before": "before (before.toml)",
+    "article": "article's 4 rules",
+    "olmo": "OLMo \\|z\\|>6 /128",
+    "megatron": "Megatron 10× first 100",
+    "foundry": "Foundry 2× mean > 4 steps",
+    "wandb": "W&B z>3 /30",
 }
+NA = "n/a"
 
 
-def _fmt(x, pct=False):
-    if x is None:
-        return "–"
-    if pct:
-        return f"{100 * x:.0f} %"
-    if isinstance(x, float):
-        return f"{x:.2f}" if x < 10 else f"{x:.0f}"
-    return str(x)
+def _pct(x):
+    return "–" if x is None else f"{100 * x:.0f} %"
 
 
-def _lead(q):
+def _q(q, fmt="{:.0f}"):
     if not q:
         return "–"
-    return f"{q['median']:.0f} ({q['min']}–{q['max']})"
+    return f"{fmt.format(q['median'])} ({fmt.format(q['min'])}–{fmt.format(q['max'])})"
 
 
-def corpus_rows(results):
-    """One table row per (detector, split)."""
-    head = (
-        "| detector | split | divergence recall | lead, median (min–max) | lead with precursor | "
-        "healthy: critical | healthy: warnings / 10k steps | faulty non-diverged runs with critical | "
-        "spike recall | spike precision | overfit flagged | overfit delay ≤ 3 evals (median) | "
-        "plateau flagged | misconfig flagged |"
-    )
-    out = [head, "|" + "---|" * 14]
-    for det in score.DETECTORS:
-        for split in ("dev", "test"):
-            r = results[det][split]
-            d, h, sp, of, pl, mi = (r["divergence"], r["healthy"], r["spikes"], r["overfit"],
-                                    r["plateau"], r["misconfig"])
-            crit_only = det in ("olmo", "megatron", "foundry")
-            na = "n/a"
-            out.append(
-                f"| {NAMES[det] if split == 'dev' else ''} | {split} | {d['flagged']}/{d['n']} | "
-                f"{_lead(d['lead'])} | {_lead(d['lead_precursor'])} | {h['critical']} "
-                f"({len(h['runs_with_critical'])}/{h['runs']} runs) | {h['warnings_per_10k']:.1f} | "
-                f"{len(r['faulty']['with_critical'])}/{r['faulty']['runs']} | "
-                + (f"{na} | {na} | {na} | {na} | {na} | {na} |" if crit_only else
-                   f"{sp['found']}/{sp['labelled']} ({_fmt(sp['recall'], True)}) | "
-                   f"{sp['matched']}/{sp['episodes']} ({_fmt(sp['precision'], True)}) | "
-                   f"{of['flagged']}/{of['n']} | {of['within3']}/{of['n']} "
-                   f"({_fmt(of['delay']['median']) if of['delay'] else '–'}) | "
-                   f"{pl['flagged']}/{pl['n']} | {mi['flagged']}/{mi['n']} |")
-            )
+def measure_rows(r: dict, anchor: bool) -> list[tuple[str, str, str]]:
+    """(measure, target, cell) for one detector on one split."""
+    h, ov, d, p, g = r["healthy"], r["overflow"], r["divergence"], r["precursor"], r["growth"]
+    sp, of, pl, st, mi, sk = (r["spikes"], r["overfit"], r["plateau"], r["stagnation"],
+                              r["misconfig"], r["sick"])
+    rows = [
+        ("healthy runs: critical episodes (incidents), runs", "0",
+         f"{h['critical']} ({h['critical_incidents']}), {len(h['runs_with_critical'])}/{h['runs']} runs"),
+        ("healthy runs: warnings / 10k steps, per episode (per incident)", "≤ 1",
+         f"{h['warnings_per_10k']:.1f} ({h['warning_incidents_per_10k']:.1f})"),
+        ("fp16 overflow runs with a critical", "0",
+         f"{len(ov['runs_with_critical'])}/{ov['runs']}"),
+        ("divergences critical at or before the crash", "all", f"{d['flagged']}/{d['n']}"),
+        ("lead, median (min–max) steps", "", _q(d["lead"])),
+        ("with precursor: lead median (min–max); < 10 or missed", "≥ 30; 0",
+         f"{_q(p['lead'])}; {p['under10']}/{p['n']}"),
+    ]
+    if anchor:
+        rows += [(m, t, NA) for m, t in (
+            ("growth fit: first projection within ±20 %", "all"),
+            ("growth fit: fit shown is the episode's latest", "all"),
+            ("spikes: recall", "≥ 0.8"), ("spikes: precision", "≥ 0.8"),
+            ("overfit: flagged within 3 evaluations", "all"),
+            ("plateau flagged", "≥ 90 %"), ("stagnation flagged", "≥ 90 %"),
+            ("update-ratio / LR misconfiguration flagged", "≥ 90 %"))]
+    else:
+        rows += [
+            ("growth fit: first projection within ±20 %", "all",
+             (f"{g['within20']}/{g['n_fit']} fitted of {g['n_crossing']} crossing 100; "
+              f"median \\|err\\| {_pct(g['abs_error']['median']) if g['abs_error'] else '–'}")),
+            ("growth fit: fit shown is the episode's latest", "all",
+             f"{g['latest_shown']}/{g['episodes']}"),
+            ("spikes: recall", "≥ 0.8", f"{sp['found']}/{sp['labelled']} ({_pct(sp['recall'])})"),
+            ("spikes: precision", "≥ 0.8",
+             f"{sp['matched']}/{sp['episodes']} ({_pct(sp['precision'])})"),
+            ("overfit: flagged within 3 evaluations", "all",
+             f"{of['within3']}/{of['n']} (flagged {of['flagged']})"),
+            ("plateau flagged", "≥ 90 %", f"{pl['flagged']}/{pl['n']}"),
+            ("stagnation flagged", "≥ 90 %", f"{st['flagged']}/{st['n']}"),
+            ("update-ratio / LR misconfiguration flagged", "≥ 90 %", f"{mi['flagged']}/{mi['n']}"),
+        ]
+    rows += [
+        ("sick runs with ≤ 3 incidents", "all", f"{sk['within3']}/{sk['runs']}"),
+        ("sick runs: incidents, episodes per run, median (max)", "",
+         (f"{sk['incidents']['median']:.0f} ({sk['incidents']['max']}), "
+          f"{sk['episodes']['median']:.0f} ({sk['episodes']['max']})") if sk["incidents"] else "–"),
+        ("faulty non-diverged runs with a critical", "", f"{len(r['faulty_with_critical'])}"),
+    ]
+    return rows
+
+
+def split_table(results: dict, split: str) -> list[str]:
+    dets = [d for d in results if split in results[d]]
+    head = "| measure | target | " + " | ".join(NAMES.get(d, d) for d in dets) + " |"
+    out = [head, "|" + "---|" * (2 + len(dets))]
+    cols = [measure_rows(results[d][split], d in score.ANCHORS) for d in dets]
+    for i, (m, t, _) in enumerate(cols[0]):
+        out.append(f"| {m} | {t} | " + " | ".join(c[i][2] for c in cols) + " |")
     return out
 
 
-def real_rows(results):
+def real_table(results: dict) -> list[str]:
     cats = ["diverged", "healthy", "overfit", "plateau/no-learning",
             "no-signal (empty/too short/degenerate)", "spikes/instability"]
-    short = {"no-signal (empty/too short/degenerate)": "no-signal",
-             "plateau/no-learning": "plateau"}
-    first = results["ours"]
-    head = "| detector | " + " | ".join(
-        f"{short.get(c, c)} → {first[c]['target']} ({first[c]['n']})" for c in cats if c in first
-    ) + " | healthy: warnings / 10k steps |"
-    out = [head, "|" + "---|" * (2 + sum(c in first for c in cats))]
-    for det in score.DETECTORS:
-        r = results[det]
-        crit_only = det in ("olmo", "megatron", "foundry")
+    short = {"no-signal (empty/too short/degenerate)": "no-signal", "plateau/no-learning": "plateau"}
+    dets = [d for d in results if "real" in results[d]]
+    if not dets:
+        return ["(not scored: run with --real-logs)"]
+    first = results[dets[0]]["real"]
+    cats = [c for c in cats if c in first]
+    out = ["| verdict (runs) | target | " + " | ".join(NAMES.get(d, d) for d in dets) + " |",
+           "|" + "---|" * (2 + len(dets))]
+    for c in cats:
         cells = []
-        for c in cats:
-            if c not in r:
-                continue
-            if crit_only and c in ("overfit", "plateau/no-learning", "spikes/instability"):
-                cells.append("n/a")
-            else:
-                cells.append(f"{r[c]['ok']}/{r[c]['n']}")
-        h = r["healthy"]
-        w = 1e4 * h["warnings"] / max(h.get("steps", 1), 1)
-        out.append(f"| {NAMES[det]} | " + " | ".join(cells) + f" | {w:.1f} |")
+        for d in dets:
+            row = results[d]["real"][c]
+            na = d in score.ANCHORS and c in ("overfit", "plateau/no-learning", "spikes/instability")
+            cells.append(NA if na else f"{row['ok']}/{row['n']}")
+        out.append(f"| {short.get(c, c)} ({first[c]['n']}) | {first[c]['target']} | "
+                   + " | ".join(cells) + " |")
+    h = [results[d]["real"]["healthy"] for d in dets]
+    out.append("| healthy: warnings / 10k steps, per episode (per incident) | ≤ 1 | "
+               + " | ".join(f"{x['warnings_per_10k']:.1f} ({x['warning_incidents_per_10k']:.1f})"
+                            for x in h) + " |")
     return out
 
 
-def evaluate(corpus_dir, real_dir, detectors=score.DETECTORS, configs=None):
-    """{detector: {"dev": metrics, "test": metrics, "real": metrics}}."""
-    with open(os.path.join(corpus_dir, "labels.json")) as f:
-        meta = json.load(f)
-    loaded = {split: score.load_runs(os.path.join(corpus_dir, split)) for split in ("dev", "test")}
-    labels = {split: {r["run"]: r["labels"] for r in meta["runs"].values() if r["split"] == split}
-              for split in ("dev", "test")}
-    real = score.load_real(real_dir) if real_dir else None
-    out = {}
-    for det in detectors:
-        fn = score.make_detector(det, (configs or {}).get(det))
-        out[det] = {split: score.score_corpus(loaded[split], labels[split], fn)
-                    for split in ("dev", "test")}
-        if real is not None:
-            out[det]["real"] = score.score_real(real, fn)
-    return out, meta
+def offenders(results: dict, det: str = "ours") -> list[str]:
+    """The worst offenders of one detector, per split and on the real logs."""
+    lines = []
+    r = results.get(det, {})
+    for split in ("dev", "test"):
+        if split not in r:
+            continue
+        m = r[split]
+        by = m["healthy"]["by_code"]
+        lines.append(f"- **{split}**, episodes on healthy runs by rule: "
+                     + (", ".join(f"{k} × {v}" for k, v in sorted(by.items(), key=lambda x: -x[1]))
+                        or "none"))
+        for title, items in (
+                ("healthy runs with a critical", m["healthy"]["runs_with_critical"]),
+                ("fp16 overflow runs with a critical", m["overflow"]["runs_with_critical"]),
+                ("divergences not flagged critical in time", m["divergence"]["missed"]),
+                ("precursor runs with a lead < 30", m["precursor"]["late"]),
+                ("growth fits (first CS201 fit vs the true crossing)", m["growth"]["runs"]),
+                ("overfit runs missed or late", m["overfit"]["missed"]),
+                ("plateaus not flagged", m["plateau"]["missed"]),
+                ("stagnations not flagged", m["stagnation"]["missed"]),
+                ("misconfigurations not flagged", m["misconfig"]["missed"]),
+                ("sick runs with > 3 incidents", m["sick"]["over3"]),
+                ("faulty non-diverged runs with a critical", m["faulty_with_critical"]),
+                ("signal mapping differs from the labelled series", m["mapping_mismatch"])):
+            if items:
+                lines.append(f"- {split}, {title} ({len(items)}): " + "; ".join(f"`{x}`" for x in items))
+        worst = sorted(((n, x) for n, x in m["spikes"]["runs"].items()
+                        if x["episodes"] - x["matched"] or x["labelled"] - x["found"]),
+                       key=lambda t: -(t[1]["episodes"] - t[1]["matched"] + t[1]["labelled"] - t[1]["found"]))
+        if worst:
+            lines.append(f"- {split}, spike mismatches (labelled/found, episodes/matched): " + "; ".join(
+                f"`{n}` {x['labelled']}/{x['found']}, {x['episodes']}/{x['matched']} "
+                f"{'+'.join(x['codes'])}" for n, x in worst[:12]))
+    if "real" in r:
+        for cat, row in r["real"].items():
+            if row["failed"]:
+                lines.append(f"- real logs, {cat} → {row['target']} not met ({len(row['failed'])}): "
+                             + "; ".join(f"`{x}`" for x in row["failed"]))
+        by = r["real"].get("healthy", {}).get("by_code", {})
+        lines.append("- real logs, episodes on healthy runs by rule: "
+                     + (", ".join(f"{k} × {v}" for k, v in sorted(by.items(), key=lambda x: -x[1]))
+                        or "none"))
+    return lines
+
+
+def render(results: dict, meta: dict) -> str:
+    with open(os.path.join(HERE, "detection_template.md")) as f:
+        template = f.read()
+    subs = {
+        "{{CORPUS}}": "\n".join(corpus.summary_rows(meta)),
+        "{{SCENARIOS}}": "\n".join(corpus.scenario_rows(meta)),
+        "{{SECONDS}}": str(meta.get("seconds")),
+        "{{RUNS}}": str(len(meta["runs"])),
+        "{{DEV}}": "\n".join(split_table(results, "dev")),
+        "{{TEST}}": "\n".join(split_table(results, "test")),
+        "{{REAL}}": "\n".join(real_table(results)),
+        "{{MISSES}}": "\n".join(offenders(results)) or "- none",
+    }
+    for k, v in subs.items():
+        template = template.replace(k, v)
+    return template
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--corpus", default=corpus.default_dir())
     ap.add_argument("--real-logs", default=None)
-    ap.add_argument("--out", default=None, help="write the Markdown report here")
-    ap.add_argument("--json", default=None, help="also write the raw metrics here")
-    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--out", default=None, help="write the Markdown report here (default: stdout)")
+    ap.add_argument("--json", default=None, help="also write the raw measures here")
+    ap.add_argument("--jobs", type=int, default=1, help="corpus generation workers")
+    ap.add_argument("--force", action="store_true", help="regenerate the corpus")
+    ap.add_argument("--config", action="append", metavar="NAME=TOML",
+                    help="also score a TOML config as detector NAME (repeatable)")
+    ap.add_argument("--detectors", default="ours,before,article,olmo,megatron,foundry,wandb",
+                    help="comma-separated built-in detectors (before = before.toml)")
     a = ap.parse_args(argv)
     t0 = time.time()
-    meta = corpus.generate(a.corpus, a.jobs)
-    results, meta = evaluate(a.corpus, a.real_logs)
+    meta = corpus.generate(a.corpus, a.jobs, a.force)
+    names = [d for d in a.detectors.split(",") if d]
+    configs = {"before": BEFORE} if "before" in names else {}
+    configs.update(score.parse_configs(a.config))
+    builtin = [d for d in names if d != "before"]
+    detectors = score.make_detectors(builtin, configs)
+    order = [d for d in names if d in detectors] + [d for d in detectors if d not in names]
+    detectors = {d: detectors[d] for d in order}
+    results = score.evaluate(a.corpus, a.real_logs, detectors)
     if a.json:
         with open(a.json, "w") as f:
             json.dump(results, f, indent=1)
-    md = render(results, meta, a.real_logs is not None)
+    md = render(results, meta)
     if a.out:
         with open(a.out, "w") as f:
             f.write(md)
     else:
         print(md)
     print(f"done in {time.time() - t0:.0f} s", file=sys.stderr)
-
-
-def corpus_summary(meta):
-    from collections import Counter
-
-    rows = ["| split | runs | diverged (with precursor) | healthy | faulty: spikes / overfit / "
-            "plateau / update ratio / learning rate |", "|---|---|---|---|---|"]
-    for split in ("dev", "test"):
-        rs = [r for r in meta["runs"].values() if r["split"] == split]
-        c = Counter(r["labels"]["category"] for r in rs)
-        pre = sum(1 for r in rs if r["labels"]["crash_step"] is not None and r["labels"]["precursor"])
-        nsp = sum(len(r["labels"]["spike_steps"]) for r in rs)
-        nsr = sum(1 for r in rs if r["labels"]["spike_steps"])
-        of = sum(r["labels"]["overfit_onset"] is not None for r in rs)
-        pl = sum(r["labels"]["plateau_start"] is not None for r in rs)
-        ur = sum(bool(r["labels"]["update_ratio_misconfig"]) for r in rs)
-        lr = sum(bool(r["labels"]["lr_misconfig"]) for r in rs)
-        rows.append(f"| {split} | {len(rs)} | {c['diverged']} ({pre}) | {c['healthy']} | "
-                    f"{nsp} spikes in {nsr} runs / {of} / {pl} / {ur} / {lr} |")
-    return rows
-
-
-def render(results, meta, with_real: bool) -> str:
-    template = open(os.path.join(HERE, "detection_template.md")).read()
-    table = "\n".join(corpus_rows(results))
-    real = "\n".join(real_rows({d: results[d]["real"] for d in results})) if with_real else \
-        "(not scored: run with --real-logs)"
-    ours = results["ours"]
-    misses = []
-    for split in ("dev", "test"):
-        r = ours[split]
-        for what, names in (("divergence not flagged in time", r["divergence"]["missed"]),
-                            ("healthy run with a critical", r["healthy"]["runs_with_critical"]),
-                            ("non-diverged faulty run with a critical", r["faulty"]["with_critical"]),
-                            ("overfit not flagged", r["overfit"]["missed"]),
-                            ("plateau not flagged", r["plateau"]["missed"]),
-                            ("misconfiguration not flagged", r["misconfig"]["missed"])):
-            for n in names:
-                misses.append(f"- {split}: {what}: `{n}`")
-        hw = r["healthy"]["by_code"]
-        if hw:
-            misses.append(f"- {split}: episodes on healthy runs by rule: "
-                          + ", ".join(f"{k} × {v}" for k, v in sorted(hw.items())))
-    if with_real:
-        for cat, row in ours["real"].items():
-            for n in row["failed"]:
-                misses.append(f"- real logs: {cat} → {row['target']} not met: `{n}`")
-        hw = ours["real"]["healthy"]["by_code"]
-        misses.append("- real logs: episodes on healthy runs by rule: "
-                      + ", ".join(f"{k} × {v}" for k, v in sorted(hw.items())))
-    return (template.replace("{{CORPUS}}", "\n".join(corpus_summary(meta)))
-            .replace("{{SECONDS}}", str(meta.get("seconds")))
-            .replace("{{TABLE}}", table).replace("{{REAL}}", real)
-            .replace("{{MISSES}}", "\n".join(misses) or "- none"))
 
 
 if __name__ == "__main__":
