@@ -49,9 +49,9 @@ def main(argv=None):
                     help="keep freed memory in the heap, as `tb-crash-signals scan` does")
     args = ap.parse_args(argv)
     if args.malloc_tuned:
-        from tb_crash_signals.cli import _keep_freed_memory
+        from tb_crash_signals.cli.scan import keep_freed_memory
 
-        _keep_freed_memory()
+        keep_freed_memory()
 
     print(f"machine: {_synth.machine()}")
     run = _synth.make_run(args.steps, args.seed)

@@ -17,9 +17,9 @@ from tensorboard.backend import json_util
 
 from tb_crash_signals.analysis.config import CONFIG_FILENAME, Config, ConfigError, load_config
 from tb_crash_signals.analysis.engine import rank
-from tb_crash_signals.tb_plugin.metadata import PENDING
 from tb_crash_signals.ingest.reader import RunReader
 from tb_crash_signals.tb_plugin.locator import RunLocator
+from tb_crash_signals.tb_plugin.metadata import PENDING
 
 logger = logging.getLogger("tensorboard")
 

@@ -21,7 +21,7 @@ from support.browser import PLUGIN, Tab
 from support.eventwriters import write_scalars
 from support.tbserver import running_tensorboard, runs_listed
 from tb_crash_signals import cli
-from tb_crash_signals.report.document import safe
+from tb_crash_signals.report.text import safe
 
 LONG = "/".join(["L" * 249 + str(i % 10) for i in range(12)])  # a 3011-char run name (12 nested dirs)
 RUNS = [

@@ -12,7 +12,7 @@ import pytest
 from support.eventwriters import write_scalars
 from support.paths import DOCS, SCHEMA
 from tb_crash_signals import cli
-from tb_crash_signals.report.document import safe
+from tb_crash_signals.report.text import safe
 
 SCHEMA = json.load(
     open(SCHEMA, encoding="utf-8")

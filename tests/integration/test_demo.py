@@ -15,6 +15,7 @@ import pytest
 from tensorboard.compat.proto import event_pb2
 
 from tb_crash_signals import demo
+from tb_crash_signals.demo import runs as demo_runs
 
 RUNS = [
     "hf/healthy",
@@ -241,7 +242,7 @@ def test_loss_spikes(scalars):
     ratio = np.ones_like(loss)
     for i in range(50, len(loss)):
         ratio[i] = loss[i] / np.median(loss[i - 50 : i])
-    spikes = sorted(demo.LOSS_SPIKE_STEPS)
+    spikes = sorted(demo_runs.LOSS_SPIKE_STEPS)
     assert sorted(steps[np.argsort(ratio)[-4:]].tolist()) == spikes
     for s in spikes:
         i = int(np.searchsorted(steps, s))
