@@ -46,7 +46,7 @@ def build_frontend():
         try:
             subprocess.run(cmd, cwd=FRONTEND, check=True)
         except subprocess.CalledProcessError as e:
-            raise SystemExit(f"tb-crash-signals: `{' '.join(cmd[1:])}` failed in frontend/ ({e})")
+            raise SystemExit(f"tb-crash-signals: `{' '.join(cmd[1:])}` failed in frontend/ ({e})") from None
 
 
 class BuildPyWithFrontend(build_py):
@@ -86,7 +86,7 @@ setup(
         'tomli>=1.1; python_version < "3.11"',
     ],
     extras_require={
-        "test": ["pytest>=7", "hypothesis>=6", "jsonschema>=4", "playwright>=1.40"],
+        "test": ["pytest>=7", "hypothesis>=6", "jsonschema>=4", "playwright>=1.40", "ruff>=0.6"],
     },
     entry_points={
         "tensorboard_plugins": ["crash_signals = tb_crash_signals.loader:CrashSignalsLoader"],

@@ -185,7 +185,8 @@ def check_file(path: str, columns, sample: int = 2000) -> None:
         steps, vals = columns[tag]
         k = len(pts)
         assert np.array_equal(np.array([p[0] for p in pts]), steps[:k]), tag
-        assert np.array_equal(np.array([p[1] for p in pts]), vals[:k].astype(np.float32).astype(np.float64), equal_nan=True), tag
+        want = vals[:k].astype(np.float32).astype(np.float64)
+        assert np.array_equal(np.array([p[1] for p in pts]), want, equal_nan=True), tag
 
 
 def machine() -> str:

@@ -29,14 +29,14 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, ".."))
 
-import _synth  # noqa: E402
-from bench_monitor import ArticleMonitor, TrainingState  # noqa: E402
+import _synth
+from bench_monitor import ArticleMonitor, TrainingState
 
-from tb_crash_signals.analysis.config import Config  # noqa: E402
-from tb_crash_signals.analysis.engine import analyze_run  # noqa: E402
-from tb_crash_signals.analysis.rules import RULES  # noqa: E402
-from tb_crash_signals.analysis.signals import group_runs  # noqa: E402
-from tb_crash_signals.ingest.series import Series  # noqa: E402
+from tb_crash_signals.analysis.config import Config
+from tb_crash_signals.analysis.engine import analyze_run
+from tb_crash_signals.analysis.rules import RULES
+from tb_crash_signals.analysis.signals import group_runs
+from tb_crash_signals.ingest.series import Series
 
 
 def main(argv=None):

@@ -54,18 +54,18 @@ sys.path.insert(0, os.path.join(HERE, ".."))
 sys.path.insert(0, os.path.join(HERE, "..", "tests"))
 
 
-import _synth  # noqa: E402
-from plugin_harness import tb_flags  # noqa: E402
-from tensorboard import context as tb_context  # noqa: E402
-from tensorboard.backend import application  # noqa: E402
-from tensorboard.data import server_ingester  # noqa: E402
-from tensorboard.plugins import base_plugin  # noqa: E402
-from tensorboard.plugins.scalar import scalars_plugin  # noqa: E402
-from tensorboard.util import grpc_util  # noqa: E402
-from werkzeug import test as werkzeug_test  # noqa: E402
-from werkzeug import wrappers  # noqa: E402
+import _synth
+from tensorboard import context as tb_context
+from tensorboard.backend import application
+from tensorboard.data import server_ingester
+from tensorboard.plugins import base_plugin
+from tensorboard.plugins.scalar import scalars_plugin
+from tensorboard.util import grpc_util
+from werkzeug import test as werkzeug_test
+from werkzeug import wrappers
 
-from tb_crash_signals.tb_plugin.plugin import CrashSignalsPlugin  # noqa: E402
+from support.plugin_harness import tb_flags
+from tb_crash_signals.tb_plugin.plugin import CrashSignalsPlugin
 
 EVENTS = "events.out.tfevents.1700000000.bench"
 

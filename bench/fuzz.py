@@ -55,21 +55,21 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))  # this checkout, not another installed copy
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests"))
 
-import eventwriters as ew  # noqa: E402
-import numpy as np  # noqa: E402
-from tensorboard.compat.proto import event_pb2  # noqa: E402
-from tensorboard.summary.writer.record_writer import RecordWriter  # noqa: E402
+import numpy as np
+from tensorboard.compat.proto import event_pb2
+from tensorboard.summary.writer.record_writer import RecordWriter
 
-from tb_crash_signals.analysis.config import Config, ConfigError, from_dict, load_config  # noqa: E402
-from tb_crash_signals.analysis.engine import analyze_run  # noqa: E402
-from tb_crash_signals.analysis.rules import RULES  # noqa: E402
-from tb_crash_signals.analysis.signals import SIGNALS, LogicalRun, TagRef  # noqa: E402
-from tb_crash_signals.ingest import reader as source  # noqa: E402
+from support import eventwriters as ew
+from tb_crash_signals.analysis.config import Config, ConfigError, from_dict, load_config
+from tb_crash_signals.analysis.engine import analyze_run
+from tb_crash_signals.analysis.rules import RULES
+from tb_crash_signals.analysis.signals import SIGNALS, LogicalRun, TagRef
+from tb_crash_signals.ingest import reader as source
 from tb_crash_signals.ingest import records as eventfile
 from tb_crash_signals.ingest import scalars
-from tb_crash_signals.ingest.series import Series  # noqa: E402
-from tb_crash_signals.online.monitor import Monitor  # noqa: E402
-from tb_crash_signals.report.document import run_to_json  # noqa: E402
+from tb_crash_signals.ingest.series import Series
+from tb_crash_signals.online.monitor import Monitor
+from tb_crash_signals.report.document import run_to_json
 from tb_crash_signals.tb_plugin import decimate
 
 MEM_LIMIT = 8 << 20
@@ -312,7 +312,9 @@ def _junk(rng, depth=0):
         lambda: rng.choice(SPECIAL), lambda: rng.choice(["", "CS1", "warning", "critical", "nan", "x" * 1000]),
         lambda: rng.randint(-3, 3), lambda: rng.uniform(-2, 2), lambda: b"\xff",
         lambda: [_junk(rng, depth + 1) for _ in range(rng.randint(0, 3))],
-        lambda: {rng.choice(["a", "select", "window", "CS101"]): _junk(rng, depth + 1) for _ in range(rng.randint(0, 3))},
+        lambda: {
+            rng.choice(["a", "select", "window", "CS101"]): _junk(rng, depth + 1) for _ in range(rng.randint(0, 3))
+        },
         lambda: {rng.choice(_PARAMS): _junk(rng, depth + 1)},
     ][choice]()
 
@@ -369,7 +371,8 @@ def t_config(rng: random.Random, n: int):
                       "train_loss = ", "[", "]", "{", "}", "=", "\n", "\x00", "\xff", "window = 0", "\ufeff", "#"]
             text = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 30)))
             with open(path, "wb") as f:
-                f.write(text.encode("utf-8", "surrogatepass") if rng.random() < 0.8 else os.urandom(rng.randint(0, 100)))
+                raw = text.encode("utf-8", "surrogatepass")
+                f.write(raw if rng.random() < 0.8 else os.urandom(rng.randint(0, 100)))
             try:
                 load_config(path)
             except ConfigError:
@@ -394,7 +397,7 @@ _SERVED = None
 def _served():
     global _SERVED
     if _SERVED is None:
-        from plugin_harness import backend, tb_flags
+        from support.plugin_harness import backend, tb_flags
 
         root = tempfile.mkdtemp(prefix="fuzz-logdir-")
         for i, name in enumerate(["ok", "<img src=x onerror=alert(1)>", "ctl\x1b[31m\x07", "\u202eevil", "x" * 200]):
@@ -413,8 +416,7 @@ _QUERY_PIECES = [
 
 def t_routes(rng: random.Random, n: int):
     served = _served()
-    from plugin_harness import PREFIX
-
+    from support.plugin_harness import PREFIX
     from tb_crash_signals.tb_plugin import plugin as plugin_mod
 
     routes = ["runs", "analysis", "rules", "index.js", "index.css"]

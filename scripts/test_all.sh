@@ -16,5 +16,6 @@ fi
 python3 -m pip install -q --disable-pip-version-check -e ".[test]"
 # The optional PyTorch helpers are tested for real (torch is not a dependency).
 python3 -c "import torch" 2>/dev/null || python3 -m pip install -q --disable-pip-version-check "torch==2.13.0"
+python3 -m ruff check .
 (cd frontend && npm ci --no-audit --no-fund --loglevel=error && npm test)
 python3 -m pytest -q -p no:cacheprovider tests "$@"

@@ -39,7 +39,11 @@ def make_logdir(root: str) -> None:
     pairs = lambda v: list(zip(steps.tolist(), v.tolist()))
     write_scalars(
         os.path.join(root, "exploding"),
-        {"train/loss": pairs(loss), "train/grad_norm": pairs(grad), "train/learning_rate": [(int(s), 1e-3) for s in steps]},
+        {
+            "train/loss": pairs(loss),
+            "train/grad_norm": pairs(grad),
+            "train/learning_rate": [(int(s), 1e-3) for s in steps],
+        },
     )
     healthy = 2.0 * np.exp(-steps / 200) + 0.3 + 0.02 * rng.standard_normal(n)
     write_scalars(

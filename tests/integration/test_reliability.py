@@ -321,10 +321,16 @@ doc_st = st.fixed_dictionaries(
     optional={
         "select": value_st,
         "ignore": value_st,
-        "signals": st.one_of(value_st, st.dictionaries(st.sampled_from(list(SIGNALS) + ["bogus"]), value_st, max_size=3)),
+        "signals": st.one_of(
+            value_st, st.dictionaries(st.sampled_from(list(SIGNALS) + ["bogus"]), value_st, max_size=3)
+        ),
         "rules": st.one_of(
             value_st,
-            st.dictionaries(rule_name_st, st.one_of(value_st, st.dictionaries(st.sampled_from(_PARAM_NAMES), value_st, max_size=3)), max_size=3),
+            st.dictionaries(
+                rule_name_st,
+                st.one_of(value_st, st.dictionaries(st.sampled_from(_PARAM_NAMES), value_st, max_size=3)),
+                max_size=3,
+            ),
         ),
         "unknown": value_st,
     },
@@ -365,7 +371,17 @@ def test_config_documents_raise_config_error_only(doc):
         json.dumps(run_to_json(analyze_run(logical(**SMALL_RUN), SMALL_RUN, cfg)), allow_nan=False)
         m = Monitor(cfg)
         for i in range(0, 120, 3):
-            m.update(i, **{k: float(s.values[np.searchsorted(s.steps, i)]) for k, s in SMALL_RUN.items() if i in s.steps})
+            m.update(i, **_values_at(i))
+
+
+def _values_at(step):
+    """SMALL_RUN's values logged at `step`, by signal."""
+    out = {}
+    for k, s in SMALL_RUN.items():
+        j = np.searchsorted(s.steps, step)
+        if j < len(s) and s.steps[j] == step:
+            out[k] = float(s.values[j])
+    return out
 
 
 _EDGE_INTS = [0, 1, 2, 3, 10**9, 10**9 + 1, 2**62, 2**70]
@@ -391,7 +407,7 @@ def test_every_accepted_parameter_value_runs():
                     analyze_run(logical(**SMALL_RUN), SMALL_RUN, cfg)
                     m = Monitor(cfg)
                     for i in range(0, 120, 2):
-                        m.update(i, **{k: float(s.values[j]) for k, s in SMALL_RUN.items() if (j := np.searchsorted(s.steps, i)) < len(s) and s.steps[j] == i})
+                        m.update(i, **_values_at(i))
                     m.report()
     assert accepted > 100 and rejected > 20
 

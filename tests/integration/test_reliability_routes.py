@@ -108,7 +108,8 @@ def test_unknown_sub_paths_are_404(served, tail):
     [
         "index.js/", "index.js/..", "index.js/../plugin.py", "../plugin.py", "..%2fplugin.py", "static/index.js",
         "index.js%00", "index.js\x00.py", "INDEX.JS", "index.map", "index.js.map", "./index.js/x", "%2e%2e/setup.py",
-        "index.css/../../../../etc/passwd", "plugin.py", "loader.py", "__init__.py", "static", "static/", "//etc/passwd",
+        "index.css/../../../../etc/passwd", "plugin.py", "loader.py", "__init__.py", "static", "static/",
+        "//etc/passwd",
     ],
 )
 def test_static_routes_serve_only_their_two_files(served, tail):

@@ -123,7 +123,8 @@ def test_non_scalar_data_is_ignored(tmp_path):
     evs = [ew.scalar_event("loss", 0, 1.0)]
     # image, histogram, hparams-like scalar tensor with another plugin, graph def, text
     img = event_pb2.Event(step=1, wall_time=1.0)
-    img.summary.value.add(tag="img", image=summary_pb2.Summary.Image(height=1, width=1, encoded_image_string=b"\x89PNG"))
+    png = summary_pb2.Summary.Image(height=1, width=1, encoded_image_string=b"\x89PNG")
+    img.summary.value.add(tag="img", image=png)
     evs.append(img)
     hist = event_pb2.Event(step=1, wall_time=1.0)
     hist.summary.value.add(tag="hist").histo.bucket.extend([1.0, 2.0])

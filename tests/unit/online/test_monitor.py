@@ -106,7 +106,10 @@ def update_streams(draw):
     return updates
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=60, deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
 @given(update_streams())
 def test_monitor_matches_scan_on_random_series(tmp_path_factory, updates):
     tmp = tmp_path_factory.mktemp("m")
