@@ -8,7 +8,7 @@ the files are what TensorBoard itself would read. Styles:
 | `pytorch` | `Loss/train` | `Loss/val` | `Grad/norm` | `LR` | `Optim/update_ratio` |
 | `hf` | `train/loss` (mean over the logging interval) | `eval/loss` | `train/grad_norm` | `train/learning_rate` | – |
 | `lightning` | `train_loss` | `val_loss` | `grad_2.0_norm_total` | `lr-<Optimizer>` | – |
-| `keras` | `X/train` `epoch_loss` (tensor; some `batch_loss`) | `X/validation` `epoch_loss` | – | `epoch_learning_rate` | – |
+| `keras` | `X/train` `epoch_loss` (tensor) | `X/validation` `epoch_loss` | – | `epoch_learning_rate` | – |
 | `custom` | `loss` | `val/loss` | `optim/grad_global_norm` | `optim/lr` | `optim/update_ratio` |
 
 `Logger.recorded` keeps what was written, per signal, as (step, float32
