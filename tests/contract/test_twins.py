@@ -1,0 +1,133 @@
+"""Each rule's streaming twin decides as its batch function: the Monitor fed a run step by step
+gives the episodes `analyze_run` finds in the same series -- start, end, peak, open, message,
+advice and fit -- on long series that reach the rules' steady state (small windows), on the demo
+runs and on the real logs (when they are next to the checkout, `../shared/real_logs`, or named by
+$TBCS_REAL_LOGS)."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from support.helpers import logical
+from support.paths import DEMO_LOGS, REPO
+from tb_crash_signals import Monitor
+from tb_crash_signals.analysis.config import Config
+from tb_crash_signals.analysis.engine import analyze_run
+from tb_crash_signals.analysis.rules import RULES
+from tb_crash_signals.analysis.rules.base import param_bounds
+from tb_crash_signals.analysis.signals import group_runs
+from tb_crash_signals.ingest.reader import LogdirSource
+from tb_crash_signals.ingest.series import Series
+
+SIGNALS = ("train_loss", "val_loss", "grad_norm", "update_ratio", "lr")
+
+
+def whole(episodes):
+    """Everything an episode says, fit included."""
+    return [(e.to_json(), e.fit) for e in episodes]
+
+
+def small_params(draw, code):
+    """The rule's parameters with windows of a few points, within their declared range."""
+    p = RULES[code].default_params()
+    changes = {}
+    for f in dataclasses.fields(p):
+        value = getattr(p, f.name)
+        if not isinstance(value, int) or isinstance(value, bool):
+            continue
+        bounds = param_bounds(type(p), f.name)
+        low = int(bounds.low) if bounds is not None and bounds.low is not None else 0
+        changes[f.name] = draw(st.integers(max(low, 1 if f.name == "cooldown" else 0), max(low, 1) + 30))
+    return dataclasses.replace(p, **changes)
+
+
+@st.composite
+def long_runs(draw):
+    """A few hundred steps of every signal: noisy trends with rises, spikes, plateaus and NaN."""
+    n = draw(st.integers(300, 700))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    t = np.arange(n)
+    out = {}
+    for sig in SIGNALS:
+        every = {"train_loss": 1, "grad_norm": 1, "lr": draw(st.sampled_from([1, 5])),
+                 "update_ratio": draw(st.sampled_from([1, 10])), "val_loss": draw(st.sampled_from([5, 25]))}[sig]
+        base = {"train_loss": 2.0 * np.exp(-t / 150) + 0.3, "grad_norm": np.ones(n),
+                "lr": np.minimum(1e-3, 1e-5 * (t + 1)), "update_ratio": np.full(n, 1e-3),
+                "val_loss": 2.2 * np.exp(-t / 150) + 0.35 + 0.002 * t}[sig]
+        v = base * np.exp(draw(st.sampled_from([0.01, 0.1, 0.4])) * rng.standard_normal(n))
+        if draw(st.booleans()):  # an exponential rise toward the end
+            a = draw(st.integers(n // 3, n - 10))
+            v[a:] *= np.exp(draw(st.sampled_from([0.03, 0.08, 0.2])) * np.arange(n - a))
+        for _ in range(draw(st.integers(0, 4))):  # one-point spikes
+            v[draw(st.integers(0, n - 1))] *= draw(st.sampled_from([3.0, 10.0, 1e3]))
+        if draw(st.integers(0, 3)) == 0:  # a flat stretch
+            a = draw(st.integers(0, n - 20))
+            v[a : a + draw(st.integers(10, 200))] = v[a]
+        if draw(st.integers(0, 3)) == 0:  # NaN/Inf
+            a = draw(st.integers(0, n - 1))
+            v[a : a + draw(st.integers(1, 5))] = draw(st.sampled_from([math.nan, math.inf]))
+        keep = np.arange(0, n, every)
+        out[sig] = Series.from_arrays(keep, v[keep].astype(np.float32).astype(np.float64))
+    return out
+
+
+def updates_of(data):
+    """The series as a training loop logs them: step by step, every signal of a step at once."""
+    by_step: dict[int, dict] = {}
+    for sig, s in data.items():
+        for step, v in zip(s.steps.tolist(), s.values.tolist()):
+            by_step.setdefault(step, {})[sig] = v
+    return sorted(by_step.items())
+
+
+def monitored(data, config):
+    m = Monitor(config)
+    for step, values in updates_of(data):
+        m.update(step, **values)
+    return m
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_whole_episodes_agree_on_long_series_with_small_windows(d):
+    data = d.draw(long_runs())
+    small = d.draw(st.booleans())
+    config = Config(params={code: small_params(d.draw, code) for code in RULES}) if small else Config()
+    offline = analyze_run(logical(**data), data, config)
+    assert whole(monitored(data, config).episodes()) == whole(offline.episodes)
+
+
+def _logdirs():
+    roots = [("demo", DEMO_LOGS)]
+    real = os.environ.get("TBCS_REAL_LOGS") or os.path.join(os.path.dirname(REPO), "shared", "real_logs")
+    if os.path.isdir(real):
+        roots.append(("real", real))
+    return roots
+
+
+def _runs(root):
+    source = LogdirSource(root)
+    source.reload()
+    for run in group_runs(source.run_tags()):
+        data = {dim: source.series(ref.run, ref.tag) for dim, ref in run.signals.items() if ref is not None}
+        if data:
+            yield run, data
+
+
+@pytest.mark.parametrize("name,root", _logdirs(), ids=[n for n, _ in _logdirs()])
+def test_whole_episodes_agree_on_logged_runs(name, root):
+    checked = 0
+    for run, data in _runs(root):
+        offline = analyze_run(run, data, Config())
+        assert whole(monitored(data, Config()).episodes()) == whole(offline.episodes), run.name
+        checked += 1
+    assert checked >= 8
