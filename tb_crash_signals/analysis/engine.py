@@ -88,10 +88,6 @@ class RunResult:
         }
 
 
-def run_rules(data: Mapping[str, Series], config: Config) -> tuple[list[Episode], list[Fit]]:
-    """Runs every enabled rule on one run's series and merges the hits."""
-    tracks = _run_tracks(data, config, {}, None, {})
-    return _merged(tracks)
 
 
 def _run_tracks(data, config: Config, previous, since, carry: dict):

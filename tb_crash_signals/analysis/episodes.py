@@ -78,13 +78,6 @@ def _peak(rule: Rule, values: np.ndarray, first: int, last: int) -> int:
     return first + int(pick)
 
 
-def build_episodes(
-    rule: Rule, hits: Hits, series: Series, params, severity: str
-) -> list[Episode]:
-    """Merges hits that are within the rule's cooldown of each other."""
-    track = EpisodeTrack(rule, hits.signal, params, severity)
-    track.update(hits, series)
-    return list(track.episodes)
 
 
 class EpisodeTrack:

@@ -60,31 +60,14 @@ def ffill_nonfinite(values: np.ndarray) -> np.ndarray:
     return out
 
 
-def trailing_median_mad(
-    values: np.ndarray, window: int, min_points: int, at: np.ndarray | None = None
-) -> tuple[np.ndarray, np.ndarray]:
-    """Median and MAD of the up-to-`window` finite-filled points before each i.
-
-    Points with fewer than `min_points` predecessors get NaN. With `at`, only
-    those indices are computed (the rest stay NaN): rules pre-filter with a
-    cheap necessary condition and pay for medians only where it matters.
-    """
-    n = values.shape[0]
-    med = np.full(n, np.nan)
-    mad = np.full(n, np.nan)
-    idx = np.arange(n) if at is None else np.unique(np.asarray(at, dtype=np.int64))
-    med[idx], mad[idx] = trailing_median_mad_at(values, window, min_points, idx)
-    return med, mad
-
-
 def trailing_median_mad_at(
     values: np.ndarray, window: int, min_points: int, at: np.ndarray, mad: bool = True
 ) -> tuple[np.ndarray, np.ndarray | None]:
-    """trailing_median_mad(values, window, min_points) at the indices `at` only.
+    """Median and MAD of the up-to-`window` finite-filled points before each index of `at`.
 
-    Returns arrays aligned with `at` (the MAD is None unless `mad`), without
-    the two full-length arrays: a rule with a handful of candidates pays
-    for a handful of medians.
+    An index with fewer than `min_points` predecessors gets NaN. Returns
+    arrays aligned with `at` (the MAD is None unless `mad`): rules pre-filter
+    with a cheap necessary condition and pay for medians only where it matters.
     """
     at = np.asarray(at, dtype=np.int64)
     med = np.full(at.shape[0], np.nan)
@@ -205,7 +188,7 @@ def _pairwise_sum(cols: list) -> np.ndarray:
 def memo(carry: dict | None = None):
     """Within this block, trailing_min results are reused for the same array object.
 
-    engine.run_rules opens one per analysis (its series are not modified while
+    The engine opens one per analysis (its series are not modified while
     the rules run): loss-spike and loss-divergence share the train loss's
     trailing minimum.
 
@@ -273,21 +256,6 @@ def _trailing_min(values: np.ndarray, window: int) -> np.ndarray:
         sliding_min(x[:-1], window, out=out[window:])
     if not filled_all:
         out[np.isposinf(out)] = np.nan
-    return out
-
-
-def trailing_max(values: np.ndarray, window: int) -> np.ndarray:
-    """Max of the up-to-`window` points before each i (NaN for i == 0)."""
-    n = values.shape[0]
-    out = np.full(n, np.nan)
-    if n < 2:
-        return out
-    x = np.where(np.isfinite(values), values, -np.inf)
-    head = min(window, n)
-    out[1:head] = np.maximum.accumulate(x[: head - 1])
-    if n > window:
-        sliding_max(x[:-1], window, out=out[window:])
-    out[np.isneginf(out)] = np.nan
     return out
 
 
@@ -366,20 +334,6 @@ def linear_fit(x: np.ndarray, y: np.ndarray) -> tuple[float, float, float]:
     resid = dy - b * dx
     r2 = 1.0 - float(resid @ resid) / ss_tot if ss_tot > 0 else 0.0
     return float(a), b, r2
-
-
-def debiased_ema(values: np.ndarray, weight: float) -> np.ndarray:
-    """TensorBoard's smoothing: an EMA debiased for its zero start; skips non-finite."""
-    out = np.empty(values.shape[0])
-    last, count = 0.0, 0
-    for i, v in enumerate(values):
-        if not np.isfinite(v):
-            out[i] = v
-            continue
-        last = last * weight + (1 - weight) * v
-        count += 1
-        out[i] = last / (1 - weight**count) if weight > 0 else v
-    return out
 
 
 def trailing_median_inclusive(values: np.ndarray, k: int) -> np.ndarray:

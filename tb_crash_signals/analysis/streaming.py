@@ -189,7 +189,7 @@ HIT = StreamHit()
 
 
 def median_mad_before(window: Window, i: int, size: int, min_points: int, mad=True):
-    """Median/MAD of the `size` points before i, as stats.trailing_median_mad computes them."""
+    """Median/MAD of the `size` points before i, as stats.trailing_median_mad_at computes them."""
     if i < min_points:
         return _nan, _nan
     w = np.asarray(window.tail(size), dtype=np.float64)

@@ -233,7 +233,6 @@ class RunReader:
         self._files: dict[str, _FileState] = {}
         self._tags: dict[str, _TagStore] = {}
         self._plugins: dict[str, str] = {}
-        self._max_step = None
         self._list_error = None
 
     # -- public API ---------------------------------------------------------

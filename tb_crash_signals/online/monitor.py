@@ -43,7 +43,7 @@ _SNAPSHOTS = 4
 
 
 class _Record:
-    """One episode as it grows, merged as episodes.build_episodes merges hits:
+    """One episode as it grows, merged as episodes.EpisodeTrack merges hits:
     its first and last hit, its peak, the running extreme since it began,
     and what its description reads (see rules.base.EpisodeView)."""
 

@@ -241,8 +241,3 @@ def fmt(x: float) -> str:
     if ax >= 100:
         return f"{x:.0f}"
     return f"{x:.3g}"
-
-
-def step_of(step) -> str:
-    """A step for messages (an int, or '?' when unknown)."""
-    return str(int(step)) if step is not None else "?"
