@@ -103,6 +103,7 @@ def tail(full, data, since):
 
 
 # (min_points = 0 makes np.median see empty windows: NaN, with a warning)
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
 @settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
@@ -127,6 +128,7 @@ def grow(data, cuts):
     return [{k: s.until(c - 1) for k, s in data.items()} for c in cuts] + [data]
 
 
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())

@@ -15,3 +15,10 @@ def browser():
         b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
         yield b
         b.close()
+
+
+def pytest_collection_modifyitems(config, items):
+    # Every end-to-end test starts a real TensorBoard (and often Chromium): seconds each.
+    for item in items:
+        if "/e2e/" in str(item.fspath).replace("\\", "/"):
+            item.add_marker(pytest.mark.slow)

@@ -388,6 +388,7 @@ _EDGE_INTS = [0, 1, 2, 3, 10**9, 10**9 + 1, 2**62, 2**70]
 _EDGE_FLOATS = [0.0, 5e-324, 1e-300, 0.5, 1.0, 1.5, 1e9, 1e308]
 
 
+@pytest.mark.slow
 def test_every_accepted_parameter_value_runs():
     """Each parameter at its edges: either ConfigError, or the engine and the monitor run."""
     accepted = rejected = 0

@@ -121,6 +121,7 @@ def test_monitor_matches_scan_on_random_series(tmp_path_factory, updates):
     assert report["health"] == entry["health"]
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(update_streams())
 def test_screens_skip_only_checks_that_would_not_fire(updates):
