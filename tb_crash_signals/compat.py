@@ -21,6 +21,7 @@ import collections
 import dataclasses
 from typing import Callable
 
+from tb_crash_signals.analysis.config import article_config
 from tb_crash_signals.analysis.rules import RULES
 from tb_crash_signals.online.monitor import Monitor
 
@@ -60,7 +61,8 @@ class TrainingMonitor:
     """The article's monitor, backed by `tb_crash_signals.Monitor`."""
 
     def __init__(self, config=None, history_size: int = 1000):
-        self.monitor = Monitor(config)
+        # The article's four rules as it states them, beside the default catalogue.
+        self.monitor = Monitor(config if config is not None else article_config(with_defaults=True))
         self._history: collections.deque = collections.deque(maxlen=history_size)
         self._rules: list[AlertRule] = self._default_rules()
         self._builtin = {r.code: r for r in self._rules}

@@ -24,7 +24,8 @@ detectors may not. The rules, all on logged points:
   having reached 3x it and at least half the initial loss level
   (`sustained`: lost what it had learnt). None if none happens.
 - **precursor** (crash runs): for the train loss and the grad norm, over
-  their finite points up to the crash (smoothed as above), with m the
+  their finite points before the crash (smoothed as above, within those
+  points only, so the crash itself cannot leak into them), with m the
   smoothed minimum (for the grad norm, after the first 10 % of those points,
   past the early transient): if the smoothed value reaches 2x m (loss) / 3x m
   (grad norm, which also drifts up in healthy runs) by the crash, its rise
@@ -41,7 +42,10 @@ detectors may not. The rules, all on logged points:
   in both cases also >= 2x the largest of those 50 points (out of the local
   noise: per-step losses of tiny batches jump 3-10x all the time), that
   comes back under 1.5x (loss) / 2x (grad norm) that median within 10
-  points. Spike points closer than 3 steps to an earlier one are one spike.
+  points; and not in a series that noisy at that scale (the quartiles of
+  its previous 200 points <= 0.5 decades apart: the per-step loss of tiny
+  batches near zero spans decades, and its 10x jumps are noise). Spike
+  points closer than 3 steps to an earlier one are one spike.
 - **overfit onset** (no crash, >= 6 evaluations): the step of the validation
   loss minimum, when the median of the last 3 evaluations is >= 1.1x that
   minimum while the train loss (median of the last 5 % of points) is below
@@ -72,6 +76,9 @@ from __future__ import annotations
 import numpy as np
 
 THRESHOLD = 100.0  # the grad-norm explosion threshold whose crossing a growth fit projects
+# A per-step series whose quartiles lie this many decades apart (a factor 3.2) is noise at the
+# scale of a spike: tiny batches near zero loss, where single batches jump 3-10x all the time.
+NOISE_DECADES = 0.5
 
 
 def purged(points) -> tuple[np.ndarray, np.ndarray]:
@@ -178,12 +185,13 @@ def rise_start(sig, crash_at, factor: float, skip_fraction: float) -> int | None
     if sig is None:
         return None
     s, v = sig
-    ok = np.isfinite(v)
-    s, sm = s[ok], _smooth(v[ok], _k(int(ok.sum())))
-    keep = s <= crash_at
-    s, sm = s[keep], sm[keep]
+    # Only what was logged before the crash: smoothing across the crash would carry an abrupt
+    # jump back onto the points before it, a "precursor" no one could have seen.
+    ok = np.isfinite(v) & (s < crash_at)
+    s = s[ok]
     if s.size < 10:
         return None
+    sm = _smooth(v[ok], _k(int(ok.sum())))
     skip = int(s.size * skip_fraction)
     lo = skip + int(np.argmin(sm[skip:]))
     m = float(sm[lo])
@@ -207,6 +215,15 @@ def grad_crossing(grad, overflow) -> tuple[int | None, bool]:
     return None, False
 
 
+def _log_iqr(x) -> float:
+    """Interquartile range of log10 of the positive finite values (NaN under 10 of them)."""
+    x = x[np.isfinite(x) & (x > 0)]
+    if x.size < 10:
+        return float("nan")
+    q75, q25 = np.percentile(np.log10(x), [75, 25])
+    return float(q75 - q25)
+
+
 def spike_steps(loss, grad, crash_at):
     out = []
     init = None
@@ -228,6 +245,8 @@ def spike_steps(loss, grad, crash_at):
             prev = v[max(0, i - 50):i]
             if v[i] < 2 * np.max(prev[np.isfinite(prev)], initial=0.0):
                 continue  # within the local noise: heavy-tailed small batches reach 3-10x often
+            if _log_iqr(v[max(0, i - 200):i]) >= NOISE_DECADES:
+                continue  # a per-step value this noisy has no spikes, only noise
             if floor and init is not None and v[i] - m < 0.05 * init:
                 continue
             after = v[i + 1:i + 11]

@@ -256,9 +256,9 @@ def score_corpus(outputs: dict, meta_runs: dict, val_steps: dict | None = None) 
             healthy["runs"] += 1
             healthy["steps"] += lab["steps"]
             healthy["critical"] += len(crit_eps)
-            healthy["warnings"] += len(eps) - len(crit_eps)
+            healthy["warnings"] += sum(e["severity"] == "warning" for e in eps)
             healthy["critical_incidents"] += sum(a["severity"] == "critical" for a in al)
-            healthy["warning_incidents"] += sum(a["severity"] != "critical" for a in al)
+            healthy["warning_incidents"] += sum(a["severity"] == "warning" for a in al)
             for e in eps:
                 healthy["by_code"][e["code"]] = healthy["by_code"].get(e["code"], 0) + 1
             if crit_eps or any(a["severity"] == "critical" for a in al):
@@ -478,7 +478,7 @@ def score_real(outputs: dict, labels: dict) -> dict:
         else:
             row["failed"].append(key)
         row["warnings"] += sum(e["severity"] == "warning" for e in o["episodes"])
-        row["warning_incidents"] += sum(a["severity"] != "critical" for a in alarms(o))
+        row["warning_incidents"] += sum(a["severity"] == "warning" for a in alarms(o))
         for e in o["episodes"]:
             row["by_code"][e["code"]] = row["by_code"].get(e["code"], 0) + 1
         row["steps"] += max((int(t["step_max"]) - int(t["step_min"]) + 1

@@ -36,7 +36,11 @@ from tb_crash_signals.analysis.rules.base import param_bounds
 from tb_crash_signals.analysis.signals import SIGNALS
 
 CONFIG_FILENAME = "crash_signals.toml"
-_TOP_KEYS = ("select", "ignore", "signals", "rules")
+_TOP_KEYS = ("preset", "select", "ignore", "signals", "rules")
+# The source article's four rules with its exact conditions and severities, for code written
+# against it: a grad norm above 100 (Inf included), a loss 3x the previous one, validation
+# stagnation, and overfitting as critical.
+ARTICLE_CODES = ("CS101", "CS111", "CS302", "CS401")
 
 
 class ConfigError(ValueError):
@@ -48,7 +52,8 @@ class Config:
     """Rule selection, tag overrides and parameters in force.
 
     Attributes:
-        select: code prefixes to run (None = all).
+        select: code prefixes to run (None = every default rule); an opt-in
+            rule runs only when its exact code is selected.
         ignore: code prefixes to skip.
         signals: dimension -> tag names overriding the name patterns.
         params: rule code -> its frozen params dataclass instance.
@@ -65,8 +70,13 @@ class Config:
 
     def enabled_codes(self) -> list[str]:
         codes = []
-        for code in RULES:
-            if self.select is not None and not any(code.startswith(s) for s in self.select):
+        for code, rule in RULES.items():
+            if self.select is None:
+                if not rule.default:
+                    continue
+            elif code not in self.select and not (
+                rule.default and any(code.startswith(s) for s in self.select)
+            ):
                 continue
             if any(code.startswith(s) for s in self.ignore):
                 continue
@@ -153,6 +163,29 @@ def _coerce(key: str, value, default, bounds=None):
 
 # Point counts beyond this are no window any run has (and overflow C sizes).
 _MAX_INT_PARAM = 10**9
+def article_config(with_defaults: bool = False) -> Config:
+    """The `article` preset: the source article's four rules, as the article states them.
+
+    With `with_defaults`, the default catalogue runs too (the compat monitor: the
+    article's rules on its steps, and the rest of the catalogue beside them).
+    """
+    article = from_dict({
+        "select": list(ARTICLE_CODES),
+        "rules": {
+            "CS101": {"count_nonfinite": True},
+            "CS302": {"min_level": 0.0},
+            "CS401": {"severity": "critical"},
+        },
+    })
+    if not with_defaults:
+        return article
+    codes = tuple(dict.fromkeys(Config().enabled_codes() + list(ARTICLE_CODES)))
+    return dataclasses.replace(article, select=codes)
+
+
+PRESETS = {"article": article_config}
+
+
 def from_dict(data: Mapping[str, Any], path: str | None = None) -> Config:
     """Validates a parsed TOML document into a Config."""
     unknown = [k for k in data if k not in _TOP_KEYS]
@@ -160,6 +193,11 @@ def from_dict(data: Mapping[str, Any], path: str | None = None) -> Config:
         raise ConfigError(
             f"unknown key {unknown[0]!r} (expected one of: {', '.join(_TOP_KEYS)})"
         )
+    if "preset" in data:
+        name = data["preset"]
+        if name not in PRESETS:
+            raise ConfigError(f"preset: expected one of {', '.join(PRESETS)}, got {name!r}"[:200])
+        return _overlay(PRESETS[name](), from_dict({k: v for k, v in data.items() if k != "preset"}, path))
     for key in ("select", "ignore"):
         if key in data and not isinstance(data[key], list):
             raise ConfigError(f"{key}: expected a list of rule codes, like [\"CS1\"]")
@@ -218,6 +256,18 @@ def from_dict(data: Mapping[str, Any], path: str | None = None) -> Config:
         params=params,
         severities=severities,
         path=path,
+    )
+
+
+def _overlay(base: Config, top: Config) -> Config:
+    """`top`'s settings over `base`'s (a preset under the file that names it)."""
+    return Config(
+        select=top.select if top.select is not None else base.select,
+        ignore=tuple(base.ignore) + tuple(top.ignore),
+        signals={**base.signals, **top.signals},
+        params={**base.params, **top.params},
+        severities={**base.severities, **top.severities},
+        path=top.path,
     )
 
 

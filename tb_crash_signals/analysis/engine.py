@@ -17,6 +17,7 @@ import numpy as np
 from tb_crash_signals.analysis import stats
 from tb_crash_signals.analysis.config import Config
 from tb_crash_signals.analysis.episodes import Episode, EpisodeTrack
+from tb_crash_signals.analysis.incidents import Incident, build_incidents
 from tb_crash_signals.analysis.rules import RULES, Fit
 from tb_crash_signals.analysis.rules.base import since_index
 from tb_crash_signals.analysis.signals import SIGNALS, LogicalRun
@@ -70,22 +71,35 @@ class RunResult:
     sampled: bool
     summary: Mapping[str, object]
     checkpoint: Checkpoint | None = None
+    incidents: tuple[Incident, ...] = ()
 
     @property
     def health(self) -> str:
-        if not self.run.has_signals or not self.data:
-            return "no_signals"
-        severities = {e.severity for e in self.episodes}
-        for level in ("critical", "warning"):
-            if level in severities:
-                return level
-        return "ok"
+        return health_of(self.run.has_signals and bool(self.data), self.episodes)
 
     def counts(self) -> dict[str, int]:
+        """Episodes per severity (warnings and criticals)."""
         return {
             level: sum(1 for e in self.episodes if e.severity == level)
             for level in ("warning", "critical")
         }
+
+    def incident_counts(self) -> dict[str, int]:
+        return {
+            level: sum(1 for i in self.incidents if i.severity == level)
+            for level in ("info", "warning", "critical")
+        }
+
+
+def health_of(has_signals: bool, episodes) -> str:
+    """critical, warning (info episodes make no run sick), ok, or no_signals."""
+    if not has_signals:
+        return "no_signals"
+    severities = {e.severity for e in episodes}
+    for level in ("critical", "warning"):
+        if level in severities:
+            return level
+    return "ok"
 
 
 
@@ -137,7 +151,11 @@ def _merged(tracks) -> tuple[list[Episode], list[Fit]]:
     for by_signal in tracks.values():
         for track in by_signal.values():
             episodes.extend(track.episodes)
-            fits.extend(e.fit for e in track.episodes if e.fit is not None)
+            for e in track.episodes:
+                if e.first_fit is not None and e.first_fit != e.fit:
+                    fits.append(e.first_fit)  # the prediction at the first alarm
+                if e.fit is not None:
+                    fits.append(e.fit)
     episodes.sort(key=lambda e: (e.start_step, e.severity != "critical", e.code, e.signal))
     return episodes, fits
 
@@ -206,32 +224,16 @@ def _finite_or_none(x) -> float | None:
     return float(x) if x is not None and np.isfinite(x) else None
 
 
-def headline(health: str, episodes, summary, data) -> str:
+def headline(health: str, incidents, data) -> str:
+    """The run's one sentence: its most important incident's headline."""
     if health == "no_signals":
         return "no recognised loss, grad-norm or learning-rate tags"
     steps = max((int(s.steps[-1]) for s in data.values() if len(s)), default=0)
-    if health == "ok":
-        return f"no warnings over {steps} steps"
-    if health == "warning":
-        first = min(episodes, key=lambda e: e.start_step)
-        n = len(episodes)
-        return f"{n} warning{'s' if n > 1 else ''}; first: {first.rule} at step {first.start_step}"
-    critical = [e for e in episodes if e.severity == "critical"]
-    crash = [e for e in critical if e.family in CRASH_FAMILIES]
-    first = critical[0]
-    if crash:
-        c = crash[0]
-        what = {
-            "nonfinite": f"{c.signal.replace('_', ' ')} becomes non-finite",
-            "explosion": f"{c.signal.replace('_', ' ')} explodes",
-            "divergence": "loss diverges",
-        }[c.family]
-        line = f"{what} at step {c.start_step}"
-        lead = c.start_step - first.start_step
-        if lead > 0:
-            line += f"; predicted at step {first.start_step} by {first.rule} ({lead} steps early)"
-        return line
-    return f"{first.rule} at step {first.start_step}: {first.message}"
+    sick = [i for i in incidents if i.severity != "info"]
+    if not sick:
+        noted = f"; {incidents[0].headline}" if incidents else ""
+        return f"no warnings over {steps} steps{noted}"
+    return sick[0].headline
 
 
 def summarize(run: LogicalRun, data: Mapping[str, Series], episodes, grad_max=False) -> dict:
@@ -302,9 +304,17 @@ def analyze_run(
         since=since,
         carry=carry,
     )
-    result = RunResult(run, data, tuple(episodes), tuple(fits), sampled, summary, checkpoint)
-    summary["headline"] = headline(result.health, episodes, summary, data)
+    incidents = build_incidents(episodes, run_steps=_span(data))
+    result = RunResult(run, data, tuple(episodes), tuple(fits), sampled, summary, checkpoint, tuple(incidents))
+    summary["headline"] = headline(result.health, incidents, data)
     return result
+
+
+def _span(data) -> int:
+    """Steps from the first logged point to the last, over every signal."""
+    firsts = [int(s.steps[0]) for s in data.values() if len(s)]
+    lasts = [int(s.steps[-1]) for s in data.values() if len(s)]
+    return max(lasts) - min(firsts) if firsts else 0
 
 
 def rank(results):

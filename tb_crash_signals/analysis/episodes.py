@@ -33,7 +33,8 @@ class Episode:
     open: bool
     message: str
     advice: str
-    fit: Fit | None = None
+    fit: Fit | None = None  # the fit of its latest hit (refreshed while the episode goes on)
+    first_fit: Fit | None = None  # the fit of its first hit: the prediction at the first alarm
 
     def to_json(self) -> dict:
         return {
@@ -100,6 +101,7 @@ class EpisodeTrack:
         self.groups: list[tuple[int, int]] = []  # (first, last) hit of each episode
         self.episodes: list[Episode] = []
         self.heads: dict[int, tuple] = {}  # first hit -> (note, fit): computed once
+        self.latest: dict[int, Fit] = {}  # first hit -> the fit of the episode's latest hit with one
         self.lookahead = 0  # points after a hit its note reads (Hits.note_lookahead)
         self.size = 0  # points of the series at the last update
 
@@ -127,6 +129,8 @@ class EpisodeTrack:
         groups = self.groups[:keep]
         episodes = [self._reclosed(e, last, n) for e, (_, last) in zip(self.episodes, groups)]
         heads = {first: self.heads[first] for first, _ in groups}
+        latest = {first: self.latest[first] for first, _ in groups if first in self.latest}
+        fitted = sorted(hits.fits) if hits is not None and hits.fits else []
         for a, b, first, last in _groups(np.concatenate([old, new]), self.cooldown):
             if first < start:  # an earlier episode going on: its first hit is as it was
                 head = self.heads[first]
@@ -135,10 +139,17 @@ class EpisodeTrack:
             else:
                 head = (None, None)
             heads[first] = head
+            fit = self.latest.get(first) if first < start else head[1]
+            mine = fitted[bisect.bisect_left(fitted, first) : bisect.bisect_right(fitted, last)]
+            if mine:
+                fit = hits.fits[mine[-1]]
+            if fit is not None:
+                latest[first] = fit
             groups.append((first, last))
-            episodes.append(self._episode(series, first, last, b - a + 1, *head))
+            episodes.append(self._episode(series, first, last, b - a + 1, head[0], fit, head[1]))
         self.index = np.concatenate([self.index[:below], new])
         self.groups, self.episodes, self.heads, self.size = groups, episodes, heads, n
+        self.latest = latest
         if hits is not None:
             self.lookahead = hits.note_lookahead
 
@@ -147,7 +158,7 @@ class EpisodeTrack:
         is_open = last + self.cooldown >= n - 1
         return episode if episode.open == is_open else dataclasses.replace(episode, open=is_open)
 
-    def _episode(self, series: Series, first: int, last: int, hits: int, note, fit) -> Episode:
+    def _episode(self, series: Series, first: int, last: int, hits: int, note, fit, first_fit) -> Episode:
         rule, params = self.rule, self.params
         peak = _peak(rule, series.values, first, last)
         steps, values = series.steps, series.values
@@ -173,4 +184,5 @@ class EpisodeTrack:
             message=rule.describe(view, params),
             advice=rule.advice,
             fit=fit,
+            first_fit=first_fit,
         )

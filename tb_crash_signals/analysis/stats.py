@@ -259,6 +259,34 @@ def _trailing_min(values: np.ndarray, window: int) -> np.ndarray:
     return out
 
 
+def trailing_max(values: np.ndarray, window: int) -> np.ndarray:
+    """Max of the up-to-`window` finite-filled points before each i (NaN for i == 0);
+    memoised inside memo() like trailing_min."""
+    cache = getattr(_MEMO, "cache", None)
+    if cache is not None:
+        hit = cache.get(("max", id(values), window))
+        if hit is not None and hit[0] is values:
+            return hit[1]
+    n = values.shape[0]
+    out = np.empty(n)
+    out[:1] = np.nan
+    if n >= 2:
+        x = ffill_nonfinite(values.astype(np.float64, copy=False))
+        filled_all = bool(np.isfinite(x[0]))
+        if not filled_all:
+            x = np.where(np.isfinite(x), x, -np.inf)
+        head = min(window, n)
+        np.maximum.accumulate(x[: head - 1], out=out[1:head])
+        if n > window:
+            sliding_max(x[:-1], window, out=out[window:])
+        if not filled_all:
+            out[np.isneginf(out)] = np.nan
+    if cache is not None:
+        cache[("max", id(values), window)] = (values, out)
+        out.flags.writeable = False
+    return out
+
+
 def sliding_max(y: np.ndarray, window: int, out: np.ndarray | None = None) -> np.ndarray:
     """max(y[j:j+window]) for every j (no NaN in y)."""
     return _sliding_extreme(np.maximum, y, window, out)
@@ -349,6 +377,49 @@ def trailing_median_inclusive(values: np.ndarray, k: int) -> np.ndarray:
     if n >= k:
         sliding_median(x, k, out=out[k - 1 :])
     return out
+
+
+def smoothed_level(values: np.ndarray, k: int) -> np.ndarray:
+    """trailing_median_inclusive, NaN where a full window still holds the NaN before the first
+    finite point (what streaming.Level computes point by point)."""
+    out = trailing_median_inclusive(values, k)
+    finite = np.flatnonzero(np.isfinite(values))
+    first = int(finite[0]) if finite.size else values.shape[0]
+    k = max(1, k)
+    if first > 0 and values.shape[0] >= k:
+        out[k - 1 : first + k - 1] = np.nan
+    return out
+
+
+def noise_decades(window) -> float:
+    """Interquartile range of log10 of the positive finite values (NaN under 10 of them): how
+    many decades a per-step series spans at the scale of its ordinary noise."""
+    x = np.asarray(window, dtype=np.float64)
+    x = x[np.isfinite(x) & (x > 0)]
+    if x.size < 10:
+        return float("nan")
+    q75, q25 = np.percentile(np.log10(x), [75, 25])
+    return float(q75 - q25)
+
+
+def log_spread(window) -> float:
+    """A robust standard deviation of log of the positive finite values (1.4826 x their MAD;
+    NaN under 10 of them)."""
+    x = np.asarray(window, dtype=np.float64)
+    x = x[np.isfinite(x) & (x > 0)]
+    if x.size < 10:
+        return float("nan")
+    lg = np.log(x)
+    return float(MAD_TO_SIGMA * np.median(np.abs(lg - np.median(lg))))
+
+
+def initial_level(values: np.ndarray) -> tuple[float, int]:
+    """A run's initial level, the median of its first 10 finite points, and the index of the
+    10th (the level is known from the next point on); (NaN, len) when there are fewer."""
+    where = np.flatnonzero(np.isfinite(values))[:10]
+    if where.size < 10:
+        return float("nan"), values.shape[0]
+    return float(np.median(values[where])), int(where[-1])
 
 
 _NETWORK_MAX = 9  # windows up to this size use a sorting network

@@ -35,9 +35,10 @@ from tb_crash_signals.ingest.series import Series
 _isfinite = math.isfinite
 _nan, _inf = math.nan, math.inf
 # Channels are updated in this order, so a rule reading another signal sees
-# that signal's point of the same step: the plateau rule reads the learning
-# rate, the validation rules read the train loss.
-ORDER = ("lr", "grad_norm", "update_ratio", "train_loss", "val_loss")
+# that signal's point of the same step: the plateau and blow-up rules read the
+# learning rate, the grad-norm rules (skipped steps, jumps, growth) and the
+# validation rules read the train loss.
+ORDER = ("lr", "train_loss", "grad_norm", "update_ratio", "val_loss")
 assert sorted(ORDER) == sorted(SIGNALS)
 
 
@@ -89,6 +90,15 @@ class Window:
         n = len(values)
         return list(values) if n <= k else list(islice(values, n - k, None))
 
+    def maximum(self, k):
+        """The maximum of the last k values, as stats.trailing_max sees it (NaN when none is
+        finite)."""
+        values = self.values
+        if not values or values[-1] != values[-1]:
+            return _nan
+        tail = values if len(values) <= k else islice(values, len(values) - k, None)
+        return max(x for x in tail if x == x)
+
     def minimum(self, k):
         """The minimum of the last k values, as stats.trailing_min sees it
         (NaN when none is finite; NaN can only lead, being forward-filled)."""
@@ -104,7 +114,7 @@ class Channel:
     (for messages and the summary) and the forward-filled windows rules share."""
 
     __slots__ = ("name", "n", "steps", "values", "max_finite", "window", "log_window",
-                 "log_value", "checks", "always", "screen", "open", "follows")
+                 "log_value", "checks", "always", "screen", "open", "follows", "shared", "initial")
 
     def __init__(self, name, recent):
         self.name = name
@@ -120,6 +130,10 @@ class Channel:
         self.screen = None  # Screen of the others, if any
         self.open = {}  # code -> the episode of that rule on this signal that can still grow
         self.follows = []  # episodes whose note still reads this signal's points
+        # What the streams of one rule derive from this signal for each other (a rule
+        # checked on another signal reads it): key -> object, made by the first that needs it.
+        self.shared = {}
+        self.initial = InitialLevel()  # pushed after the checks: known from the 11th finite point on
 
     def need(self, size, log=False):
         """Makes the shared window at least `size` long (before any point)."""
@@ -209,6 +223,47 @@ def small_median(values):
         return _nan
     mid = n // 2
     return xs[mid] if n % 2 else (xs[mid - 1] + xs[mid]) / 2.0
+
+
+class Level:
+    """A trailing median of k forward-filled points, pushed point by point (stats.smoothed_level)."""
+
+    __slots__ = ("k", "window", "last", "n")
+
+    def __init__(self, k):
+        self.k = max(1, k)
+        self.window = collections.deque(maxlen=self.k)
+        self.last = _nan
+        self.n = 0
+
+    def push(self, v):
+        """Takes the next point; returns the level at it (NaN while unknown)."""
+        if v - v == 0.0:
+            self.last = v
+        self.window.append(self.last)
+        self.n += 1
+        if self.n < self.k:
+            return finite_median(self.window)
+        if self.window[0] != self.window[0]:  # NaN can only lead, being forward-filled
+            return _nan
+        return small_median(self.window)
+
+
+class InitialLevel:
+    """The median of the first 10 finite points (stats.initial_level), known after the 10th."""
+
+    __slots__ = ("head", "value")
+
+    def __init__(self):
+        self.head = []
+        self.value = _nan
+
+    def push(self, v):
+        """Takes a point (after the point's own decision: the level is known from the next on)."""
+        if len(self.head) < 10 and v - v == 0.0:
+            self.head.append(v)
+            if len(self.head) == 10:
+                self.value = float(np.median(self.head))
 
 
 def finite_median(values):

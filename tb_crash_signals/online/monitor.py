@@ -23,12 +23,13 @@ import pickle
 from typing import Callable, Iterable
 
 from tb_crash_signals.analysis.config import Config
-from tb_crash_signals.analysis.engine import headline, loss_trend
+from tb_crash_signals.analysis.engine import headline, health_of, loss_trend
 from tb_crash_signals.analysis.episodes import Episode
+from tb_crash_signals.analysis.incidents import Incident, build_incidents
 from tb_crash_signals.analysis.rules import RULES
 from tb_crash_signals.analysis.rules.base import EpisodeView
 from tb_crash_signals.analysis.signals import SIGNALS
-from tb_crash_signals.analysis.streaming import HIT, ORDER, Channel
+from tb_crash_signals.analysis.streaming import ORDER, Channel
 from tb_crash_signals.online.screen import Screen
 from tb_crash_signals.report.document import fit_to_json
 
@@ -49,7 +50,8 @@ class _Record:
 
     __slots__ = ("code", "signal", "how", "cooldown", "first", "first_step", "first_value",
                  "prev_value", "last", "last_step", "peak", "peak_step", "peak_value",
-                 "extreme", "ext_step", "ext_value", "hits", "note", "base_note", "fit", "follow")
+                 "extreme", "ext_step", "ext_value", "hits", "note", "base_note", "fit", "first_fit",
+                 "follow")
 
     def __init__(self, code, signal, cooldown, i, step, value, prev_value, hit):
         self.code, self.signal = code, signal
@@ -65,6 +67,7 @@ class _Record:
             self.extreme = i
         self.hits = 1
         self.note, self.fit, self.follow = hit.note, hit.fit, hit.follow
+        self.first_fit = hit.fit
         self.base_note = hit.note  # the part of the note known at the hit
 
 
@@ -77,11 +80,6 @@ class _State:
         # The channels of the signals given together, in ORDER, by the keys' order.
         self.orders: dict[tuple, list] = {}
         built = [(code, RULES[code].stream, config.params_for(code)) for code in config.enabled_codes()]
-        # A stream that fires exactly on NaN/Inf is checked inline in Monitor._apply:
-        # the commonest rule, the cheapest test.
-        inline = [code for code, cls, _ in built if getattr(cls, "nonfinite_only", False)]
-        self.nonfinite = inline[0] if inline else None
-        built = [b for b in built if b[0] not in inline]
         # Shared windows first, sized for every rule that reads them.
         for _, cls, params in built:
             for sig in cls.hits:
@@ -104,6 +102,7 @@ class _State:
                 self.channels[sig].screen = Screen(found, self.channels[sig])
         self.episodes: list[_Record] = []  # in opening order, growing until closed
         self.max_step = None
+        self.first_step = None
         self.last_gap = None
         self.updates = 0
 
@@ -115,6 +114,8 @@ class Monitor:
         config: a `Config` (rules, parameters, severities), a path to a TOML
             file, or None for the defaults.
         on_episode: called with each `Episode` as it opens.
+        on_incident: called with each `Incident` (analysis.incidents) once, when
+            it first appears: the story to report, however many rules see it.
         stop_on: rule codes whose critical episodes set `should_stop`
             (default: every rule's critical episodes).
         name: the run name used in `report()`.
@@ -124,6 +125,7 @@ class Monitor:
         self,
         config: Config | str | None = None,
         on_episode: Callable[[Episode], None] | None = None,
+        on_incident: Callable[[Incident], None] | None = None,
         stop_on: Iterable[str] | None = None,
         name: str = "monitor",
     ):
@@ -133,6 +135,8 @@ class Monitor:
             config = load_config(config)
         self.config = config or Config()
         self.on_episode = on_episode
+        self.on_incident = on_incident
+        self._reported: set = set()  # keys of the incidents reported to on_incident
         self.stop_on = None if stop_on is None else {c.upper() for c in stop_on}
         self.name = name
         self.should_stop = False
@@ -232,6 +236,8 @@ class Monitor:
             return []
         if st.max_step is None or step > st.max_step:
             st.max_step = step
+        if st.first_step is None or step < st.first_step:
+            st.first_step = step
         opened = []
         hits = self.last_hits = []
         keys = tuple(values)
@@ -257,11 +263,6 @@ class Monitor:
                     self._grow_open(ch, i, step, v)
                 if ch.screen is not None and ch.screen.quiet(v):
                     checks = ch.always
-            elif st.nonfinite is not None:
-                hits.append((st.nonfinite, name))
-                ep = self._hit(st.nonfinite, name, i, step, v, HIT)
-                if ep is not None:
-                    opened.append(ep)
             for code, check in checks:
                 hit = check(i, step, v)
                 if hit is not None:
@@ -269,6 +270,8 @@ class Monitor:
                     ep = self._hit(code, name, i, step, v, hit)
                     if ep is not None:
                         opened.append(ep)
+            if len(ch.initial.head) < 10:
+                ch.initial.push(v)
             if ch.window is not None:
                 ch.window.push(v)
             if log_window is not None:
@@ -283,6 +286,11 @@ class Monitor:
                 self.should_stop = True
             if self.on_episode is not None:
                 self.on_episode(ep)
+        if opened and self.on_incident is not None:
+            for incident in self.incidents():
+                if incident.key not in self._reported:
+                    self._reported.add(incident.key)
+                    self.on_incident(incident)
         return opened
 
     def _grow_open(self, ch, i, step, v):
@@ -313,6 +321,8 @@ class Monitor:
         if op is not None and i - op.last <= op.cooldown:
             op.last, op.last_step = i, step
             op.hits += 1
+            if hit.fit is not None:
+                op.fit = hit.fit
             if op.extreme is not None:
                 op.peak, op.peak_step, op.peak_value = op.extreme, op.ext_step, op.ext_value
             return None
@@ -387,7 +397,7 @@ class Monitor:
             peak_value=peak_value if math.isfinite(peak_value) else None,
             open=record.last + record.cooldown >= n - 1,
             message=rule.describe(view, self.config.params_for(code)), advice=rule.advice,
-            fit=record.fit,
+            fit=record.fit, first_fit=record.first_fit,
         )
 
     def episodes(self) -> list[Episode]:
@@ -399,13 +409,7 @@ class Monitor:
     @property
     def health(self) -> str:
         st = self._state
-        if not any(st.channels[s].n for s in SIGNALS):
-            return "no_signals"
-        severities = {self.config.severity_for(r.code) for r in st.episodes}
-        for level in ("critical", "warning"):
-            if level in severities:
-                return level
-        return "ok"
+        return health_of(any(st.channels[s].n for s in SIGNALS), self.episodes())
 
     def summary(self) -> dict:
         """The run's summary: the source article's loss trend, max grad norm and
@@ -426,13 +430,23 @@ class Monitor:
             "val_train_gap": st.last_gap if st.last_gap is not None and math.isfinite(st.last_gap) else None,
         }
         data = {s: st.channels[s].recent() for s in SIGNALS if st.channels[s].n}
-        out["headline"] = headline(self.health, eps, out, data)
+        out["headline"] = headline(self.health, build_incidents(eps, self._span()), data)
         return out
+
+    def incidents(self) -> list[Incident]:
+        """The run's incidents so far, most important first (as `scan` groups them)."""
+        return build_incidents(self.episodes(), self._span())
+
+    def _span(self) -> int:
+        st = self._state
+        return 0 if st.max_step is None else st.max_step - st.first_step
 
     def report(self) -> dict:
         """This run's entry in the report schema, as `scan --format json` writes it."""
         st = self._state
         eps = self.episodes()
+        incidents = build_incidents(eps, self._span())
+        incident_of = {i: n for n, inc in enumerate(incidents) for i in inc.episodes}
         present = [s for s in SIGNALS if st.channels[s].n]
         return {
             "run": self.name,
@@ -441,9 +455,16 @@ class Monitor:
             "points": {s: st.channels[s].n for s in present},
             "sampled": False,
             "episodes": [
-                {**e.to_json(), "peak_value": e.peak_value} for e in eps
+                {**e.to_json(), "peak_value": e.peak_value, "incident": incident_of[i]}
+                for i, e in enumerate(eps)
             ],
-            "fits": [fit_to_json(e.fit) for e in eps if e.fit is not None],
+            "fits": [
+                fit_to_json(f, f is e.fit)
+                for e in eps
+                for f in ((e.first_fit,) if e.first_fit is not None and e.first_fit != e.fit else ()) + (e.fit,)
+                if f is not None
+            ],
+            "incidents": [inc.to_json() for inc in incidents],
             "summary": self.summary(),
             "tags": {self.name: present},
         }

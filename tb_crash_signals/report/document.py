@@ -19,7 +19,8 @@ def _num(x):
     return x
 
 
-def fit_to_json(f) -> dict:
+def fit_to_json(f, latest: bool = True) -> dict:
+    """A growth fit; `latest`: the fit an open episode shows now (else its first alarm's)."""
     return {
         "code": f.code,
         "signal": f.signal,
@@ -31,12 +32,15 @@ def fit_to_json(f) -> dict:
         "r2": _num(f.r2),
         "projected_step": f.projected_step,
         "threshold": _num(f.threshold),
+        "latest": bool(latest),
     }
 
 
 def run_to_json(result: RunResult) -> dict:
     """One run entry of the report (DESIGN §5)."""
     run = result.run
+    shown = [e.fit for e in result.episodes if e.fit is not None]
+    incident_of = {i: n for n, inc in enumerate(result.incidents) for i in inc.episodes}
     return {
         "run": run.name,
         "health": result.health,
@@ -46,9 +50,11 @@ def run_to_json(result: RunResult) -> dict:
         "points": {k: len(s) for k, s in result.data.items()},
         "sampled": bool(result.sampled),
         "episodes": [
-            {**e.to_json(), "peak_value": _num(e.peak_value)} for e in result.episodes
+            {**e.to_json(), "peak_value": _num(e.peak_value), "incident": incident_of[i]}
+            for i, e in enumerate(result.episodes)
         ],
-        "fits": [fit_to_json(f) for f in result.fits],
+        "fits": [fit_to_json(f, f in shown) for f in result.fits],
+        "incidents": [inc.to_json() for inc in result.incidents],
         "summary": {k: _num(v) for k, v in result.summary.items()},
         "tags": {member: list(tags) for member, tags in run.tags.items()},
     }

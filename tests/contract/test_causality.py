@@ -55,8 +55,8 @@ def test_growth_fit_at_start_uses_only_past_points():
     g[600:] *= np.exp(0.04 * np.arange(200))
     data = {"grad_norm": series(g)}
     full = analyze_run(logical(**data), data, Config())
-    fit = next(e.fit for e in full.episodes if e.code == "CS201")
+    fit = next(e.first_fit for e in full.episodes if e.code == "CS201")  # the prediction at the first alarm
     start = next(e.start_step for e in full.episodes if e.code == "CS201")
     prefix = {"grad_norm": data["grad_norm"].until(start)}
     again = analyze_run(logical(**prefix), prefix, Config())
-    assert next(e.fit for e in again.episodes if e.code == "CS201") == fit
+    assert next(e.first_fit for e in again.episodes if e.code == "CS201") == fit

@@ -19,6 +19,7 @@ from tb_crash_signals.analysis import stats
 from tb_crash_signals.analysis.config import Config
 from tb_crash_signals.analysis.engine import analyze_run
 from tb_crash_signals.analysis.rules import RULES
+from tb_crash_signals.analysis.rules.base import param_bounds
 from tb_crash_signals.ingest.series import Series
 from tb_crash_signals.report.document import run_to_json
 
@@ -54,19 +55,22 @@ def runs(draw, max_n=260):
 
 
 def small_params(draw, code):
-    """The rule's parameters with small windows, so lookbacks matter on short series."""
+    """The rule's parameters with small windows (within their declared range), so lookbacks
+    matter on short series."""
     p = RULES[code].default_params()
     changes = {}
     for f in dataclasses.fields(p):
         value = getattr(p, f.name)
+        bounds = param_bounds(type(p), f.name)
+        low = int(bounds.low) if bounds is not None and bounds.low is not None else 0
         if f.name == "cooldown":
             changes[f.name] = draw(st.integers(0, 12))
         elif f.name == "window":
-            changes[f.name] = draw(st.integers(2, 24))
+            changes[f.name] = draw(st.integers(max(low, 2), 24))
         elif f.name == "patience_fraction":
             changes[f.name] = draw(st.sampled_from([0.0, 0.1, 0.4, 1.0]))
         elif isinstance(value, int) and not isinstance(value, bool):
-            changes[f.name] = draw(st.integers(0, 30))
+            changes[f.name] = draw(st.integers(low, low + 30))
     return dataclasses.replace(p, **changes)
 
 
@@ -188,7 +192,7 @@ def test_a_checkpoint_that_does_not_fit_is_ignored():
     loss = data["train_loss"].values.copy()
     loss[1999] *= 3
     rewritten["train_loss"] = Series.from_arrays(data["train_loss"].steps, loss)
-    other = Config(params={"CS112": dataclasses.replace(RULES["CS112"].default_params(), z=3.0)})
+    other = Config(params={"CS112": dataclasses.replace(RULES["CS112"].default_params(), min_ratio=4.0)})
     cases = ((rewritten, Config()), (data, other), ({"train_loss": data["train_loss"]}, Config()))
     for d, config in cases:
         resumed = analyze_run(run, d, config, resume=first.checkpoint)

@@ -113,7 +113,7 @@ def test_text_report_is_readable_and_escapes_names(tmp_path, capsys):
     code, out, _ = run_cli("scan", str(tmp_path), "--fail-on", "warning", capsys=capsys)
     assert code == 1
     assert "\x1b" not in out and "evil\\x1b[31m\\nname" in out
-    assert "CS111 loss-jump" in out and out.rstrip().endswith("0 ok, 0 without signals")
+    assert "CS112 loss-spike" in out and out.rstrip().endswith("0 ok, 0 without signals")
     assert safe("a\u202eb") == "a\\u202eb"
 
 

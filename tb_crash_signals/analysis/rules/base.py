@@ -30,10 +30,11 @@ import numpy as np
 from tb_crash_signals.ingest.series import Series
 
 FAMILIES = (
-    "nonfinite", "explosion", "spike", "divergence", "growth",
+    "nonfinite", "overflow", "explosion", "spike", "divergence", "growth",
     "plateau", "stagnation", "overfit", "optimizer",
 )
-SEVERITIES = ("warning", "critical")
+# "info": reported, never makes a run sick (an fp16 loss scaler's skipped step).
+SEVERITIES = ("info", "warning", "critical")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -196,6 +197,7 @@ class Rule:
     stream: type | None = None
     peak: str = "max"  # how the episode's peak is chosen: "max" | "min" | "first"
     overlays: tuple = ()
+    default: bool = True  # runs unless selected out; False: only when `select`ed (opt-in)
 
     @property
     def doc(self) -> str:
@@ -213,8 +215,11 @@ REGISTRY: dict[str, Rule] = {}
 
 
 def rule(*, code, symbol, family, severity, signals, params, describe, advice, stream,
-         peak="max", overlays=()):
-    """Registers a rule function, with its streaming twin, under a stable code and symbol."""
+         peak="max", overlays=(), default=True):
+    """Registers a rule function, with its streaming twin, under a stable code and symbol.
+
+    `default=False` makes the rule opt-in: it runs only when a `select` names it.
+    """
     assert family in FAMILIES and severity in SEVERITIES, code
     assert peak in ("max", "min", "first"), code
 
@@ -224,7 +229,7 @@ def rule(*, code, symbol, family, severity, signals, params, describe, advice, s
         REGISTRY[code] = Rule(
             code=code, symbol=symbol, family=family, severity=severity,
             signals=tuple(signals), params=params, func=func, describe=describe,
-            advice=advice, stream=stream, peak=peak, overlays=tuple(overlays),
+            advice=advice, stream=stream, peak=peak, overlays=tuple(overlays), default=default,
         )
         return func
 

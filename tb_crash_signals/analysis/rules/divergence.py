@@ -1,79 +1,88 @@
-"""CS113: the train loss blows up and stays up (sustained divergence)."""
+"""CS113: the train loss lost what it had learnt and stays there (sustained divergence)."""
 
 from __future__ import annotations
 
+import collections
 import dataclasses
+import math
 
 import numpy as np
 
 from tb_crash_signals.analysis.rules.base import Hits, fmt, param, rule, since_index
 from tb_crash_signals.analysis.signals import SIGNAL_LABELS
-from tb_crash_signals.analysis.stats import (
-    consecutive_runs,
-    finite_anchor,
-    trailing_median_mad_at,
-    trailing_min,
-)
-from tb_crash_signals.analysis.streaming import HIT, Quiet, Stream, median_mad_before
+from tb_crash_signals.analysis.stats import initial_level, noise_decades, run_lengths, smoothed_level
+from tb_crash_signals.analysis.streaming import InitialLevel, Level, Stream, StreamHit
 
 
 @dataclasses.dataclass(frozen=True)
 class DivergenceParams:
-    window: int = param(100, "trailing points forming the baseline (median)", at_least=2)
-    min_points: int = param(10, "points needed before the rule can fire")
-    factor: float = param(2.5, "a point is elevated when loss >= factor x baseline")
-    consecutive: int = param(
-        4, "fires once more than this many consecutive points are elevated "
-        "(LLM Foundry: 2x the window mean for > 4 steps)"
+    smooth: int = param(9, "trailing points whose median is the loss's current level", at_least=1)
+    best_smooth: int = param(
+        31, "trailing points whose median, at its lowest so far, is the loss's best level", at_least=1
     )
-    cooldown: int = param(20, "non-elevated points after which a new episode starts")
+    factor: float = param(2.0, "the current level must be at least this multiple of the best level")
+    lost: float = param(
+        0.5, "... and have lost at least this share of the progress from the initial level (the "
+        "median of the first 10 points) to the best"
+    )
+    consecutive: int = param(5, "points in a row at that level before the rule fires", at_least=1)
+    noise_window: int = param(200, "trailing points whose quartiles tell whether the loss is pure noise", at_least=2)
+    max_noise: float = param(
+        0.5, "no alarm on a loss whose quartiles over `noise_window` are this many decades apart (tiny batches)"
+    )
+    min_points: int = param(31, "points needed before the rule can fire")
+    cooldown: int = param(20, "points back under that level after which a new episode starts")
+
+
+def elevated(level, best, init, p: DivergenceParams):
+    """Whether the current level has lost what the run learnt: arrays or scalars (the batch rule
+    and its stream share it)."""
+    with np.errstate(invalid="ignore"):
+        return (
+            (level >= p.factor * best)
+            & (best > 0)
+            & ~((init > best) & (level - best < p.lost * (init - best)))
+        )
 
 
 def _describe_divergence(ep, p):
     return (
-        f"{SIGNAL_LABELS[ep.signal]} stayed >= {fmt(p.factor)}x its baseline for "
-        f"{p.consecutive + 1}+ points from step {ep.start_step} (peak {fmt(ep.peak_value)})"
+        f"{SIGNAL_LABELS[ep.signal]} at {ep.note} from step {ep.start_step}: the run lost what it "
+        f"had learnt (peak {fmt(ep.peak_value)})"
     )
 
 
 class LossDivergenceStream(Stream):
     hits = ("train_loss",)
 
-    @classmethod
-    def needs(cls, p, signal):
-        return [(signal, p.window, False)]
-
     def __init__(self, p, signal, channels):
-        self.size = p.window
-        self.factor = p.factor
-        self.min_points = p.min_points
-        self.consecutive = p.consecutive
-        self.window = channels[signal].window
-        # Consecutive elevated points, ending at point `last` (kept lazily, so
-        # points that are not elevated need not touch the state).
+        self.p = p
+        self.level = Level(p.smooth)
+        self.best_level = Level(p.best_smooth)
+        self.best = math.nan
+        self.initial = InitialLevel()
+        self.recent = collections.deque(maxlen=p.noise_window)
         self.run = 0
-        self.last = -2
-
-    def quiet(self):
-        return Quiet(floor_factor=self.factor)  # not elevated: see _elevated
 
     def check(self, i, step, v):
-        if i >= self.min_points and v - v == 0.0 and self._elevated(i, v):
-            self.run = self.run + 1 if self.last == i - 1 else 1
-            self.last = i
-            return HIT if self.run > self.consecutive else None
+        p = self.p
+        level = self.level.push(v)
+        b = self.best_level.push(v)
+        if b < self.best or (self.best != self.best and b == b):  # fmin
+            self.best = b
+        init = self.initial.value
+        self.initial.push(v)
+        up = i >= p.min_points and bool(elevated(level, self.best, init, p)) and v - v == 0.0
+        up = up and not noise_decades(self.recent) >= p.max_noise
+        self.recent.append(v)
+        self.run = self.run + 1 if up else 0
+        if up and self.run >= p.consecutive:
+            return StreamHit(note=_note(level, self.best))
         return None
 
-    def _elevated(self, i, v):
-        # Elevated needs v >= factor x (trailing min) unless that min is <= 0.
-        lo = self.window.lower_bound()
-        if lo > 0 and v < self.factor * lo:
-            return False
-        lo = self.window.minimum(self.size)
-        if lo > 0 and v < self.factor * lo:
-            return False
-        med, _ = median_mad_before(self.window, i, self.size, self.min_points, mad=False)
-        return v >= self.factor * med and med > 0
+
+def _note(level, best) -> str:
+    return f"{fmt(level / best)}x its best level {fmt(best)}"
 
 
 @rule(
@@ -84,33 +93,30 @@ class LossDivergenceStream(Stream):
     "learning rate (PaLM restarted ~100 steps before spikes and skipped batches)",
 )
 def loss_divergence(data, p: DivergenceParams, since=None):
-    """The train loss blows up and stays up (sustained divergence).
+    """The train loss lost what the run had learnt, and stays there (sustained divergence).
 
-    Condition: more than `consecutive` points in a row with loss >= factor x
-    the median of the `window` points before them. Unlike a spike it does not
-    come back down.
+    The loss's current level (trailing median of `smooth` points) is at least
+    `factor` x its best level so far (the lowest trailing median of
+    `best_smooth` points) and has lost at least `lost` of the progress from
+    the initial level to that best, for `consecutive` points in a row, on a
+    loss that is not pure noise (tiny batches). A spike that comes back does
+    not fire; a jump that stays, or a slow climb, does.
     """
     s = data.get("train_loss")
     if s is None or len(s) <= p.min_points:
         return
-    i0 = since_index(s, since)
-    # A hit at i needs the `consecutive` points before it elevated too, each
-    # judged on the (forward-filled) `window` points before it.
-    e0 = max(i0 - p.consecutive, 0)
-    look = max(p.window, p.min_points)
-    c0 = 0 if e0 <= look else finite_anchor(s.values, e0 - look)
-    v = s.values if c0 == 0 else s.values[c0:]  # the series itself: memoised results
-    r0 = e0 - c0
-    lo = trailing_min(v, p.window)[r0:]
-    vs = v[r0:]
-    with np.errstate(invalid="ignore"):
-        candidate = np.isfinite(vs) & ~((lo > 0) & (vs < p.factor * lo))
-    cand = np.flatnonzero(candidate) + r0
-    med, _ = trailing_median_mad_at(v, p.window, p.min_points, cand, mad=False)
-    with np.errstate(invalid="ignore"):
-        # Non-finite points are `nonfinite`'s business (not candidates).
-        elevated = cand[(v[cand] >= p.factor * med) & (med > 0)]
-    idx = elevated[consecutive_runs(elevated) > p.consecutive] + c0
-    idx = idx[idx >= i0]
+    v = s.values
+    level = smoothed_level(v, p.smooth)
+    best = np.fmin.accumulate(smoothed_level(v, p.best_smooth))
+    init, known_after = initial_level(v)
+    # The initial level is known from the point after its 10th.
+    inits = np.where(np.arange(len(v)) > known_after, init, np.nan)
+    up = elevated(level, best, inits, p) & np.isfinite(v)
+    up[: p.min_points] = False
+    for i in np.flatnonzero(up).tolist():  # rare: only where the level is that high
+        if noise_decades(v[max(i - p.noise_window, 0) : i]) >= p.max_noise:
+            up[i] = False
+    idx = np.flatnonzero(run_lengths(up) >= p.consecutive)
+    idx = idx[idx >= since_index(s, since)]
     if idx.size:
-        yield Hits("train_loss", idx)
+        yield Hits("train_loss", idx, note=lambda i: _note(level[i], best[i]))

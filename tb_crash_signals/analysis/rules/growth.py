@@ -15,10 +15,12 @@ from tb_crash_signals.analysis.stats import (
     finite_anchor,
     linear_fit,
     positive_log,
+    smoothed_level,
     trailing_median_mad_at,
+    value_at_or_before,
     window_sums,
 )
-from tb_crash_signals.analysis.streaming import Stream, StreamHit
+from tb_crash_signals.analysis.streaming import Level, Stream, StreamHit
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,11 +40,19 @@ class GrowthParams:
         100, "fires only when the projected crossing is at most this many steps ahead"
     )
     baseline_window: int = param(
-        200, "points before the fit window whose median is the run's normal level"
+        200, "points before the fit window whose median is the run's normal level", at_least=2
     )
     min_excess: float = param(
         2.0, "the current value must be at least this multiple of that normal level, so the "
         "early rise of a healthy run is not an alarm", above=0.0,
+    )
+    rel_excess: float = param(
+        4.0, "... or, whatever the projection, at least this multiple of it while the train loss is not "
+        "improving (see `loss_up`): small models crash far under the threshold", above=0.0,
+    )
+    loss_up: float = param(
+        1.1, "the train loss is not improving when its level (median of 7 points) is at least this "
+        "multiple of its best level (the lowest median of 31 points)"
     )
     cooldown: int = param(20, "points without a prediction after which a new episode starts")
 
@@ -63,7 +73,7 @@ def _describe_growth(ep, p):
 
 
 class GradGrowthStream(Stream):
-    hits = ("grad_norm",)
+    hits = ("grad_norm", "train_loss")  # checked on the grad norm; the loss side only follows
 
     # The running quarter sums are recomputed exactly this often, so their
     # rounding drift stays far below _SLACK.
@@ -76,6 +86,10 @@ class GradGrowthStream(Stream):
         return [(signal, p.baseline_window + p.window, True)]
 
     def __init__(self, p, signal, channels):
+        self.signal = signal
+        self.loss = channels["train_loss"].shared.setdefault(_LOSS, _LossRatio())
+        if signal == "train_loss":
+            return
         self.p = p
         w = self.w = p.window
         self.threshold = p.threshold
@@ -93,6 +107,9 @@ class GradGrowthStream(Stream):
         self.full = False
 
     def check(self, i, step, v):
+        if self.signal == "train_loss":
+            self.loss.push(v)
+            return None
         logs = self.logs
         x = self.channel.log_value
         if not x - x == 0.0:
@@ -150,13 +167,13 @@ class GradGrowthStream(Stream):
             else:
                 base = float(np.median(before))
         steps = np.fromiter(self.steps, dtype=np.int64, count=w)
-        fit = fit_window(steps, logs, base, p)
+        fit = fit_window(steps, logs, base, p, self.loss.ratio)
         return None if fit is None else StreamHit(fit=fit)
 
 
 @rule(
     code="CS201", symbol="grad-norm-growth", family="growth", severity="critical",
-    signals=("grad_norm",), params=GrowthParams, describe=_describe_growth,
+    signals=("grad_norm", "train_loss"), params=GrowthParams, describe=_describe_growth,
     stream=GradGrowthStream,
     advice="an explosion is coming: lower the learning rate now, enable gradient clipping, "
     "and checkpoint before the projected step",
@@ -168,9 +185,12 @@ def grad_norm_growth(data, p: GrowthParams, since=None):
     sliding window of `window` points. The rule fires when the fit is steady
     (r2 >= min_r2), grows at least `min_growth`x over the window, the current
     value is still under `threshold` but `min_excess`x above the run's normal
-    level, and the fit projects the crossing within `horizon` steps: the
-    source article's third layer, flagging an explosion before it happens.
-    The fit is returned so the crossing can be drawn.
+    level, and the fit projects the crossing within `horizon` steps -- or the
+    grad norm is already `rel_excess`x its normal level while the train loss
+    stopped improving: the source article's third layer, flagging an
+    explosion before it happens. When the growth accelerates, the recent
+    half of the window gives the fit. The fit is returned so the crossing
+    can be drawn.
     """
     s = data.get("grad_norm")
     w = p.window
@@ -188,15 +208,50 @@ def grad_norm_growth(data, p: GrowthParams, since=None):
     if candidates.size == 0:
         return
     base_med, _ = trailing_median_mad_at(logv, p.baseline_window, w, candidates - w + 1, mad=False)
+    ratios = loss_ratio_at(data.get("train_loss"), steps[candidates])
     hit_idx, fits = [], {}
-    for i, base in zip(candidates.tolist(), base_med.tolist()):
+    for i, base, ratio in zip(candidates.tolist(), base_med.tolist(), ratios.tolist()):
         lo = i - w + 1
-        fit = fit_window(steps[lo : i + 1], logv[lo : i + 1], base, p)
+        fit = fit_window(steps[lo : i + 1], logv[lo : i + 1], base, p, ratio)
         if fit is not None:
             hit_idx.append(i + c0)
             fits[i + c0] = fit
     if hit_idx:
         yield Hits("grad_norm", np.asarray(hit_idx), fits=fits)
+
+
+LOSS_SMOOTH, LOSS_BEST_SMOOTH = 7, 31  # the train loss's level and best level (see `loss_up`)
+
+
+def loss_ratio_at(train, steps) -> np.ndarray:
+    """The train loss's level over its best level, at the last loss point at or before each step."""
+    if train is None or len(train) == 0:
+        return np.full(np.shape(steps), np.nan)
+    level = smoothed_level(train.values, LOSS_SMOOTH)
+    best = np.fmin.accumulate(smoothed_level(train.values, LOSS_BEST_SMOOTH))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ratio = np.where(best > 0, level / best, np.nan)
+    return value_at_or_before(train.steps, ratio, steps)
+
+
+class _LossRatio:
+    """The train loss's side of the rule: its level over its best level at its last point."""
+
+    def __init__(self):
+        self.level = Level(LOSS_SMOOTH)
+        self.best_level = Level(LOSS_BEST_SMOOTH)
+        self.best = math.nan
+        self.ratio = math.nan
+
+    def push(self, v):
+        level = self.level.push(v)
+        b = self.best_level.push(v)
+        if b < self.best or (self.best != self.best and b == b):  # fmin
+            self.best = b
+        self.ratio = level / self.best if self.best > 0 else math.nan
+
+
+_LOSS = "grad-norm-growth: loss level"  # Channel.shared key of the loss side
 
 
 def _rising(logv: np.ndarray, v: np.ndarray, p: GrowthParams, first: int) -> np.ndarray:
@@ -230,7 +285,8 @@ def _rising_chunk(logv, v, p: GrowthParams, first: int, stop: int) -> np.ndarray
     return np.flatnonzero(rising) + first
 
 
-def fit_window(steps: np.ndarray, logv: np.ndarray, base: float, p: GrowthParams) -> Fit | None:
+def fit_window(steps: np.ndarray, logv: np.ndarray, base: float, p: GrowthParams,
+               loss_ratio: float = math.nan) -> Fit | None:
     """The growth decision for one window that passed the quarter pre-filter.
 
     Shared by the batch rule and the online monitor, so both decide alike.
@@ -240,6 +296,8 @@ def fit_window(steps: np.ndarray, logv: np.ndarray, base: float, p: GrowthParams
         logv: log(grad norm) over the window, all finite.
         base: median log(grad norm) of the points before the window (the
             run's normal level), NaN when unknown.
+        loss_ratio: the train loss's level over its best level at the window's
+            end (NaN when unknown).
     """
     # The current value must stand well above the run's normal level.
     if not np.isfinite(base) or logv[-1] - base < math.log(p.min_excess):
@@ -248,9 +306,19 @@ def fit_window(steps: np.ndarray, logv: np.ndarray, base: float, p: GrowthParams
     span = float(steps[-1] - steps[0])
     if b <= 0 or r2 < p.min_r2 or b * span < math.log(p.min_growth):
         return None
+    # An accelerating growth: the long window straddles the flat part before it,
+    # so the recent half's steeper (and steady) fit projects better.
+    h = logv.shape[0] // 2
+    if h >= 4:
+        a2, b2, r22 = linear_fit(steps[-h:], logv[-h:])
+        if r22 >= p.min_r2 and b2 > 1.25 * b:
+            a, b, r2 = a2, b2, r22
+            steps = steps[-h:]
+            span = float(steps[-1] - steps[0])
     fitted_now = a + b * span
     ahead = (math.log(p.threshold) - fitted_now) / b
-    if ahead > p.horizon:
+    relative = logv[-1] - base >= math.log(p.rel_excess) and loss_ratio >= p.loss_up
+    if ahead > p.horizon and not relative:
         return None
     return Fit(
         code="CS201", signal="grad_norm", start_step=int(steps[0]),

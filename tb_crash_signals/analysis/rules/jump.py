@@ -48,7 +48,7 @@ class LossJumpStream(Stream):
 @rule(
     code="CS111", symbol="loss-jump", family="spike", severity="warning",
     signals=("train_loss",), params=LossJumpParams, describe=_describe_jump,
-    stream=LossJumpStream,
+    stream=LossJumpStream, default=False,
     advice="inspect the data batch at this step (bad labels, corrupt or unnormalised inputs); "
     "if jumps repeat, lower the learning rate",
 )
@@ -56,8 +56,10 @@ def loss_jump(data, p: LossJumpParams, since=None):
     """The train loss is more than 3x its previous value (source article rule).
 
     Condition: train_loss[i] > factor * train_loss[i-1], checked from the
-    third point on, exactly as the article's TrainingMonitor does. Noisy on
-    losses near zero; `loss-spike` is the robust version.
+    third point on, exactly as the article's TrainingMonitor does. Opt-in
+    (select CS111, or the `article` preset): on per-step losses a 3x jump
+    between consecutive batches is ordinary noise (docs/detection.md);
+    `loss-spike` is the default.
     """
     s = data.get("train_loss")
     if s is None or len(s) <= p.min_history:

@@ -1,4 +1,11 @@
-"""CS0xx: values no training objective can have (NaN/Inf, absurd loss)."""
+"""CS0xx: values no training objective can have (NaN/Inf, absurd loss), and skipped fp16 steps.
+
+A NaN/Inf loss or learning rate means training has diverged. A NaN/Inf gradient
+norm (or update ratio) while the train loss is finite is what a dynamic loss
+scaler (fp16 mixed precision) produces on the steps it skips: training goes
+on, so it is reported (`grad-overflow`, info), not alarmed -- unless it keeps
+happening (`overflow-burst`).
+"""
 
 from __future__ import annotations
 
@@ -9,7 +16,37 @@ import numpy as np
 
 from tb_crash_signals.analysis.rules.base import Hits, fmt, param, rule, since_index
 from tb_crash_signals.analysis.signals import SIGNAL_LABELS, SIGNALS
+from tb_crash_signals.analysis.stats import run_lengths, value_at_or_before
 from tb_crash_signals.analysis.streaming import HIT, Quiet, Stream
+
+# Signals whose NaN/Inf is training gone wrong whatever the loss says.
+_ALWAYS = ("train_loss", "val_loss", "lr")
+# Signals a loss scaler makes NaN/Inf on skipped steps.
+_SCALED = ("grad_norm", "update_ratio")
+
+
+def loss_finite_at(data, steps) -> np.ndarray:
+    """Whether the last train loss logged at or before each step is finite (False if none)."""
+    train = data.get("train_loss")
+    if train is None or len(train) == 0:
+        return np.zeros(np.shape(steps), bool)
+    return np.isfinite(value_at_or_before(train.steps, train.values, steps))
+
+
+def _what(v) -> str:
+    return "NaN" if math.isnan(v) else ("+Inf" if v > 0 else "-Inf")
+
+
+class _LossState:
+    """The train loss as a stream of another signal sees it: its last value, at or before the
+    step (the train-loss channel is updated first)."""
+
+    def __init__(self, channels):
+        self.train = channels["train_loss"]
+
+    def loss_finite(self) -> bool:
+        train = self.train
+        return train.n > 0 and math.isfinite(train.values[-1])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -18,23 +55,24 @@ class NonFiniteParams:
 
 
 def _describe_nonfinite(ep, p):
-    v = ep.start_value
-    what = "NaN" if math.isnan(v) else ("+Inf" if v > 0 else "-Inf")
     more = f" ({ep.hits} non-finite points)" if ep.hits > 1 else ""
-    return f"{SIGNAL_LABELS[ep.signal]} is {what} at step {ep.start_step}{more}"
+    return f"{SIGNAL_LABELS[ep.signal]} is {_what(ep.start_value)} at step {ep.start_step}{more}"
 
 
-class NonFiniteStream(Stream):
-    """Fires on every non-finite value (the monitor runs this test inline: `nonfinite_only`)."""
-
+class NonFiniteStream(Stream, _LossState):
     hits = SIGNALS
-    nonfinite_only = True
 
     def __init__(self, p, signal, channels):
-        pass
+        _LossState.__init__(self, channels)
+        self.always = signal in _ALWAYS
+
+    def quiet(self):
+        return Quiet()  # every finite value
 
     def check(self, i, step, v):
-        return None if math.isfinite(v) else HIT
+        if math.isfinite(v) or not (self.always or not self.loss_finite()):
+            return None
+        return HIT
 
 
 @rule(
@@ -45,17 +83,133 @@ class NonFiniteStream(Stream):
     "clip gradients, check the batch at the first NaN step and fp16 overflow",
 )
 def nonfinite(data, p: NonFiniteParams, since=None):
-    """A monitored scalar is NaN or +/-Inf.
+    """A loss or the learning rate is NaN or +/-Inf (or the grad norm, with the loss too).
 
-    Fires on every NaN or infinite value of any of the five signals. Once a
-    loss or gradient norm is non-finite the weights usually are too, and the
-    run cannot recover by itself.
+    Fires on every NaN or infinite train loss, validation loss or learning
+    rate, and on a NaN/Inf grad norm or update ratio when the last train loss
+    logged at or before it is not finite (or there is none). Once a loss is
+    non-finite the weights usually are too, and the run cannot recover by
+    itself.
     """
     for signal, s in data.items():
         i0 = since_index(s, since)
         idx = np.flatnonzero(~np.isfinite(s.values[i0:])) + i0
+        if signal in _SCALED and idx.size:
+            idx = idx[~loss_finite_at(data, s.steps[idx])]
         if idx.size:
             yield Hits(signal, idx)
+
+
+@dataclasses.dataclass(frozen=True)
+class OverflowParams:
+    cooldown: int = param(50, "points without a skipped step after which a new episode starts")
+
+
+def _describe_overflow(ep, p):
+    more = f"; {ep.hits} such points" if ep.hits > 1 else ""
+    return (
+        f"{SIGNAL_LABELS[ep.signal]} is {_what(ep.start_value)} at step {ep.start_step} while the "
+        f"train loss is finite: a step skipped by the loss scaler (fp16 overflow){more}"
+    )
+
+
+class OverflowStream(Stream, _LossState):
+    hits = _SCALED
+
+    def __init__(self, p, signal, channels):
+        _LossState.__init__(self, channels)
+
+    def quiet(self):
+        return Quiet()
+
+    def check(self, i, step, v):
+        return HIT if not math.isfinite(v) and self.loss_finite() else None
+
+
+@rule(
+    code="CS003", symbol="grad-overflow", family="overflow", severity="info",
+    signals=_SCALED, params=OverflowParams, describe=_describe_overflow, peak="first",
+    stream=OverflowStream,
+    advice="nothing to do while it stays rare: a dynamic loss scaler skips the step and lowers "
+    "its scale; if it happens often, start from a lower initial scale or use bf16",
+)
+def grad_overflow(data, p: OverflowParams, since=None):
+    """The grad norm (or update ratio) is NaN/Inf while the train loss is finite.
+
+    What fp16 mixed precision with a dynamic loss scaler logs on the steps it
+    skips (the scaled gradients overflowed; the weights were not updated):
+    training continues normally, so this is information, not an alarm.
+    """
+    for signal in _SCALED:
+        s = data.get(signal)
+        if s is None:
+            continue
+        i0 = since_index(s, since)
+        idx = np.flatnonzero(~np.isfinite(s.values[i0:])) + i0
+        if idx.size:
+            idx = idx[loss_finite_at(data, s.steps[idx])]
+        if idx.size:
+            yield Hits(signal, idx)
+
+
+@dataclasses.dataclass(frozen=True)
+class OverflowBurstParams:
+    consecutive: int = param(
+        8, "skipped steps in a row (grad norm NaN/Inf, loss finite) before the rule fires: the "
+        "loss scaler halves its scale each time, so 8 in a row is a scale 256x lower", at_least=1,
+    )
+    cooldown: int = param(50, "points after which a new episode starts")
+
+
+def _describe_burst(ep, p):
+    return (
+        f"grad norm non-finite on {p.consecutive}+ consecutive points from step {ep.start_step} "
+        "while the loss is finite: the loss scaler keeps skipping steps"
+    )
+
+
+class OverflowBurstStream(Stream, _LossState):
+    hits = ("grad_norm",)
+
+    def __init__(self, p, signal, channels):
+        _LossState.__init__(self, channels)
+        self.consecutive = p.consecutive
+        self.run = 0
+
+    def check(self, i, step, v):
+        if not math.isfinite(v) and self.loss_finite():
+            self.run += 1
+            return HIT if self.run >= self.consecutive else None
+        self.run = 0
+        return None
+
+
+@rule(
+    code="CS004", symbol="overflow-burst", family="overflow", severity="warning",
+    signals=("grad_norm",), params=OverflowBurstParams, describe=_describe_burst,
+    stream=OverflowBurstStream, peak="first",
+    advice="the loss scaler cannot find a scale that works: check for an fp16 overflow in the "
+    "model (large activations, a missing normalisation), or train in bf16/fp32",
+)
+def overflow_burst(data, p: OverflowBurstParams, since=None):
+    """The grad norm is NaN/Inf on many consecutive points while the loss is finite.
+
+    Isolated skipped steps are normal with fp16 loss scaling (`grad-overflow`);
+    a long run of them means no update is being applied.
+    """
+    s = data.get("grad_norm")
+    if s is None or len(s) == 0:
+        return
+    i0 = since_index(s, since)
+    a = max(i0 - p.consecutive, 0)
+    bad = ~np.isfinite(s.values[a:])
+    if not bad.any():
+        return
+    bad &= loss_finite_at(data, s.steps[a:])
+    idx = np.flatnonzero(run_lengths(bad) >= p.consecutive) + a
+    idx = idx[idx >= i0]
+    if idx.size:
+        yield Hits("grad_norm", idx)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -94,7 +94,7 @@ class OverfitStream(_TrainAtVal):
 @rule(
     code="CS401", symbol="overfitting", family="overfit", severity="warning",
     signals=("train_loss", "val_loss"), params=OverfitParams, describe=_describe_overfit,
-    stream=OverfitStream,
+    stream=OverfitStream, default=False,
     advice="the model memorises the training set: add regularisation (weight decay, "
     "dropout, augmentation), get more data, or stop at the best validation step",
 )
@@ -103,10 +103,10 @@ def overfitting(data, p: OverfitParams, since=None):
 
     Condition at each validation point: train_loss < max_train_loss and
     val_loss > ratio x train_loss, with the train loss logged at the same step
-    (or the last one before it). The article makes this critical; on real
-    classifiers whose train loss goes to ~0 it also fires on healthy runs, so
-    the default severity here is warning and `val-divergence` carries the
-    onset signal.
+    (or the last one before it). Opt-in (select CS401, or the `article`
+    preset, which makes it critical as the article does): on classifiers and
+    tiny batches whose train loss goes to ~0 it fires on healthy runs
+    (docs/detection.md); `val-divergence` is the default overfitting signal.
     """
     val = data.get("val_loss")
     if val is None:

@@ -11,8 +11,14 @@ import numpy as np
 
 from tb_crash_signals.analysis import stats
 from tb_crash_signals.analysis.rules.base import Hits, fmt, param, rule, since_index
-from tb_crash_signals.analysis.stats import chunks, finite_anchor, trailing_median_inclusive
-from tb_crash_signals.analysis.streaming import Stream, StreamHit, finite_median
+from tb_crash_signals.analysis.stats import (
+    chunks,
+    finite_anchor,
+    initial_level,
+    noise_decades,
+    trailing_median_inclusive,
+)
+from tb_crash_signals.analysis.streaming import InitialLevel, Stream, StreamHit, finite_median
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,15 +36,39 @@ class PlateauParams:
     max_patience: int = param(
         2000, "... but never more than this many points (bounds the online monitor's history)"
     )
+    max_warmup: int = param(
+        100, "a rising learning rate is a warm-up (no plateau) only within this many points: one that "
+        "keeps rising later is a schedule gone wrong, not a warm-up"
+    )
+    stuck: float = param(
+        0.65, "a stall counts only while the smoothed loss is at least this share of the initial level "
+        "(the median of the first 10 points: the run is stuck near where it started, or back there) ..."
+    )
+    lr_floor: float = param(
+        0.01, "... or while the learning rate is at most this share of its peak so far (it decayed to ~0); "
+        "a run that learnt and slows down under a working learning rate is converging, not stuck"
+    )
+    noise_window: int = param(200, "trailing points whose quartiles tell whether the loss is pure noise", at_least=2)
+    max_noise: float = param(
+        0.5, "no plateau on a loss whose quartiles over `noise_window` are this many decades apart (tiny batches)"
+    )
     cooldown: int = param(50, "points after which a new episode starts")
 
 
 def _describe_plateau(ep, p):
     return (
         f"train loss has not improved by {p.rel_improvement:.0%} for "
-        f"{ep.note or 'many'} points (around {fmt(ep.start_value)} at step "
-        f"{ep.start_step})"
+        f"{ep.note or 'many points'} (around {fmt(ep.start_value)} at step {ep.start_step})"
     )
+
+
+def plateau_note(patience, lr_fraction) -> str:
+    """How long the loss stood still, and why it is a plateau (the learning rate, if it is gone)."""
+    why = (
+        f", with the learning rate at {fmt(100 * lr_fraction)}% of its peak"
+        if lr_fraction == lr_fraction else ", near where it started"
+    )
+    return f"{int(patience)} points{why}"
 
 
 def plateau_patience(index, p: PlateauParams):
@@ -67,12 +97,55 @@ def _in_warmup(data, steps):
         return (pos >= 0) & (v[np.maximum(pos, 0)] > v[back])
 
 
-class PlateauStream(Stream):
-    """loss-plateau, point by point."""
+_LR_PEAK = "loss-plateau: learning-rate peak"  # Channel.shared key of the lr side
 
-    hits = ("train_loss",)
+
+class _LrPeak:
+    """The learning rate's side of the rule: its running peak (of finite values) and last value."""
+
+    def __init__(self):
+        self.peak = math.nan
+        self.last = math.nan
+
+    def push(self, v):
+        if v - v == 0.0 and not v <= self.peak:  # fmax
+            self.peak = v
+        self.last = v
+
+    def low(self, floor) -> bool:
+        return bool(self.fraction() <= floor)
+
+    def fraction(self) -> float:
+        return self.last / self.peak if self.peak > 0 else math.nan
+
+
+def lr_fraction(data, steps) -> np.ndarray:
+    """The learning rate at or before each step over its peak so far (NaN without one)."""
+    lr = data.get("lr")
+    if lr is None or len(lr) == 0:
+        return np.full(np.shape(steps), np.nan)
+    v = lr.values
+    peak = np.fmax.accumulate(np.where(np.isfinite(v), v, np.nan))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        frac = np.where(peak > 0, v / peak, np.nan)
+    return stats.value_at_or_before(lr.steps, frac, steps)
+
+
+class PlateauStream(Stream):
+    """loss-plateau, point by point (the lr side tracks the learning rate's peak)."""
+
+    hits = ("train_loss", "lr")
 
     def __init__(self, p, signal, channels):
+        self.signal = signal
+        if signal == "lr":
+            self.peak = channels["lr"].shared.setdefault(_LR_PEAK, _LrPeak())
+            return
+        self.lr_peak = channels["lr"].shared.setdefault(_LR_PEAK, _LrPeak())
+        self.stuck, self.lr_floor, self.max_warmup = p.stuck, p.lr_floor, p.max_warmup
+        self.max_noise = p.max_noise
+        self.recent = collections.deque(maxlen=p.noise_window)  # raw points before this one
+        self.initial = InitialLevel()
         k = self.k = max(1, p.smooth)
         self.mid, self.odd = k // 2, k % 2 == 1
         self.window = collections.deque(maxlen=k)  # forward-filled losses, this point included
@@ -83,13 +156,24 @@ class PlateauStream(Stream):
         self.fraction, self.min_patience = p.patience_fraction, p.min_patience
         self.cap = max(p.max_patience, p.min_patience)
         self.capped_from = _capped_from(p.patience_fraction, self.min_patience, self.cap)
-        self.capped_hit = StreamHit(note=str(self.cap))
         # Ring: the best as of each recent point (an array pickles as one block).
         self.bests = array.array("d", [math.nan]) * (self.cap + 1)
         # The learning rate's recent points (its channel is updated first).
         self.lr = channels["lr"].values
 
     def check(self, i, step, v):
+        if self.signal == "lr":
+            self.peak.push(v)
+            return None
+        init = self.initial.value
+        self.initial.push(v)
+        hit = self._check(i, v, init)
+        if hit is not None and noise_decades(self.recent) >= self.max_noise:
+            hit = None
+        self.recent.append(v)
+        return hit
+
+    def _check(self, i, v, init):
         finite = v - v == 0.0
         if finite:
             self.last = v
@@ -124,11 +208,22 @@ class PlateauStream(Stream):
         if i < patience or not finite:
             return None
         ref = ring[(i - patience) % size]
-        if best > ref - self.rel * abs(ref) and not self._lr_rising():
-            if patience == self.cap:  # a stall fires on every point: one hit object
-                return self.capped_hit
-            return StreamHit(note=str(patience))
+        if best > ref - self.rel * abs(ref) and not (i < self.max_warmup and self._lr_rising()):
+            gone = self.lr_peak.low(self.lr_floor)
+            if gone or self._level() >= self.stuck * init:
+                return StreamHit(note=plateau_note(patience, self.lr_peak.fraction() if gone else math.nan))
         return None
+
+    def _level(self):
+        """The smoothed loss now (the window's median, as `_smoothed` computes it)."""
+        window = self.window
+        if len(window) < self.k:
+            return finite_median(window)
+        if window[0] != window[0]:
+            return math.nan
+        xs = sorted(window)
+        mid = self.mid
+        return xs[mid] if self.odd else (xs[mid - 1] + xs[mid]) / 2.0
 
     def _lr_rising(self):
         """The last lr point above the one 3 points before it (warm-up)."""
@@ -166,8 +261,11 @@ def loss_plateau(data, p: PlateauParams, since=None):
     i with patience P = max(min_patience, patience_fraction x (i+1)), at most
     max_patience, the rule
     fires when the best smoothed loss so far is not `rel_improvement` below
-    the best as of P points earlier. Points where the learning rate is still
-    ramping up (warm-up) do not fire.
+    the best as of P points earlier -- while the run is stuck near where it
+    started (its best still `stuck` x the initial level) or its learning rate
+    has decayed to ~0 (`lr_floor` x its peak). Points where the learning rate
+    is still ramping up (warm-up) do not fire: a run that learnt and slows
+    down under a working learning rate is converging.
     """
     s = data.get("train_loss")
     if s is None or len(s) <= p.min_patience:
@@ -186,6 +284,7 @@ def loss_plateau(data, p: PlateauParams, since=None):
         stats.carry(("loss-plateau best", k), (n - cap, best[n - cap - 1 - b0]))
     ref = _best_before(best, b0, i0, n, p)
     warm = _in_warmup(data, s.steps[i0:])
+    warm[max(p.max_warmup - i0, 0) :] = False
     hit = []
     for a, b in chunks(i0, n):  # cache-sized: no 8 MB temporaries
         cur, r = best[a - b0 : b - b0], ref[a - i0 : b - i0]
@@ -196,7 +295,22 @@ def loss_plateau(data, p: PlateauParams, since=None):
         hit.append(np.flatnonzero(stalled) + a)
     hit = np.concatenate(hit)
     if hit.size:
-        yield Hits("train_loss", hit, note=lambda i: str(int(plateau_patience(np.int64(i), p))))
+        # Only a run stuck near where it started, or whose learning rate is gone, is on a plateau.
+        init, known_after = initial_level(s.values)
+        now = np.array([_smoothed(s.values, k, i, i + 1)[0] for i in hit.tolist()])
+        with np.errstate(invalid="ignore"):
+            stuck = (hit > known_after) & (now >= p.stuck * init)
+        frac = lr_fraction(data, s.steps[hit])
+        with np.errstate(invalid="ignore"):
+            gone = frac <= p.lr_floor
+        notes = dict(zip(hit.tolist(), np.where(gone, frac, np.nan).tolist()))
+        hit = hit[stuck | gone]
+        quiet = [
+            not noise_decades(s.values[max(i - p.noise_window, 0) : i]) >= p.max_noise for i in hit.tolist()
+        ]
+        hit = hit[np.asarray(quiet, dtype=bool)] if hit.size else hit
+    if hit.size:
+        yield Hits("train_loss", hit, note=lambda i: plateau_note(plateau_patience(np.int64(i), p), notes[i]))
 
 
 def _running_best(values, k: int, start: int) -> np.ndarray:

@@ -1,20 +1,21 @@
-"""CS112, CS102: loss and grad-norm spikes against a robust (median/MAD) baseline."""
+"""CS112, CS102: loss and grad-norm spikes out of their local range and noise."""
 
 from __future__ import annotations
 
 import dataclasses
 import math
+from itertools import islice
 
 import numpy as np
 
 from tb_crash_signals.analysis.rules.base import Hits, fmt, param, rule, since_index
 from tb_crash_signals.analysis.signals import SIGNAL_LABELS
 from tb_crash_signals.analysis.stats import (
-    MAD_TO_SIGMA,
     finite_anchor,
-    positive_log,
+    initial_level,
+    noise_decades,
+    trailing_max,
     trailing_median_mad_at,
-    trailing_min,
 )
 from tb_crash_signals.analysis.streaming import Quiet, Stream, StreamHit, median_mad_before
 
@@ -24,31 +25,41 @@ _FAST = 5  # a recovery within this many points is fast
 
 @dataclasses.dataclass(frozen=True)
 class SpikeParams:
-    window: int = param(100, "trailing points forming the robust baseline (median/MAD)", at_least=2)
+    window: int = param(50, "trailing points forming the baseline (median) and the local range (max)", at_least=2)
     min_points: int = param(20, "points needed before the rule can fire (warm-up)")
-    z: float = param(6.0, "robust z-score (deviation / (1.4826 MAD)) above which a point spikes")
-    min_ratio: float = param(
-        2.5, "the point must also be at least this multiple of the baseline median", above=0.0
+    min_ratio: float = param(3.0, "the point must be at least this multiple of the baseline median", above=0.0)
+    envelope: float = param(
+        2.0, "... and at least this multiple of the largest of those points: out of the local noise"
+    )
+    min_rise: float = param(
+        0.05, "... and above the median by at least this share of the run's initial level (the median "
+        "of its first 10 points), so a jump between two losses near zero is no spike"
+    )
+    noise_window: int = param(
+        200, "trailing points whose spread tells whether the series is noise (at most 255: the monitor "
+        "keeps the last 256 points of each signal)", at_least=2, at_most=255,
+    )
+    max_noise: float = param(
+        0.5, "no spike in a series whose quartiles over `noise_window` are this many decades apart or "
+        "more (per-step losses of tiny batches, where 10x jumps are ordinary)"
     )
     cooldown: int = param(10, "quiet points after which a new episode starts")
 
 
 @dataclasses.dataclass(frozen=True)
 class GradSpikeParams(SpikeParams):
-    min_ratio: float = param(
-        5.0, "the grad norm must be at least this multiple of its baseline median", above=0.0
-    )
+    min_ratio: float = param(5.0, "the grad norm must be at least this multiple of its baseline median", above=0.0)
+    min_rise: float = param(0.0, "unused for the grad norm (it has no initial level to speak of)")
 
 
-def is_spike(x, med, mad, p: SpikeParams, log: bool):
-    """The decision at candidate points: x (log x for grad norm) against the
-    median/MAD of the window before it. Arrays or scalars: the batch rule and
-    its stream share this arithmetic."""
-    with np.errstate(invalid="ignore"):
-        if log:
-            return (x - med) > np.maximum(p.z * MAD_TO_SIGMA * mad, np.log(p.min_ratio))
-        scale = np.maximum(MAD_TO_SIGMA * mad, 1e-3 * np.abs(med))
-        return ((x - med) > p.z * scale) & np.where(med > 0, x >= p.min_ratio * med, True)
+def is_spike(x, med, top, init, noise, p: SpikeParams) -> bool:
+    """The decision at a point x against the median and max of the window before it, the run's
+    initial level and the noise of the longer window (shared by the batch rule and its stream)."""
+    if not (math.isfinite(x) and med > 0 and x >= p.min_ratio * med and x >= p.envelope * top):
+        return False
+    if p.min_rise > 0 and not (x - med >= p.min_rise * init):
+        return False
+    return not noise >= p.max_noise
 
 
 def spike_note(value, baseline) -> str:
@@ -56,31 +67,33 @@ def spike_note(value, baseline) -> str:
     return f"{fmt(ratio)}x its recent median {fmt(baseline)}"
 
 
-def _spike_index(values, p: SpikeParams, log: bool, i0: int):
+def _spike_index(values, p: SpikeParams, i0: int):
     """Indices >= i0 where the series spikes, and the baseline median at each."""
-    # A decision at i reads the `window` points before it (at least
-    # `min_points` of them), forward-filled: the slice starts at the last
-    # good point before those (the whole series when i0 is near its start).
+    # A decision at i reads the `window` points before it, forward-filled: the slice starts
+    # at the last good point before them (the whole series when i0 is near its start).
     look = max(p.window, p.min_points)
-    c0 = 0 if i0 <= look else finite_anchor(values, i0 - look, positive=log)
+    c0 = 0 if i0 <= look else finite_anchor(values, i0 - look)
     x = values if c0 == 0 else values[c0:]  # the series itself: memoised results
-    if log:
-        x = positive_log(x)
-    # Necessary condition, cheap to test: a spike is well above the window's
-    # minimum (median >= min). Medians are computed only for these candidates.
     r0 = i0 - c0
-    lo = trailing_min(x, p.window)[r0:]
+    top = trailing_max(x, p.window)[r0:]
     xs = x[r0:]
     with np.errstate(invalid="ignore"):
-        if log:
-            candidate = xs - lo > np.log(p.min_ratio)
-        else:
-            candidate = ~(lo > 0) | (xs >= p.min_ratio * lo)
+        candidate = (xs >= p.envelope * top) & np.isfinite(xs)
+    candidate[: max(p.min_points - i0, 0)] = False
     cand = np.flatnonzero(candidate) + r0
-    mc, dc = trailing_median_mad_at(x, p.window, p.min_points, cand)
-    xc = x[cand]
-    spike = is_spike(xc, mc, dc, p, log) & np.isfinite(xc)
-    return cand[spike] + c0, mc[spike]
+    if cand.size == 0:
+        return cand, np.zeros(0)
+    med, _ = trailing_median_mad_at(x, p.window, p.min_points, cand, mad=False)
+    init, known_after = initial_level(values)
+    keep = []
+    for j, i in enumerate(cand.tolist()):
+        g = i + c0
+        noise = noise_decades(values[max(g - p.noise_window, 0) : g])
+        level = init if g > known_after else math.nan
+        if is_spike(float(x[i]), float(med[j]), float(top[i - r0]), level, noise, p):
+            keep.append(j)
+    keep = np.asarray(keep, dtype=np.int64)
+    return cand[keep] + c0, med[keep]
 
 
 class Recovery:
@@ -128,11 +141,11 @@ def recovery_note(s, start, baseline) -> str | None:
     return watch.note
 
 
-def _spike_hits(signal, s, p, log, since):
-    idx, med = _spike_index(s.values, p, log, since_index(s, since))
+def _spike_hits(signal, s, p, since):
+    idx, med = _spike_index(s.values, p, since_index(s, since))
     if idx.size == 0:
         return None
-    base = dict(zip(idx.tolist(), np.exp(med) if log else med))
+    base = dict(zip(idx.tolist(), med.tolist()))
 
     def note(i):
         b = base[i]
@@ -149,62 +162,42 @@ def _describe_spike(ep, p):
 
 
 class _SpikeStream(Stream):
-    """loss-spike (linear) and grad-norm-spike (log), as `_spike_index` decides."""
-
-    log = False
+    """loss-spike and grad-norm-spike, point by point, as `_spike_index` decides."""
 
     @classmethod
     def needs(cls, p, signal):
-        return [(signal, p.window, cls.log)]
+        return [(signal, p.window, False)]
 
     def __init__(self, p, signal, channels):
         self.p = p
         self.size = p.window
         self.min_points = p.min_points
-        self.min_ratio = p.min_ratio
-        self.log_ratio = float(np.log(p.min_ratio))  # as the batch rule computes it
         self.channel = ch = channels[signal]
-        self.window = ch.log_window if self.log else ch.window
+        self.window = ch.window
 
     def quiet(self):
-        # Not a candidate: see check.
-        if self.log:
-            return Quiet(log_margin=self.log_ratio)
-        return Quiet(floor_factor=self.min_ratio)
+        # Not a candidate (x >= envelope x the window's max >= envelope x the last point), or
+        # below min_ratio x the window's min <= its median: see check.
+        return Quiet(prev_factor=self.p.envelope if self.p.envelope > 0 else None,
+                     floor_factor=self.p.min_ratio)
 
     def check(self, i, step, v):
-        if i < self.min_points:
+        # Keeps no state of its own: the screen may skip it (see quiet).
+        if i < self.min_points or not v - v == 0.0:
             return None
-        window = self.window
-        if self.log:
-            x = self.channel.log_value
-            if not x - x == 0.0:
-                return None
-            # Candidate: x - (trailing min) > log(min_ratio); the bound first.
-            if not x - window.lower_bound() > self.log_ratio:
-                return None
-            if not x - window.minimum(self.size) > self.log_ratio:
-                return None
-        else:
-            x = v
-            if not x - x == 0.0:
-                return None
-            # Candidate: trailing min <= 0 (or none) or x >= min_ratio x min.
-            lo = window.lower_bound()
-            if lo > 0 and x < self.min_ratio * lo:
-                return None
-            lo = window.minimum(self.size)
-            if lo > 0 and x < self.min_ratio * lo:
-                return None
-        p = self.p
-        med, mad = median_mad_before(self.window, i, p.window, p.min_points)
-        if not is_spike(x, med, mad, p, self.log):
+        window, p = self.window, self.p
+        lo = window.lower_bound()
+        if lo > 0 and v < p.min_ratio * lo:
             return None
-        base = math.exp(med) if self.log else med
-        if not math.isfinite(base):
-            return StreamHit(note=spike_note(v, base))
-        follow = Recovery(step, v, base)
-        return StreamHit(note=spike_note(v, base), follow=follow)
+        top = window.maximum(self.size)
+        if not v >= p.envelope * top:
+            return None
+        med, _ = median_mad_before(window, i, p.window, p.min_points, mad=False)
+        values = self.channel.values  # the raw recent points, this one last
+        before = list(islice(values, max(len(values) - 1 - p.noise_window, 0), len(values) - 1))
+        if not is_spike(v, med, top, self.channel.initial.value, noise_decades(before), p):
+            return None
+        return StreamHit(note=spike_note(v, med), follow=Recovery(step, v, med))
 
 
 class LossSpikeStream(_SpikeStream):
@@ -213,7 +206,6 @@ class LossSpikeStream(_SpikeStream):
 
 class GradSpikeStream(_SpikeStream):
     hits = ("grad_norm",)
-    log = True
 
 
 @rule(
@@ -224,17 +216,20 @@ class GradSpikeStream(_SpikeStream):
     "learning rate, warm-up or gradient clipping",
 )
 def loss_spike(data, p: SpikeParams, since=None):
-    """The train loss spikes far above its robust recent baseline.
+    """The train loss jumps far out of its local range.
 
-    Condition: (loss - median) > z * 1.4826 * MAD over the previous `window`
-    points, and loss >= min_ratio * median. The median/MAD baseline is robust,
-    so a spike does not inflate its own baseline (OLMo-core uses |z| > 6 on a
-    128-step window). The message classifies the recovery as fast (< 5
-    points), slow, or none.
+    Condition: the loss is at least `min_ratio` x the median of the previous
+    `window` points and `envelope` x their largest (out of the local noise,
+    so a heavy-tailed small-batch loss does not spike on its ordinary jumps),
+    rises above that median by `min_rise` of the run's initial level, and the
+    series is not pure noise at this scale (the quartiles of its last
+    `noise_window` points less than `max_noise` decades apart). The median
+    baseline is robust: a spike does not inflate its own baseline. The
+    message classifies the recovery as fast (< 5 points), slow, or none.
     """
     s = data.get("train_loss")
     if s is not None and len(s) > p.min_points:
-        hits = _spike_hits("train_loss", s, p, log=False, since=since)
+        hits = _spike_hits("train_loss", s, p, since=since)
         if hits is not None:
             yield hits
 
@@ -246,13 +241,13 @@ def loss_spike(data, p: SpikeParams, since=None):
     advice="a batch produced an outsized gradient: clip gradients and inspect the batch",
 )
 def grad_norm_spike(data, p: GradSpikeParams, since=None):
-    """The gradient norm spikes far above its robust recent baseline.
+    """The gradient norm jumps far out of its local range.
 
-    Works on log(grad norm): fires when log g - median > max(z * 1.4826 * MAD,
-    log(min_ratio)) over the previous `window` points.
+    As `loss-spike`, with `min_ratio` 5: healthy grad norms wander 3x around
+    their median.
     """
     s = data.get("grad_norm")
     if s is not None and len(s) > p.min_points:
-        hits = _spike_hits("grad_norm", s, p, log=True, since=since)
+        hits = _spike_hits("grad_norm", s, p, since=since)
         if hits is not None:
             yield hits

@@ -18,6 +18,10 @@ class StagnationParams:
     tolerance: float = param(
         0.001, "all of them within this absolute distance of the current value (the article's 0.001)"
     )
+    min_level: float = param(
+        0.05, "and the validation loss must still be at least this share of its first value: a loss "
+        "that converged to ~0 moves less than the absolute tolerance (the `article` preset sets 0)"
+    )
     cooldown: int = param(10, "evaluations after which a new episode starts")
 
 
@@ -34,12 +38,16 @@ class ValStagnationStream(Stream):
     def __init__(self, p, signal, channels):
         self.p = p
         self.values = collections.deque(maxlen=p.evaluations)
+        self.first = None
 
     def check(self, i, step, v):
         p = self.p
         hit = None
+        if self.first is None:
+            self.first = v
         if i >= p.evaluations and all(abs(x - v) < p.tolerance for x in self.values):
-            hit = HIT
+            if not (p.min_level > 0 and v < p.min_level * self.first):
+                hit = HIT
         self.values.append(v)
         return hit
 
@@ -55,7 +63,8 @@ def val_stagnation(data, p: StagnationParams, since=None):
     """The validation loss has not moved for many evaluations (source article rule).
 
     Condition: the previous `evaluations` validation losses are all within
-    `tolerance` of the current one, as in the article's TrainingMonitor.
+    `tolerance` of the current one, as in the article's TrainingMonitor, and
+    the loss is still at least `min_level` x its first value.
     """
     s = data.get("val_loss")
     k = p.evaluations
@@ -68,6 +77,8 @@ def val_stagnation(data, p: StagnationParams, since=None):
     cur = wins[:, -1:]
     with np.errstate(invalid="ignore"):
         close = np.all(np.abs(wins[:, :-1] - cur) < p.tolerance, axis=1)
+        if p.min_level > 0:
+            close &= ~(s.values[i0:] < p.min_level * s.values[0])
     idx = np.flatnonzero(close) + i0
     if idx.size:
         yield Hits("val_loss", idx)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import numpy as np
 
@@ -14,6 +15,10 @@ from tb_crash_signals.analysis.streaming import HIT, Quiet, Stream
 class GradNormThresholdParams:
     threshold: float = param(
         100.0, "the gradient norm above which updates are out of control (the article's 100)"
+    )
+    count_nonfinite: bool = param(
+        False, "an Inf grad norm counts as above the threshold, as in the article (by default NaN/Inf "
+        "is left to `nonfinite` and `grad-overflow`, which tell a divergence from a skipped fp16 step)"
     )
     cooldown: int = param(20, "points back under the threshold after which a new episode starts")
 
@@ -30,12 +35,15 @@ class GradThresholdStream(Stream):
 
     def __init__(self, p, signal, channels):
         self.threshold = p.threshold
+        self.count_nonfinite = p.count_nonfinite
 
     def quiet(self):
         return Quiet(hi=self.threshold)
 
     def check(self, i, step, v):
-        return HIT if v > self.threshold else None
+        if v > self.threshold and (self.count_nonfinite or v != math.inf):
+            return HIT
+        return None
 
 
 @rule(
@@ -49,11 +57,17 @@ def grad_norm_threshold(data, p: GradNormThresholdParams, since=None):
     """The gradient norm is above an absolute threshold (source article rule).
 
     Condition: grad_norm > threshold (default 100), as in the article's
-    TrainingMonitor, so code written against it sees the same steps.
+    TrainingMonitor; an Inf grad norm counts only with `count_nonfinite`
+    (the `article` preset sets it, so code written against the article sees
+    the same steps).
     """
     s = data.get("grad_norm")
     if s is not None:
         i0 = since_index(s, since)
-        idx = np.flatnonzero(s.values[i0:] > p.threshold) + i0
+        v = s.values[i0:]
+        above = v > p.threshold
+        if not p.count_nonfinite:
+            above &= v != np.inf
+        idx = np.flatnonzero(above) + i0
         if idx.size:
             yield Hits("grad_norm", idx)

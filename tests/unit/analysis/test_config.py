@@ -25,7 +25,7 @@ grad_norm = ["a", "b"]
 threshold = 50
 severity = "warning"
 [rules.CS112]
-z = 8.0
+min_ratio = 8.0
 """,
         )
     )
@@ -33,7 +33,7 @@ z = 8.0
     assert cfg.params_for("CS101").threshold == 50.0
     assert isinstance(cfg.params_for("CS101").threshold, float)
     assert cfg.severity_for("CS101") == "warning"
-    assert cfg.params_for("CS112").z == 8.0
+    assert cfg.params_for("CS112").min_ratio == 8.0
     enabled = cfg.enabled_codes()
     assert "CS101" in enabled and "CS201" in enabled
     assert "CS111" not in enabled and "CS001" not in enabled

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from support.helpers import analyze, codes, episodes_of, healthy_grad, healthy_loss
-from tb_crash_signals.analysis.config import Config
+from tb_crash_signals.analysis.config import Config, article_config
 from tb_crash_signals.analysis.rules import FAMILIES, RULES
 
 
@@ -72,13 +72,15 @@ def test_grad_norm_spike_fires_on_one_outlier_only():
     assert "CS102" not in codes(analyze(grad_norm=healthy_grad(600)))
 
 
-def test_loss_jump_compares_with_the_previous_value():
+def test_loss_jump_compares_with_the_previous_value_when_selected():
     loss = np.full(50, 1.0)
     loss[30] = 3.5
-    eps = episodes_of(analyze(train_loss=loss), "CS111")
+    article = Config(select=("CS111",))
+    eps = episodes_of(analyze(article, train_loss=loss), "CS111")
     assert [e.start_step for e in eps] == [30]
+    assert "CS111" not in codes(analyze(train_loss=loss))  # opt-in: not a default rule
     loss[30] = 2.9
-    assert "CS111" not in codes(analyze(train_loss=loss))
+    assert "CS111" not in codes(analyze(article, train_loss=loss))
 
 
 def test_loss_spike_is_robust_and_classifies_recovery():
@@ -90,14 +92,19 @@ def test_loss_spike_is_robust_and_classifies_recovery():
     assert "CS112" not in codes(analyze(train_loss=healthy_loss(1000)))
 
 
-def test_loss_divergence_needs_a_sustained_blowup():
+def test_loss_divergence_needs_the_progress_lost_and_kept_lost():
     loss = healthy_loss(800)
-    loss[600:] = loss[600:] * np.linspace(3, 30, 200)
+    loss[600:] = 3.0  # back above where it started, and staying there
     eps = episodes_of(analyze(train_loss=loss), "CS113")
-    assert eps and eps[0].start_step == 604  # the fifth elevated point in a row
+    # The level (median of 9) is elevated from the 5th point on; the 5th elevated point in a row fires.
+    assert eps and eps[0].start_step == 608
+    assert "lost what it had learnt" in eps[0].message
     short = healthy_loss(800)
     short[600:603] *= 5  # three points: a spike, not a divergence
     assert "CS113" not in codes(analyze(train_loss=short))
+    small = healthy_loss(800)
+    small[600:] *= 1.5  # worse, but most of the progress kept
+    assert "CS113" not in codes(analyze(train_loss=small))
 
 
 def test_growth_predicts_the_crossing_before_it_happens():
@@ -111,14 +118,17 @@ def test_growth_predicts_the_crossing_before_it_happens():
     first = eps[0]
     assert first.severity == "critical" and first.family == "growth"
     assert first.start_step < cross - 20, (first.start_step, cross)
-    fit = first.fit
+    fit = first.first_fit
     assert fit is not None and fit.projected_step is not None
     # At first detection the fit sees only the start of the growth: its
     # projection must still land near the real crossing, relative to the lead.
     assert abs(fit.projected_step - cross) < 0.6 * (cross - first.start_step)
     assert 0.015 < fit.growth_per_step < 0.045
     assert "crosses 100" in first.message
-    assert result.fits and result.fits[0].projected_step == fit.projected_step
+    assert first.first_fit == fit  # the first hit's fit, shown at the first alarm
+    # The report keeps that prediction and the latest fit, refreshed as the episode grows.
+    assert result.fits[0] == fit and result.fits[-1] == eps[-1].fit
+    assert eps[-1].fit.end_step == eps[-1].end_step
 
 
 def test_growth_ignores_the_early_rise_of_a_healthy_run():
@@ -148,14 +158,18 @@ def test_val_stagnation_is_the_article_rule():
     assert "CS302" not in codes(analyze(val_loss=np.linspace(2.0, 1.0, 40)))
 
 
-def test_overfitting_is_the_article_rule_with_warning_severity():
+def test_overfitting_is_the_article_rule_when_selected():
     train = np.linspace(1.0, 0.01, 30)
     val = np.full(30, 0.4)
-    eps = episodes_of(analyze(train_loss=train, val_loss=val), "CS401")
+    selected = Config(select=("CS401",))
+    eps = episodes_of(analyze(selected, train_loss=train, val_loss=val), "CS401")
     assert eps and eps[0].severity == "warning"
     first = int(np.argmax((train < 0.1) & (val > 5 * train)))
     assert eps[0].start_step == first
-    assert "CS401" not in codes(analyze(train_loss=train, val_loss=train * 1.2))
+    assert "CS401" not in codes(analyze(train_loss=train, val_loss=val))  # opt-in
+    assert "CS401" not in codes(analyze(selected, train_loss=train, val_loss=train * 1.2))
+    (article,) = episodes_of(analyze(article_config(), train_loss=train, val_loss=val), "CS401")
+    assert article.severity == "critical" and article.start_step == first
 
 
 def test_val_divergence_flags_the_onset_within_a_few_evaluations():

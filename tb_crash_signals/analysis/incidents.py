@@ -1,0 +1,306 @@
+"""Incidents: the episodes that tell one story, grouped, with one headline and one piece of advice.
+
+Episodes are per rule and signal; people think in events. A divergence is one
+incident however many rules saw it (growth -> threshold -> blow-up -> NaN), with
+its first alarm, its crash step and how early it was flagged; what follows from
+it (a plateau at chance level, a stuck validation loss, spikes on the way up)
+is folded into it and never gets advice of its own. Recurring events of one
+kind (loss spikes, skipped fp16 steps) are one incident with their count.
+
+`build_incidents` is a pure function of a run's episodes, so the offline report
+and the online monitor group alike.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+from tb_crash_signals.analysis.episodes import Episode
+from tb_crash_signals.analysis.rules.base import Fit, fmt
+from tb_crash_signals.analysis.signals import SIGNAL_LABELS
+
+KINDS = ("divergence", "nonfinite", "overfit", "optimizer", "plateau", "stagnation", "spikes", "overflow")
+_SEVERITY_RANK = {"critical": 0, "warning": 1, "info": 2}
+
+# Rules whose episode is the crash itself, and those that predict it.
+_CRASH = ("CS001", "CS002", "CS101", "CS113", "CS114", "CS115")
+_PRECURSOR = ("CS201", "CS202")
+_SPIKES = ("CS102", "CS111", "CS112")
+_OVERFLOW = ("CS003", "CS004")
+_OPTIMIZER_HIGH = ("CS501", "CS512", "CS513")  # the learning rate / updates too large
+_PLATEAU = ("CS301",)
+_STAGNATION = ("CS302",)
+_OVERFIT = ("CS401", "CS402")
+
+ADVICE = {
+    "divergence": "lower the learning rate (or stop its ramp), enable gradient clipping, and resume from a "
+    "checkpoint before step {start}",
+    "nonfinite": "resume from a checkpoint before step {start}; check the batch at that step, the inputs "
+    "for NaN/Inf and fp16 overflow; lower the learning rate",
+    "spikes": "inspect the batches at the spike steps (bad labels, corrupt or unnormalised inputs); repeated "
+    "spikes call for a lower learning rate, warm-up or gradient clipping",
+    "overfit": "keep the checkpoint at the best validation step; add regularisation (weight decay, dropout, "
+    "augmentation) or more data, or stop early",
+    "plateau": "the model stopped learning: check the learning rate (too low or decayed to 0), frozen "
+    "parameters and dead activations",
+    "stagnation": "validation stopped moving: stop early, or change the learning-rate schedule",
+    "overflow": "nothing to do while it stays rare; if it happens often, start from a lower loss scale or "
+    "train in bf16",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Incident:
+    """One event of a run, told once.
+
+    Attributes:
+        kind: one of KINDS.
+        severity: the most severe of its episodes' ("info", "warning", "critical").
+        signal: the signal of its first alarm.
+        start_step: where its story starts (its first episode, or the fit's start).
+        first_alarm_step: its first critical episode's start (its first episode's if none).
+        end_step, open: its last episode's end; whether one of its episodes is still open.
+        crash_step: the first step of the crash itself (divergence, nonfinite), else None.
+        lead_steps: crash_step - first_alarm_step when the alarm came first, 0 when at
+            the crash, None without a crash.
+        occurrences: the events it stands for (recurring spikes, skipped steps: each one).
+        headline, advice: one sentence each.
+        episodes: indices of its episodes in the run's episode list.
+        fit: the latest growth fit of its episodes, if any.
+    """
+
+    kind: str
+    severity: str
+    signal: str
+    start_step: int
+    first_alarm_step: int
+    end_step: int
+    open: bool
+    crash_step: int | None
+    lead_steps: int | None
+    occurrences: int
+    headline: str
+    advice: str
+    episodes: tuple[int, ...]
+    fit: Fit | None = None
+
+    @property
+    def key(self) -> tuple:
+        """What identifies it while the run goes on (the monitor reports each once)."""
+        return (self.kind, self.first_alarm_step if self.severity == "critical" else self.start_step)
+
+    def to_json(self) -> dict:
+        return {
+            "kind": self.kind,
+            "severity": self.severity,
+            "signal": self.signal,
+            "start_step": self.start_step,
+            "first_alarm_step": self.first_alarm_step,
+            "end_step": self.end_step,
+            "open": self.open,
+            "crash_step": self.crash_step,
+            "lead_steps": self.lead_steps,
+            "occurrences": self.occurrences,
+            "headline": self.headline,
+            "advice": self.advice,
+            "episodes": list(self.episodes),
+        }
+
+
+def build_incidents(episodes: list[Episode], run_steps: int = 0) -> list[Incident]:
+    """The run's incidents, most important first (its headline is the first's).
+
+    Args:
+        episodes: the run's episodes, in report order (indices refer to it).
+        run_steps: the span of steps logged, for the window of precursors folded
+            into a divergence (a tenth of it, at least 50 steps).
+    """
+    order = list(range(len(episodes)))
+    window = max(50, run_steps // 10)
+    taken: set[int] = set()
+    groups: list[tuple[str, list[int]]] = []
+
+    # A divergence, with what led to it and what followed.
+    crash_like = [i for i in order if episodes[i].code in _CRASH + _PRECURSOR and episodes[i].severity == "critical"]
+    if crash_like:
+        first = min(episodes[i].start_step for i in crash_like)
+        members = [
+            i for i in order
+            if i in crash_like
+            or episodes[i].start_step >= first
+            or (episodes[i].start_step >= first - window and episodes[i].code not in _OVERFIT)
+            # a learning rate (or update size) out of band still going on: the cause
+            or (episodes[i].family == "optimizer" and episodes[i].start_step <= first <= episodes[i].end_step)
+        ]
+        taken.update(members)
+        groups.append(("divergence", members))
+
+    # Optimizer settings that are too large cause what plateaus with them.
+    optimizer = [i for i in order if i not in taken and episodes[i].family == "optimizer"]
+    plateau = [i for i in order if i not in taken and episodes[i].code in _PLATEAU + _STAGNATION]
+    if optimizer:
+        high = any(episodes[i].code in _OPTIMIZER_HIGH for i in optimizer)
+        folded = plateau if high else []
+        taken.update(optimizer + folded)
+        groups.append(("optimizer", sorted(optimizer + folded)))
+        plateau = [i for i in plateau if i not in taken]
+    for kind, codes in (("plateau", _PLATEAU), ("stagnation", _STAGNATION), ("overfit", _OVERFIT),
+                        ("spikes", _SPIKES), ("overflow", _OVERFLOW)):
+        members = [i for i in order if i not in taken and episodes[i].code in codes]
+        if kind == "plateau":  # a stuck validation loss during a plateau is the same story
+            members += [i for i in order if i not in taken and episodes[i].code in _STAGNATION
+                        and any(_overlap(episodes[i], episodes[j]) for j in members)]
+        if members:
+            taken.update(members)
+            groups.append((kind, sorted(members)))
+    rest = [i for i in order if i not in taken]
+    for i in rest:  # a rule no story knows: told on its own
+        groups.append((_kind_of(episodes[i]), [i]))
+
+    incidents = [_incident(kind, members, episodes) for kind, members in groups]
+    incidents.sort(key=_importance)
+    return incidents
+
+
+def _overlap(a: Episode, b: Episode) -> bool:
+    return a.start_step <= b.end_step and b.start_step <= a.end_step
+
+
+def _kind_of(e: Episode) -> str:
+    return {
+        "nonfinite": "nonfinite", "overflow": "overflow", "explosion": "divergence", "divergence": "divergence",
+        "growth": "divergence", "spike": "spikes", "plateau": "plateau", "stagnation": "stagnation",
+        "overfit": "overfit", "optimizer": "optimizer",
+    }.get(e.family, "optimizer")
+
+
+def _importance(incident: Incident):
+    return (_SEVERITY_RANK[incident.severity], KINDS.index(incident.kind), incident.first_alarm_step)
+
+
+def _incident(kind: str, members: list[int], episodes: list[Episode]) -> Incident:
+    eps = [episodes[i] for i in members]
+    severity = min((e.severity for e in eps), key=_SEVERITY_RANK.__getitem__)
+    critical = [e for e in eps if e.severity == "critical"]
+    alarm = min(critical or eps, key=lambda e: (e.start_step, e.code))
+    start = min(e.start_step for e in eps)
+    fits = [e for e in eps if e.fit is not None]
+    fit = max(fits, key=lambda e: e.fit.end_step).fit if fits else None
+    crash = None
+    if kind == "divergence":
+        crashes = [e for e in eps if e.code in _CRASH and e.severity == "critical"]
+        crash = min(crashes, key=lambda e: (e.start_step, e.signal != "train_loss", e.code)) if crashes else None
+        precursors = [
+            e for e in critical if e.code in _PRECURSOR or (crash is not None and e.start_step < crash.start_step)
+        ]
+        if crash is not None and crash.code == "CS001" and not precursors:
+            kind = "nonfinite"
+        growth = [e for e in fits if e.code in _PRECURSOR and (e.first_fit or e.fit) is not None]
+        if growth:
+            start = min(start, min((e.first_fit or e.fit).start_step for e in growth))
+        cause = [e for e in eps if e.code in _OPTIMIZER_HIGH and e.start_step <= alarm.start_step]
+        if crash is None and cause:  # too large a learning rate, and the loss suffers: that is the story
+            kind = "optimizer"
+            alarm = min(cause, key=lambda e: e.start_step)
+    crash_step = crash.start_step if crash is not None else None
+    lead = None
+    if crash_step is not None:
+        lead = max(crash_step - alarm.start_step, 0)
+    headline = _headline(kind, eps, alarm, crash, lead, start, fit)
+    advice = ADVICE[kind].format(start=start) if kind in ADVICE else alarm.advice
+    if kind == "optimizer":
+        advice = alarm.advice
+    return Incident(
+        kind=kind, severity=severity, signal=alarm.signal, start_step=start,
+        first_alarm_step=alarm.start_step, end_step=max(e.end_step for e in eps),
+        open=any(e.open for e in eps), crash_step=crash_step, lead_steps=lead,
+        occurrences=_occurrences(kind, eps), headline=headline, advice=advice,
+        episodes=tuple(members), fit=fit,
+    )
+
+
+def _occurrences(kind: str, eps: list[Episode]) -> int:
+    """Distinct events: spikes of several signals within 2 steps are one."""
+    if kind == "overflow":
+        return sum(_points(e) for e in eps)
+    if kind != "spikes":
+        return 1
+    starts = sorted({e.start_step for e in eps if e.code in _SPIKES})
+    count, last = 0, None
+    for s in starts:
+        if last is None or s - last > 2:
+            count += 1
+        last = s
+    return max(count, 1)
+
+
+def _points(e: Episode) -> int:
+    m = re.search(r"; (\d+) such points", e.message)
+    return int(m.group(1)) if m else 1
+
+
+def _label(signal: str) -> str:
+    return SIGNAL_LABELS.get(signal, signal)
+
+
+def _headline(kind, eps, alarm: Episode, crash: Episode | None, lead, start, fit) -> str:
+    if kind in ("divergence", "nonfinite"):
+        return _divergence_headline(kind, eps, alarm, crash, lead, start, fit)
+    if kind == "spikes":
+        spikes = [e for e in eps if e.code in _SPIKES]
+        n = _occurrences("spikes", eps)
+        recovered = [int(m.group(1)) for e in spikes for m in [re.search(r"recovery in (\d+) steps", e.message)] if m]
+        unrecovered = any("not recovered" in e.message for e in spikes)
+        if n == 1:
+            return alarm.message
+        tail = ""
+        if recovered and not unrecovered:
+            tail = f", each recovered within {max(recovered)} step{'s' if max(recovered) != 1 else ''}"
+        elif unrecovered:
+            tail = ", some not recovered"
+        what = "loss" if all(e.signal == "train_loss" for e in spikes) else "loss and grad-norm"
+        return f"{n} {what} spikes from step {min(e.start_step for e in spikes)}{tail}"
+    if kind == "overflow":
+        n = _occurrences("overflow", eps)
+        burst = [e for e in eps if e.code == "CS004"]
+        if burst:
+            return burst[0].message
+        return (f"{n} step{'s' if n != 1 else ''} skipped by the loss scaler from step {alarm.start_step} "
+                "(grad norm Inf/NaN while the loss is finite)")
+    if kind == "optimizer":
+        if any(e.code in _PRECURSOR for e in eps):
+            return alarm.message + "; the train loss climbs away from its best with it"
+        if any(e.family in ("plateau", "stagnation") for e in eps):
+            return alarm.message + "; the train loss stalls with it"
+        return alarm.message
+    return alarm.message
+
+
+def _divergence_headline(kind, eps, alarm, crash, lead, start, fit) -> str:
+    if crash is None:  # predicted, not (yet) crashed
+        if alarm.code == "CS201" and fit is not None:
+            when = f"; crosses {fmt(fit.threshold)} at ~step {fit.projected_step}" if fit.projected_step else ""
+            doubling = fmt(fit.doubling_steps)
+            return f"grad norm growing exponentially since step {start} (doubling every {doubling} steps){when}"
+        if alarm.code == "CS202":
+            return f"train loss climbing away from its best since step {start}: diverging"
+        return alarm.message
+    what = {
+        "CS001": f"{_label(crash.signal)} became NaN/Inf",
+        "CS002": f"{_label(crash.signal)} exploded",
+        "CS101": "grad norm exploded",
+        "CS113": "train loss diverged",
+        "CS114": "train loss blew up",
+        "CS115": "grad norm and train loss jumped together",
+    }[crash.code]
+    at = f"{what} at step {crash.start_step}"
+    if kind == "nonfinite":
+        return f"{at} with no warning sign before"
+    if alarm.code == "CS201" and lead:
+        return f"grad norm grew exponentially from step {start}; {at} (predicted {lead} steps early)"
+    if alarm.code == "CS202" and lead:
+        return f"train loss climbed from step {start}; {at} (flagged {lead} steps early)"
+    if lead:
+        return f"{at} (flagged {lead} steps early by {alarm.rule})"
+    return at

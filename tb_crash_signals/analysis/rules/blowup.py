@@ -1,0 +1,356 @@
+"""CS114, CS115: one logged point that is already the crash, under any absolute threshold.
+
+A loss 100x its recent median in one point, a loss that jumps right after the
+learning rate did, or the loss and the grad norm jumping 10x together at the
+same step: each is the crash itself, even while the grad norm is still far
+under the explosion threshold of small models.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import math
+from itertools import islice
+
+import numpy as np
+
+from tb_crash_signals.analysis.rules.base import Hits, fmt, param, rule, since_index
+from tb_crash_signals.analysis.stats import (
+    initial_level,
+    noise_decades,
+    trailing_max,
+    trailing_median_mad_at,
+    trailing_min,
+)
+from tb_crash_signals.analysis.streaming import InitialLevel, Stream, StreamHit, median_mad_before
+
+
+@dataclasses.dataclass(frozen=True)
+class BlowupParams:
+    window: int = param(50, "trailing points forming the baseline (median) and the local range (max)", at_least=2)
+    min_points: int = param(10, "points needed before the rule can fire")
+    big: float = param(100.0, "a loss at least this multiple of its recent median is a crash by itself")
+    after_lr: float = param(
+        3.0, "... or this multiple of it (and `envelope` x the window's largest point) right after "
+        "the learning rate jumped"
+    )
+    envelope: float = param(2.0, "see `after_lr`")
+    lr_factor: float = param(5.0, "a learning-rate jump is a rise by more than this multiple in one logged point")
+    lr_lag: int = param(
+        3, "the jump is one of the last this-many learning-rate points at or before the loss's step (at "
+        "most 255: the monitor keeps the last 256 points of each signal)", at_least=1, at_most=255,
+    )
+    min_rise: float = param(
+        0.05, "the loss must rise above its median by at least this share of the run's initial level "
+        "(the median of its first 10 points): jumps between losses near zero are no crash"
+    )
+    noise_window: int = param(200, "trailing points whose quartiles tell whether the loss is pure noise", at_least=2)
+    max_noise: float = param(
+        0.5, "no alarm on a loss whose quartiles over `noise_window` are this many decades apart (tiny batches)"
+    )
+    cooldown: int = param(20, "points after which a new episode starts")
+
+
+def lr_jumped(lr_values, factor: float):
+    """Whether each learning-rate point rose more than `factor` x the one before it."""
+    out = np.zeros(lr_values.shape[0], bool)
+    with np.errstate(invalid="ignore"):
+        out[1:] = (lr_values[1:] > factor * lr_values[:-1]) & (lr_values[:-1] > 0)
+    return out
+
+
+def _lr_jump_before(lr, steps, p: BlowupParams) -> np.ndarray:
+    """For each step: the largest learning-rate jump factor among its last `lr_lag` lr points
+    at or before it (0 if none jumped)."""
+    out = np.zeros(steps.shape[0])
+    if lr is None or len(lr) < 2:
+        return out
+    v = lr.values
+    jumped = lr_jumped(v, p.lr_factor)
+    if not jumped.any():
+        return out
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ratio = np.where(jumped, v / np.concatenate([[np.nan], v[:-1]]), 0.0)
+    pos = np.searchsorted(lr.steps, steps, side="right") - 1
+    for k in range(max(p.lr_lag, 1)):
+        at = pos - k
+        ok = at >= 0
+        out[ok] = np.maximum(out[ok], ratio[at[ok]])
+    return out
+
+
+def blowup_kind(x, med, top, lr_ratio, init, p: BlowupParams) -> str | None:
+    """Which crash a loss point is (None: none), from its median and max before it, the
+    learning-rate jump just before it and the run's initial level (shared by the batch rule
+    and its stream)."""
+    if not (math.isfinite(x) and med > 0 and x - med >= p.min_rise * init):
+        return None
+    if x >= p.big * med:
+        return "big"
+    if lr_ratio > 0 and x >= p.after_lr * med and x >= p.envelope * top:
+        return "lr"
+    return None
+
+
+def _note(kind, x, med, lr_ratio) -> str:
+    if kind == "big":
+        return f"{fmt(x / med)}x its recent median {fmt(med)} in one point"
+    return (
+        f"{fmt(x / med)}x its recent median {fmt(med)} right after the learning rate jumped "
+        f"{fmt(lr_ratio)}x"
+    )
+
+
+def _describe_blowup(ep, p):
+    return f"train loss blew up at step {ep.start_step}: {ep.note}"
+
+
+class LossBlowupStream(Stream):
+    hits = ("train_loss",)
+
+    @classmethod
+    def needs(cls, p, signal):
+        return [(signal, p.window, False)]
+
+    def __init__(self, p, signal, channels):
+        self.p = p
+        self.window = channels[signal].window
+        self.lr = channels["lr"].values  # updated first: its points at or before this step
+        self.recent = collections.deque(maxlen=p.noise_window)  # the loss's points before this one
+        self.initial = InitialLevel()
+
+    def check(self, i, step, v):
+        hit = self._check(i, v)
+        self.recent.append(v)
+        self.initial.push(v)
+        return hit
+
+    def _check(self, i, v):
+        p = self.p
+        if i < p.min_points or not v - v == 0.0:
+            return None
+        lo = self.window.lower_bound()
+        if lo > 0 and v < min(p.big, p.after_lr) * lo:
+            return None  # under min(big, after_lr) x the window's min <= its median
+        med, _ = median_mad_before(self.window, i, p.window, p.min_points, mad=False)
+        lr_ratio = self._lr_jump()
+        kind = blowup_kind(v, med, self.window.maximum(p.window), lr_ratio, self.initial.value, p)
+        if kind is None or noise_decades(self.recent) >= p.max_noise:
+            return None
+        return StreamHit(note=_note(kind, v, med, lr_ratio))
+
+    def _lr_jump(self):
+        lr, p = self.lr, self.p
+        best = 0.0
+        n = len(lr)
+        for k in range(min(max(p.lr_lag, 1), n - 1)):
+            cur, prev = lr[n - 1 - k], lr[n - 2 - k]
+            if prev > 0 and cur > p.lr_factor * prev:
+                best = max(best, cur / prev)
+        return best
+
+
+@rule(
+    code="CS114", symbol="loss-blowup", family="divergence", severity="critical",
+    signals=("train_loss",), params=BlowupParams, describe=_describe_blowup,
+    stream=LossBlowupStream,
+    advice="the run crashed at this step: stop it and resume from a checkpoint before it with a "
+    "lower learning rate; check the batch and any scheduler restart at this step",
+)
+def loss_blowup(data, p: BlowupParams, since=None):
+    """One train-loss point is the crash: `big` x its recent median, or a jump right after the
+    learning rate jumped.
+
+    Fires on a train loss at least `big` (100) x the median of its previous
+    `window` points, or at least `after_lr` x that median and `envelope` x
+    their largest while one of the last `lr_lag` learning-rate points rose
+    more than `lr_factor` x the one before it (a scheduler restart that
+    throws the run off). Under any absolute threshold: the loss of a small
+    model that explodes from 0.003 to 1.0 is a crash at 1.0.
+    """
+    s = data.get("train_loss")
+    if s is None or len(s) <= p.min_points:
+        return
+    v = s.values
+    i0 = since_index(s, since)
+    with np.errstate(invalid="ignore"):
+        candidate = np.isfinite(v) & ~(trailing_min(v, p.window) > 0) | (
+            v >= min(p.big, p.after_lr) * trailing_min(v, p.window)
+        )
+    candidate[: max(p.min_points, i0)] = False
+    cand = np.flatnonzero(candidate)
+    if cand.size == 0:
+        return
+    med, _ = trailing_median_mad_at(v, p.window, p.min_points, cand, mad=False)
+    top = trailing_max(v, p.window)[cand]
+    lr_ratio = _lr_jump_before(data.get("lr"), s.steps[cand], p)
+    init, known_after = initial_level(v)
+    hits, notes = [], {}
+    for j, i in enumerate(cand.tolist()):
+        level = init if i > known_after else math.nan
+        kind = blowup_kind(float(v[i]), float(med[j]), float(top[j]), float(lr_ratio[j]), level, p)
+        if kind is not None and not noise_decades(v[max(i - p.noise_window, 0) : i]) >= p.max_noise:
+            hits.append(i)
+            notes[i] = _note(kind, float(v[i]), float(med[j]), float(lr_ratio[j]))
+    if hits:
+        yield Hits("train_loss", np.asarray(hits), note=notes.get)
+
+
+@dataclasses.dataclass(frozen=True)
+class JumpTogetherParams:
+    window: int = param(50, "trailing points forming each signal's baseline (median)", at_least=2)
+    min_points: int = param(10, "points of each signal needed before the rule can fire")
+    factor: float = param(
+        10.0, "the grad norm and the train loss logged at the same step must both be at least this "
+        "multiple of their recent medians"
+    )
+    min_rise: float = param(
+        0.05, "the loss must rise above its median by at least this share of the run's initial level "
+        "(the median of its first 10 points): jumps between losses near zero are no crash"
+    )
+    noise_window: int = param(
+        200, "trailing points whose quartiles tell whether the loss or the grad norm is pure noise (at "
+        "most 255: the monitor keeps the last 256 points of each signal)", at_least=2, at_most=255,
+    )
+    max_noise: float = param(
+        0.5, "no alarm on a loss whose quartiles over `noise_window` are this many decades apart (tiny batches)"
+    )
+    cooldown: int = param(20, "points after which a new episode starts")
+
+
+def _describe_together(ep, p):
+    return f"grad norm and train loss jumped together at step {ep.start_step}: {ep.note}"
+
+
+def _together_note(g_ratio, l_ratio) -> str:
+    return f"grad norm {fmt(g_ratio)}x and train loss {fmt(l_ratio)}x their recent medians"
+
+
+_LOSS_INIT = "jump-together: the loss's initial level"  # Channel.shared key of the loss side
+
+
+class _LossInit:
+    """The loss's side of the rule: its initial level as known before its latest point."""
+
+    def __init__(self):
+        self.level = InitialLevel()
+        self.before = math.nan
+
+    def push(self, v):
+        self.before = self.level.value
+        self.level.push(v)
+
+
+class JumpTogetherStream(Stream):
+    hits = ("grad_norm", "train_loss")  # checked on the grad norm; the loss side only follows
+
+    @classmethod
+    def needs(cls, p, signal):
+        # The loss's window holds its point of this step too (it is updated first).
+        return [(signal, p.window, False), ("train_loss", p.window + 1, False)]
+
+    def __init__(self, p, signal, channels):
+        self.p = p
+        self.signal = signal
+        self.init = channels["train_loss"].shared.setdefault(_LOSS_INIT, _LossInit())
+        if signal == "train_loss":
+            return
+        self.window = channels[signal].window
+        self.train = channels["train_loss"]
+        self.recent = collections.deque(maxlen=p.noise_window)  # the grad norm's points before this one
+
+    def check(self, i, step, v):
+        if self.signal == "train_loss":
+            self.init.push(v)
+            return None
+        hit = self._check(i, step, v)
+        self.recent.append(v)
+        return hit
+
+    def _check(self, i, step, v):
+        p = self.p
+        if i < p.min_points or not v - v == 0.0:
+            return None
+        lo = self.window.lower_bound()
+        if lo > 0 and v < p.factor * lo:
+            return None
+        train = self.train
+        if train.n == 0 or train.steps[-1] != step:
+            return None
+        loss = train.values[-1]
+        if not loss - loss == 0.0:
+            return None
+        g_med, _ = median_mad_before(self.window, i, p.window, p.min_points, mad=False)
+        l_med = _median_before_last(train.window, train.n - 1, p.window, p.min_points)
+        if (
+            g_med > 0 and l_med > 0 and v >= p.factor * g_med and loss >= p.factor * l_med
+            and loss - l_med >= p.min_rise * self.init.before
+        ):
+            values = train.values  # the loss's recent points, this step's last
+            before = list(islice(values, max(len(values) - 1 - p.noise_window, 0), len(values) - 1))
+            if not (noise_decades(before) >= p.max_noise or noise_decades(self.recent) >= p.max_noise):
+                return StreamHit(note=_together_note(v / g_med, loss / l_med))
+        return None
+
+
+def _median_before_last(window, i, size, min_points):
+    """The median of the `size` points before the window's last one (point i), as
+    stats.trailing_median_mad_at computes it at i."""
+    if i < min_points:
+        return math.nan
+    w = np.asarray(window.tail(size + 1)[:-1], dtype=np.float64)
+    if i < size:
+        w = w[np.isfinite(w)]
+        if w.size < min_points:
+            return math.nan
+    return float(np.median(w))
+
+
+@rule(
+    code="CS115", symbol="jump-together", family="divergence", severity="critical",
+    signals=("grad_norm", "train_loss"), params=JumpTogetherParams, describe=_describe_together,
+    stream=JumpTogetherStream,
+    advice="a single update threw the weights off (a corrupted batch under a large learning rate): "
+    "resume from a checkpoint before this step, skip the batch, lower the learning rate, clip gradients",
+)
+def jump_together(data, p: JumpTogetherParams, since=None):
+    """The grad norm and the train loss jump `factor` (10) x together at the same step.
+
+    Each against the median of its previous `window` points, both logged at
+    that step: one of them alone can be a noisy batch, both together are an
+    update that went wrong -- a crash signal even while the grad norm is far
+    under the explosion threshold.
+    """
+    g, s = data.get("grad_norm"), data.get("train_loss")
+    if g is None or s is None or len(g) <= p.min_points or len(s) <= p.min_points:
+        return
+    i0 = since_index(g, since)
+    gv = g.values
+    with np.errstate(invalid="ignore"):
+        low = trailing_min(gv, p.window)
+        candidate = np.isfinite(gv) & (~(low > 0) | (gv >= p.factor * low))
+    candidate[: max(p.min_points, i0)] = False
+    cand = np.flatnonzero(candidate)
+    if cand.size == 0:
+        return
+    pos = np.searchsorted(s.steps, g.steps[cand])
+    same = (pos < len(s)) & (s.steps[np.minimum(pos, len(s) - 1)] == g.steps[cand])
+    cand, pos = cand[same], pos[same]
+    if cand.size == 0:
+        return
+    g_med, _ = trailing_median_mad_at(gv, p.window, p.min_points, cand, mad=False)
+    l_med, _ = trailing_median_mad_at(s.values, p.window, p.min_points, pos, mad=False)
+    loss = s.values[pos]
+    init, known_after = initial_level(s.values)
+    inits = np.where(pos > known_after, init, np.nan)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ok = (g_med > 0) & (l_med > 0) & (gv[cand] >= p.factor * g_med) & (loss >= p.factor * l_med)
+        ok &= np.isfinite(loss) & (loss - l_med >= p.min_rise * inits)
+    notes = {}
+    for i, j, gm, lv, lm in zip(cand[ok], pos[ok], g_med[ok], loss[ok], l_med[ok]):
+        noisy = noise_decades(s.values[max(j - p.noise_window, 0) : j]) >= p.max_noise
+        if not (noisy or noise_decades(gv[max(i - p.noise_window, 0) : i]) >= p.max_noise):
+            notes[int(i)] = _together_note(gv[i] / gm, lv / lm)
+    if notes:
+        yield Hits("grad_norm", np.asarray(sorted(notes)), note=notes.get)

@@ -1,0 +1,281 @@
+"""CS202: the train loss climbs away from its best, out of its noise -- a divergence before the crash."""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import math
+
+import numpy as np
+
+from tb_crash_signals.analysis.rules.base import Fit, Hits, fmt, param, rule, since_index
+from tb_crash_signals.analysis.stats import (
+    initial_level,
+    linear_fit,
+    log_spread,
+    noise_decades,
+    smoothed_level,
+    value_at_or_before,
+)
+from tb_crash_signals.analysis.streaming import InitialLevel, Level, Stream, StreamHit
+
+_GRAD = "loss-growth: grad norm trend"  # Channel.shared key of the grad-norm side
+
+
+@dataclasses.dataclass(frozen=True)
+class LossGrowthParams:
+    smooth: int = param(7, "trailing points whose median is the loss's current level", at_least=1)
+    best_smooth: int = param(
+        31, "trailing points whose median, at its lowest so far, is the loss's best level", at_least=1
+    )
+    ratio: float = param(1.3, "the current level must be at least this multiple of the best level ...")
+    z: float = param(
+        4.0, "... and that far above it in units of the level's own noise (the loss's robust log spread "
+        "over `spread_window` points, over the square root of `smooth`)"
+    )
+    ratio_with_grad: float = param(
+        1.25, "... or, while the grad norm climbs too (see `grad_rise`), at least this multiple ..."
+    )
+    z_with_grad: float = param(3.5, "... and this many noise units above it")
+    lost: float = param(
+        0.1, "and the level must have lost at least this share of the progress from the initial level "
+        "(the median of the first 10 points) to the best"
+    )
+    spread_window: int = param(50, "trailing points whose log spread is the loss's noise", at_least=2)
+    noise_window: int = param(200, "trailing points whose quartiles tell whether the loss is pure noise", at_least=2)
+    max_noise: float = param(
+        0.5, "no alarm on a loss whose quartiles over `noise_window` are this many decades apart (tiny batches)"
+    )
+    grad_smooth: int = param(9, "trailing grad-norm points whose median is its level", at_least=1)
+    grad_warmup: int = param(20, "grad-norm points before its level's minimum is tracked (its early transient)")
+    grad_rise: float = param(2.0, "the grad norm climbs when its level is this multiple of that minimum ...")
+    grad_back: int = param(10, "... and `grad_up` x its level this many grad-norm points before", at_least=1)
+    grad_up: float = param(1.1, "see `grad_back`")
+    fit_window: int = param(10, "level points in the log-linear fit drawn and projected", at_least=3)
+    target: float = param(2.0, "the fit projects when the level reaches this multiple of the best", above=0.0)
+    consecutive: int = param(
+        3, "points in a row that must climb (with the grad norm) before the rule fires: a divergence "
+        "persists, a bouncing loss does not", at_least=1,
+    )
+    consecutive_alone: int = param(
+        10, "... and without the grad norm climbing: longer than the slow recovery of a spike", at_least=1,
+    )
+    min_points: int = param(31, "points needed before the rule can fire")
+    cooldown: int = param(20, "points without a climb after which a new episode starts")
+
+
+def climbing(level, before, best, init, spread, noise, grad_rising, p: LossGrowthParams):
+    """The decision at one loss point, from its level now and `smooth` points before: "with
+    grad", "alone" or False (shared by the batch rule and its stream)."""
+    if not (best > 0 and level > 0 and level > before) or noise >= p.max_noise:
+        return False
+    if init > best and level - best < p.lost * (init - best):
+        return False
+    r = level / best
+    sd = 1.25 * spread / math.sqrt(p.smooth) if spread == spread else 0.0
+    if bool(grad_rising) and r >= p.ratio_with_grad and math.log(r) > p.z_with_grad * sd:
+        return "with grad"
+    return "alone" if r >= p.ratio and math.log(r) > p.z * sd else False
+
+
+def projection(steps, levels, best, p: LossGrowthParams) -> Fit | None:
+    """The log-linear fit of the last levels and when it reaches `target` x the best (None if
+    it is not rising or the levels are not all positive)."""
+    levels = np.asarray(levels, dtype=np.float64)
+    if levels.size < 3 or not (np.isfinite(levels).all() and (levels > 0).all()):
+        return None
+    a, b, r2 = linear_fit(np.asarray(steps, dtype=np.int64), np.log(levels))
+    if b <= 0:
+        return None
+    span = float(steps[-1] - steps[0])
+    goal = p.target * best
+    ahead = (math.log(goal) - (a + b * span)) / b
+    if not ahead < 1e12:  # never, at this rate
+        return None
+    return Fit(
+        code="CS202", signal="train_loss", start_step=int(steps[0]), end_step=int(steps[-1]),
+        start_value=float(math.exp(a)), growth_per_step=b, doubling_steps=math.log(2) / b, r2=r2,
+        projected_step=int(steps[-1] + max(0.0, math.ceil(ahead))), threshold=goal,
+    )
+
+
+def _describe(ep, p):
+    head = f"train loss climbing from step {ep.start_step}: {ep.note}"
+    f = ep.fit
+    if f is None:
+        return head
+    when = (
+        f"{fmt(p.target)}x its best in ~{f.projected_step - f.end_step} steps (step {f.projected_step})"
+        if f.projected_step > f.end_step
+        else f"{fmt(p.target)}x its best already"
+    )
+    return f"{head}; doubling every {fmt(f.doubling_steps)} steps, {when}"
+
+
+def _note(level, best, grad_rising) -> str:
+    return f"{fmt(level / best)}x its best level {fmt(best)}" + (", with the grad norm" if grad_rising else "")
+
+
+def _grad_rising(g, p: LossGrowthParams) -> np.ndarray:
+    """For each grad-norm point: whether its level climbs (see `grad_rise`)."""
+    gl = smoothed_level(g.values, p.grad_smooth)
+    n = gl.shape[0]
+    out = np.zeros(n, bool)
+    if n <= p.grad_warmup:
+        return out
+    low = np.full(n, np.nan)
+    low[p.grad_warmup:] = np.fmin.accumulate(gl[p.grad_warmup:])
+    k = max(p.grad_back, 1)
+    back = np.full(n, np.nan)
+    if k < n:
+        back[k:] = gl[:-k]
+    with np.errstate(invalid="ignore"):
+        out = (gl >= p.grad_rise * low) & (gl >= p.grad_up * back) & (low > 0)
+    return out
+
+
+class _GradTrend:
+    """The grad norm's side of the rule: whether its level climbs, as of its last point."""
+
+    def __init__(self, p: LossGrowthParams):
+        self.p = p
+        self.level = Level(p.grad_smooth)
+        self.levels = collections.deque(maxlen=max(p.grad_back, 1) + 1)
+        self.low = math.nan
+        self.n = 0
+        self.rising = False
+
+    def push(self, v):
+        p = self.p
+        gl = self.level.push(v)
+        self.levels.append(gl)
+        if self.n >= p.grad_warmup and (gl < self.low or (self.low != self.low and gl == gl)):
+            self.low = gl
+        back = self.levels[0] if len(self.levels) > max(p.grad_back, 1) else math.nan
+        self.rising = bool(gl >= p.grad_rise * self.low and gl >= p.grad_up * back and self.low > 0)
+        self.n += 1
+
+
+class LossGrowthStream(Stream):
+    hits = ("train_loss", "grad_norm")  # checked on the loss; the grad-norm side only follows
+
+    def __init__(self, p, signal, channels):
+        self.p = p
+        self.signal = signal
+        self.grad = channels["grad_norm"]
+        if signal == "grad_norm":
+            self.trend = self.grad.shared.setdefault(_GRAD, _GradTrend(p))
+            return
+        self.level = Level(p.smooth)
+        self.best_level = Level(p.best_smooth)
+        self.best = math.nan
+        self.initial = InitialLevel()
+        self.recent = collections.deque(maxlen=max(p.spread_window, p.noise_window))
+        self.levels = collections.deque(maxlen=max(p.fit_window, p.smooth + 1))
+        self.steps = collections.deque(maxlen=p.fit_window)
+        self.run = 0  # points in a row that climbed, ending at the last one
+        self.run_with_grad = 0  # ... with the grad norm climbing too
+
+    def check(self, i, step, v):
+        if self.signal == "grad_norm":
+            self.trend.push(v)
+            return None
+        p = self.p
+        level = self.level.push(v)
+        b = self.best_level.push(v)
+        if b < self.best or (self.best != self.best and b == b):  # fmin
+            self.best = b
+        init = self.initial.value
+        self.levels.append(level)
+        self.steps.append(step)
+        hit = None
+        if i >= p.min_points and v - v == 0.0 and level >= p.ratio_with_grad * self.best and self.best > 0:
+            recent = list(self.recent)
+            trend = self.grad.shared.get(_GRAD)
+            rising = trend is not None and trend.rising
+            levels = self.levels
+            before = levels[-1 - p.smooth] if len(levels) > p.smooth else math.nan
+            how = climbing(level, before, self.best, init, log_spread(recent[-p.spread_window:]),
+                           noise_decades(recent[-p.noise_window:]), rising, p)
+            self.run = self.run + 1 if how else 0
+            self.run_with_grad = self.run_with_grad + 1 if how == "with grad" else 0
+            if self.run >= p.consecutive_alone or self.run_with_grad >= p.consecutive:
+                fit = projection(list(self.steps), list(levels)[-p.fit_window:], self.best, p)
+                hit = StreamHit(note=_note(level, self.best, how == "with grad"), fit=fit)
+        else:
+            self.run = self.run_with_grad = 0
+        self.initial.push(v)
+        self.recent.append(v)
+        return hit
+
+
+@rule(
+    code="CS202", symbol="loss-growth", family="growth", severity="critical",
+    signals=("train_loss", "grad_norm"), params=LossGrowthParams, describe=_describe, stream=LossGrowthStream,
+    advice="the run is diverging before it crashes: lower the learning rate now (or stop the LR "
+    "ramp), enable gradient clipping, and keep the checkpoint from before the climb",
+)
+def loss_growth(data, p: LossGrowthParams, since=None):
+    """The train loss climbs away from its best level, out of its own noise: a divergence under way.
+
+    The loss's current level (trailing median of `smooth` points) is at
+    least `ratio` x its best level so far, and that far in units of the
+    level's noise (`z`); or, while the grad norm climbs too (its level
+    `grad_rise` x its minimum and still rising), `ratio_with_grad` x and
+    `z_with_grad` units: the loss and the grad norm rising together is a
+    divergence, not a noisy batch. The level must be rising (above its value
+    `smooth` points before: the slow recovery of a spike falls) for
+    `consecutive` points in a row. The level must also have lost `lost` of
+    the progress from the initial level, and the loss must not be pure noise
+    (tiny batches). A log-linear fit of the last levels projects when the
+    loss reaches `target` x its best. Many small models diverge this way
+    with a grad norm far under any explosion threshold.
+    """
+    s = data.get("train_loss")
+    if s is None or len(s) <= p.min_points:
+        return
+    v = s.values
+    level = smoothed_level(v, p.smooth)
+    best = np.fmin.accumulate(smoothed_level(v, p.best_smooth))
+    init, known_after = initial_level(v)
+    first = since_index(s, since)
+    # A hit at i needs the points before it to have climbed too.
+    i0 = max(first - (max(p.consecutive, p.consecutive_alone) - 1), p.min_points)
+    with np.errstate(invalid="ignore"):
+        cand = np.flatnonzero(
+            (level[i0:] >= p.ratio_with_grad * best[i0:]) & (best[i0:] > 0) & np.isfinite(v[i0:])
+        ) + i0
+    if cand.size == 0:
+        return
+    g = data.get("grad_norm")
+    rising = np.zeros(cand.size, bool)
+    if g is not None and len(g):
+        # The grad norm's last point before the loss's step (the monitor sees no later one).
+        rising = value_at_or_before(g.steps, _grad_rising(g, p).astype(np.float64), s.steps[cand] - 1) > 0
+    hits, fits, notes = [], {}, {}
+    w = p.fit_window
+    run = run_with_grad = 0  # climbing points in a row (with the grad norm), ending at point `last`
+    last = -2
+    for i, grad_up in zip(cand.tolist(), rising.tolist()):
+        before = v[max(i - max(p.spread_window, p.noise_window), 0) : i]
+        spread = log_spread(before[-p.spread_window:])
+        noise = noise_decades(before[-p.noise_window:])
+        init_i = init if i > known_after else math.nan
+        before_level = float(level[i - p.smooth]) if i >= p.smooth else math.nan
+        how = climbing(float(level[i]), before_level, float(best[i]), init_i, spread, noise, grad_up, p)
+        if last != i - 1:
+            run = run_with_grad = 0
+        last = i
+        run = run + 1 if how else 0
+        run_with_grad = run_with_grad + 1 if how == "with grad" else 0
+        if how:
+            if not (run >= p.consecutive_alone or run_with_grad >= p.consecutive) or i < first:
+                continue
+            lo = max(i - w + 1, 0)
+            fit = projection(s.steps[lo : i + 1], level[lo : i + 1], float(best[i]), p)
+            hits.append(i)
+            notes[i] = _note(float(level[i]), float(best[i]), how == "with grad")
+            if fit is not None:
+                fits[i] = fit
+    if hits:
+        yield Hits("train_loss", np.asarray(hits), fits=fits, note=notes.get)
