@@ -19,7 +19,7 @@ def run_directory(logdir: str, run: str) -> str:
     return logdir if run == "." else os.path.join(logdir, *run.split("/"))
 
 
-def add_sweeps(report: dict, logdir: str, tb_runs, logical_runs, params: SweepParams = SweepParams()) -> dict:
+def add_sweeps(report: dict, logdir: str, tb_runs, logical_runs, params: SweepParams | None = None) -> dict:
     """Attaches hyperparameters and sweeps to `report` (scan_logdir's) and returns it.
 
     Args:
@@ -33,5 +33,5 @@ def add_sweeps(report: dict, logdir: str, tb_runs, logical_runs, params: SweepPa
     found = {run: read_dir(run_directory(logdir, run)) for run in tb_runs if run in wanted}
     points = {r["run"]: max(r["points"].values(), default=0) for r in report["runs"]}
     hparams = assign(logical_runs, found, points)
-    sweeps = analyse_sweeps(sweep_rows(report["runs"], hparams), params)
+    sweeps = analyse_sweeps(sweep_rows(report["runs"], hparams), params or SweepParams())
     return attach(report, hparams, sweeps)

@@ -17,11 +17,13 @@ The score is the information gain (bits) of the outcome from knowing
 whether a run is in the group. A rule is stated only with support: at least
 `min_runs` runs in the sweep, `min_group` in the group, `min_positives`
 positives in it, every value of a value set seen in two runs or more, and a
-one-sided Fisher exact p-value that stays at or below `alpha` after
-multiplying it by the number of rules the search scored for that outcome
-(Bonferroni). Value sets are searched as prefixes of the values sorted by
-their rate, the optimal binary split for entropy (Breiman et al., 1984), so
-a set of k values counts as k - 1 candidates.
+permutation p-value at or below `alpha`: the share of `shuffles` random
+shuffles of the outcome over the same runs on which the same search finds a
+rule at least as good. It counts the whole search (every hyperparameter,
+range, value set and pair), so small sweeps, where some rule fits any
+labelling, stay quiet. Value sets are searched as prefixes of the values
+sorted by their rate, the optimal binary split for entropy (Breiman et al.,
+1984).
 
 Pure: plain dicts in, plain dicts out; nothing here imports TensorBoard.
 """
@@ -104,11 +106,15 @@ class SweepParams:
         min_runs: analysed runs a sweep (and a hyperparameter) needs for statements.
         min_group: runs a rule's group needs.
         min_positives: runs of the outcome inside the group.
-        alpha: the largest Bonferroni-adjusted Fisher p-value stated.
+        alpha: the largest permutation p-value stated.
+        tentative_alpha: an outcome's best rule above `alpha` but at most this is listed as
+            tentative (shown as not significant, never as a statement).
         max_values: numeric hyperparameters with at most this many values keep each value.
         min_pair_gain: bits a pair must gain over the best single rule.
         max_pair_dims: hyperparameters (best single rules first) combined into pairs.
         per_outcome: statements per outcome (a second one picks a disjoint group).
+        shuffles: label permutations of the significance test.
+        seed: of the permutations (the same logs always give the same statements).
     """
 
     min_runs: int = 6
@@ -119,6 +125,9 @@ class SweepParams:
     min_pair_gain: float = 0.05
     max_pair_dims: int = 12
     per_outcome: int = 2
+    tentative_alpha: float = 0.25
+    shuffles: int = 199
+    seed: int = 0
 
 
 # -- sweeps ---------------------------------------------------------------------------------
@@ -192,6 +201,8 @@ class Dimension:
             rest = [lab for i, lab in enumerate(self.labels) if i not in set(b)]
             if len(rest) == 1 and len(values) > 2:
                 return f"{self.name}≠{rest[0]}"
+            if 1 < len(rest) < len(values):
+                return f"{self.name} not in {{{', '.join(rest)}}}"
             return f"{self.name} in {{{', '.join(values)}}}"
         i, j, last = b[0], b[-1], len(self.labels) - 1
         if self.scale == "values":
@@ -312,9 +323,11 @@ def _entropy(counts) -> float:
 
 @dataclasses.dataclass
 class _Rule:
+    """A group of runs picked by conditions; row sets are Python ints used as bitsets."""
+
     parts: tuple  # ((Dimension, frozenset of buckets), ...)
-    mask: np.ndarray  # group, within `scope`
-    scope: np.ndarray  # rows having every hyperparameter of the rule
+    mask: int  # the group, within `scope`
+    scope: int  # rows having every hyperparameter of the rule
     a: int
     n: int
     b: int
@@ -325,18 +338,62 @@ class _Rule:
         return " with ".join(d.describe(bs) for d, bs in self.parts)
 
 
-def _score(parts, mask, scope, y) -> _Rule:
-    a = int((mask & y).sum())
-    n = int(mask.sum())
-    b = int((scope & ~mask & y).sum())
-    m = int((scope & ~mask).sum())
+def _bits(flags) -> int:
+    out = 0
+    for i, f in enumerate(flags):
+        if f:
+            out |= 1 << i
+    return out
+
+
+def _rows(bits: int) -> list[int]:
+    out, i = [], 0
+    while bits:
+        if bits & 1:
+            out.append(i)
+        bits >>= 1
+        i += 1
+    return out
+
+
+class _Space:
+    """A sweep's dimensions as bitsets: each bucket's rows, each dimension's scope."""
+
+    def __init__(self, dims: list[Dimension]):
+        self.dims = dims
+        self.buckets = {d.name: [_bits(d.bucket == i) for i in range(len(d.labels))] for d in dims}
+        self.scope = {d.name: _bits(d.bucket >= 0) for d in dims}
+
+    def mask(self, dim: Dimension, buckets) -> int:
+        out = 0
+        for i in buckets:
+            out |= self.buckets[dim.name][i]
+        return out
+
+
+def _score(parts, mask: int, scope: int, y: int) -> _Rule:
+    a = (mask & y).bit_count()
+    n = mask.bit_count()
+    rest = scope ^ mask
+    b = (rest & y).bit_count()
+    m = rest.bit_count()
     return _Rule(parts, mask, scope, a, n, b, m, info_gain(a, n, b, m))
 
 
-def _conditions(dim: Dimension, within: np.ndarray, y: np.ndarray, support: np.ndarray, single_only=False):
+def _eligible(r: _Rule, params: SweepParams) -> bool:
+    return (
+        r.n >= params.min_group
+        and r.a >= params.min_positives
+        and r.m >= 1
+        and r.a * r.m > r.b * r.n  # the group is worse off than the rest
+    )
+
+
+def _conditions(space: _Space, dim: Dimension, within: int, y: int, single_only=False):
     """Candidate bucket sets of `dim` over the rows `within` (numeric: ranges; categorical: values or
     rate-sorted prefixes whose values each appear in 2+ runs of the sweep)."""
-    present = sorted(set(dim.bucket[within].tolist()) - {-1})
+    bits = space.buckets[dim.name]
+    present = [i for i, b in enumerate(bits) if b & within]
     if len(present) < 2:
         return
     if dim.kind == "numeric":
@@ -346,81 +403,87 @@ def _conditions(dim: Dimension, within: np.ndarray, y: np.ndarray, support: np.n
                     continue
                 yield frozenset(present[i : j + 1])
         return
-    ok = [v for v in present if support[v] >= 2]
+    ok = [v for v in present if bits[v].bit_count() >= 2]
     if single_only:
         for v in ok:
             yield frozenset([v])
         return
     rates = []
     for v in ok:
-        sel = within & (dim.bucket == v)
-        rates.append((-(y[sel].sum() / max(1, sel.sum())), -int(sel.sum()), v))
+        sel = bits[v] & within
+        rates.append((-(sel & y).bit_count() / sel.bit_count(), -sel.bit_count(), v))
     rates.sort()
     order = [v for _, _, v in rates]
-    for k in range(1, len(order)):
-        if k == len(present):
-            break
+    for k in range(1, min(len(order), len(present) - 1) + 1):
         yield frozenset(order[:k])
 
 
-def _mask(dim: Dimension, buckets: frozenset) -> np.ndarray:
-    return np.isin(dim.bucket, np.fromiter(buckets, dtype=np.int64))
+def _search(space: _Space, y: int, params: SweepParams, best_only: bool = False):
+    """The eligible rules for outcome `y`, best first (or, with `best_only`, the best gain).
 
-
-def _stated(rule: _Rule, tried: int, params: SweepParams) -> tuple[bool, float, float]:
-    p = fisher_greater(rule.a, rule.n, rule.b, rule.m)
-    adjusted = min(1.0, p * max(1, tried))
-    ok = (
-        rule.n >= params.min_group
-        and rule.a >= params.min_positives
-        and rule.m >= 1
-        and rule.a * rule.m > rule.b * rule.n  # the group is worse off than the rest
-        and adjusted <= params.alpha
-    )
-    return ok, p, adjusted
-
-
-def _search(dims: list[Dimension], y: np.ndarray, params: SweepParams):
-    """Every rule scored for outcome `y`: (rules best first, number scored)."""
-    rows = len(y)
-    tried = 0
+    A pair is kept only when it gains `min_pair_gain` over the best single rule.
+    """
     singles: list[_Rule] = []
-    supports = {}
-    for dim in dims:
-        scope = dim.bucket >= 0
-        supports[dim.name] = np.bincount(dim.bucket[scope], minlength=len(dim.labels))
-        if scope.sum() < params.min_runs:
-            continue
-        for bs in _conditions(dim, scope, y, supports[dim.name]):
-            tried += 1
-            singles.append(_score(((dim, bs),), _mask(dim, bs) & scope, scope, y))
-    singles.sort(key=_rank_key)
-    best_single = singles[0].gain if singles else 0.0
     best_by_dim: dict[str, float] = {}
-    for r in singles:
-        best_by_dim.setdefault(r.parts[0][0].name, r.gain)
-    pair_dims = sorted(dims, key=lambda d: -best_by_dim.get(d.name, 0.0))[: params.max_pair_dims]
+    for dim in space.dims:
+        scope = space.scope[dim.name]
+        if scope.bit_count() < params.min_runs:
+            continue
+        for bs in _conditions(space, dim, scope, y):
+            r = _score(((dim, bs),), space.mask(dim, bs), scope, y)
+            if _eligible(r, params):
+                singles.append(r)
+                best_by_dim[dim.name] = max(best_by_dim.get(dim.name, 0.0), r.gain)
+    best_single = max((r.gain for r in singles), default=0.0)
+    pair_dims = sorted(space.dims, key=lambda d: -best_by_dim.get(d.name, 0.0))[: params.max_pair_dims]
     pairs: list[_Rule] = []
+    best_pair = 0.0
     for da in pair_dims:
         for db in pair_dims:
             if da is db:
                 continue
-            scope = (da.bucket >= 0) & (db.bucket >= 0)
-            if scope.sum() < params.min_runs:
+            scope = space.scope[da.name] & space.scope[db.name]
+            if scope.bit_count() < params.min_runs:
                 continue
-            for ba in _conditions(da, scope, y, supports[da.name], single_only=da.kind == "categorical"):
-                in_a = _mask(da, ba) & scope
-                if in_a.sum() < params.min_group:
+            for ba in _conditions(space, da, scope, y, single_only=da.kind == "categorical"):
+                in_a = space.mask(da, ba) & scope
+                if in_a.bit_count() < params.min_group:
                     continue
-                for bb in _conditions(db, in_a, y, supports[db.name]):
-                    tried += 1
-                    mask = in_a & _mask(db, bb)
-                    if not mask.any() or mask.sum() == in_a.sum():
+                for bb in _conditions(space, db, in_a, y):
+                    mask = in_a & space.mask(db, bb)
+                    if not mask or mask == in_a:
                         continue
-                    pairs.append(_score(((da, ba), (db, bb)), mask, scope, y))
-    good_pairs = [r for r in pairs if r.gain >= best_single + params.min_pair_gain]
-    del rows
-    return sorted(singles + good_pairs, key=_rank_key), tried
+                    r = _score(((da, ba), (db, bb)), mask, scope, y)
+                    if r.gain >= best_single + params.min_pair_gain and _eligible(r, params):
+                        best_pair = max(best_pair, r.gain)
+                        if not best_only:
+                            pairs.append(r)
+    if best_only:
+        return max(best_single, best_pair)
+    return sorted(singles + pairs, key=_rank_key)
+
+
+def _permutation_p(space: _Space, labels: np.ndarray, gains: list[float], params: SweepParams, seed: int) -> list:
+    """Per observed gain: the share of label shuffles on which the same search finds a rule as good.
+
+    (1 + k) / (1 + shuffles), the max-statistic permutation test: it counts
+    the whole search (every hyperparameter, range, value set and pair), so
+    it needs no multiple-testing correction.
+    """
+    rng = np.random.default_rng(seed)
+    exceed = [0] * len(gains)
+    low = min(gains)
+    stop = math.floor(params.alpha * (params.shuffles + 1))  # more exceedances than this: not stated
+    for done in range(params.shuffles):
+        best = _search(space, _bits(rng.permutation(labels)), params, best_only=True)
+        if best >= low - 1e-12:
+            for i, g in enumerate(gains):
+                if best >= g - 1e-12:
+                    exceed[i] += 1
+        if min(exceed) > stop:
+            # Every gain is already above alpha: the remaining shuffles cannot change the verdict.
+            return [min(1.0, (1 + e) / (2 + done)) for e in exceed]
+    return [(1 + e) / (1 + params.shuffles) for e in exceed]
 
 
 def _rank_key(r: _Rule):
@@ -463,20 +526,25 @@ def _outcome_labels(rows) -> list[tuple[str, np.ndarray]]:
     return out
 
 
-def _steps_of(rows, mask, outcome):
+def _steps_of(rows, mask: int, outcome):
     if outcome not in ("divergence", "nonfinite"):
         return []
-    return [rows[i]["kinds"].get(outcome, {}).get("crash_step") for i in np.flatnonzero(mask)]
+    return [rows[i]["kinds"].get(outcome, {}).get("crash_step") for i in _rows(mask)]
 
 
-def _statement(rule: _Rule, outcome: str, rows, y, p, adjusted, singles_of) -> dict:
+def _single(space: _Space, dim: Dimension, buckets: frozenset, y: int) -> _Rule:
+    scope = space.scope[dim.name]
+    return _score(((dim, buckets),), space.mask(dim, buckets), scope, y)
+
+
+def _statement(rule: _Rule, outcome: str, rows, space: _Space, y: int, p: float, best_single: float) -> dict:
     pos = rule.mask & y
     phrase = _phrase(outcome, _steps_of(rows, pos, outcome))
     text = f"{rule.text()}: {rule.a}/{rule.n} {phrase}; every other run: {rule.b}/{rule.m}"
     alone = []
     if len(rule.parts) > 1:
         for dim, bs in rule.parts:
-            r = singles_of(dim, bs)
+            r = _single(space, dim, bs, y)
             alone.append({"condition": dim.describe(bs), "positives": r.a, "runs": r.n})
         text += " (" + "; ".join(f"{x['condition']} alone: {x['positives']}/{x['runs']}" for x in alone) + ")"
     return {
@@ -491,11 +559,12 @@ def _statement(rule: _Rule, outcome: str, rows, y, p, adjusted, singles_of) -> d
         "rest_positives": rule.b,
         "rest": rule.m,
         "information_gain": round(rule.gain, 4),
+        "gain_over_single": round(rule.gain - best_single, 4) if len(rule.parts) > 1 else None,
         "p_value": p,
-        "p_adjusted": adjusted,
+        "fisher_p": fisher_greater(rule.a, rule.n, rule.b, rule.m),
         "alone": alone,
-        "runs": [rows[i]["run"] for i in np.flatnonzero(rule.mask)],
-        "positive_runs": [rows[i]["run"] for i in np.flatnonzero(pos)],
+        "runs": [rows[i]["run"] for i in _rows(rule.mask)],
+        "positive_runs": [rows[i]["run"] for i in _rows(pos)],
     }
 
 
@@ -540,6 +609,7 @@ def analyse_sweep(folder: str, rows: Sequence[Mapping], params: SweepParams = Sw
         "ignored": ignored,
         "hparams": [],
         "statements": [],
+        "tentative": [],
         "note": None,
     }
     if not names:
@@ -568,13 +638,17 @@ def analyse_sweep(folder: str, rows: Sequence[Mapping], params: SweepParams = Sw
             },
             "buckets": buckets,
         })
-    out["hparams"].sort(key=lambda h: (-h["mutual_information"]["health"], -h["mutual_information"]["kind"], h["hparam"]))
+    out["hparams"].sort(
+        key=lambda h: (-h["mutual_information"]["health"], -h["mutual_information"]["kind"], h["hparam"])
+    )
     if n < params.min_runs:
         out["note"] = f"{n} analysed run{'s' if n != 1 else ''}: fewer than {params.min_runs}, too few for statements"
         return out
-    statements = []
-    for outcome, y in _outcome_labels(analysed):
-        k = int(y.sum())
+    statements, tentative = [], []
+    space = _Space(dims)
+    for outcome, labels in _outcome_labels(analysed):
+        y = _bits(labels)
+        k = int(labels.sum())
         if k == n:
             if out["note"] is None:
                 steps = _steps_of(analysed, y, outcome)
@@ -582,32 +656,30 @@ def analyse_sweep(folder: str, rows: Sequence[Mapping], params: SweepParams = Sw
             continue
         if k < params.min_positives:
             continue
-        rules, tried = _search(dims, y, params)
-        cache = {}
-
-        def singles_of(dim, bs, y=y):
-            key = (dim.name, bs)
-            if key not in cache:
-                scope = dim.bucket >= 0
-                cache[key] = _score(((dim, bs),), _mask(dim, bs) & scope, scope, y)
-            return cache[key]
-
+        rules = _search(space, y, params)
+        best_single = max((r.gain for r in rules if len(r.parts) == 1), default=0.0)
         taken: list[_Rule] = []
         for rule in rules:
             if len(taken) >= params.per_outcome:
                 break
-            if any((rule.mask & t.mask).any() for t in taken):
-                continue
-            ok, p, adjusted = _stated(rule, tried, params)
-            if not ok:
+            if any(rule.mask & t.mask for t in taken):
                 continue
             taken.append(rule)
-            st = _statement(rule, outcome, analysed, y, p, adjusted, singles_of)
-            st["rules_scored"] = tried
-            statements.append(st)
+        if not taken:
+            continue
+        ps = _permutation_p(space, labels, [r.gain for r in taken], params, seed=params.seed)
+        for i, (rule, p) in enumerate(zip(taken, ps)):
+            st = _statement(rule, outcome, analysed, space, y, p, best_single)
+            st["shuffles"] = params.shuffles
+            if p <= params.alpha:
+                statements.append(st)
+            elif i == 0 and p <= params.tentative_alpha:
+                tentative.append(st)
     severity = {o: (0 if o in _SEVERE else 2 if o == "sick" else 1) for o in (*KINDS, "critical", "sick")}
     statements.sort(key=lambda s: (severity.get(s["outcome"], 1), -s["information_gain"], s["text"]))
     out["statements"] = statements
+    tentative.sort(key=lambda s: (severity.get(s["outcome"], 1), s["p_value"], s["text"]))
+    out["tentative"] = tentative[:3]
     return out
 
 

@@ -69,12 +69,15 @@ def format_sweeps_text(report: dict) -> str:
         for i, st in enumerate(sweep["statements"], 1):
             lines.append(f"  {i}. {safe(st['text'])}")
             lines.append(
-                f"     {st['outcome']} · {st['information_gain']:.3f} bits · Fisher p={st['p_value']:.2g}"
-                f" ({st['p_adjusted']:.2g} after {st['rules_scored']} rules)"
+                f"     {st['outcome']} · {st['information_gain']:.3f} bits · p={st['p_value']:.2g}"
+                f" (shuffled outcomes doing as well, of {st['shuffles']})"
             )
+        for st in sweep.get("tentative") or []:
+            lines.append(f"  not significant: {safe(st['text'])}")
+            lines.append(f"     p={st['p_value']:.2g}: shuffled outcomes often do as well; too few runs to tell")
         if sweep.get("note"):
             lines.append(f"  {safe(sweep['note'])}")
-        elif not sweep["statements"]:
+        elif not sweep["statements"] and not sweep.get("tentative"):
             lines.append("  no hyperparameter rule has enough support")
         if sweep["hparams"]:
             lines.append("  hyperparameters by mutual information with health (bits):")
@@ -82,7 +85,8 @@ def format_sweeps_text(report: dict) -> str:
             for h in sweep["hparams"]:
                 buckets = " · ".join(_bucket_text(b) for b in h["buckets"][:12])
                 more = f" · {len(h['buckets']) - 12} more" if len(h["buckets"]) > 12 else ""
-                lines.append(f"    {safe(h['hparam']):<{width}}  {h['mutual_information']['health']:.3f}  {buckets}{more}")
+                mi = h["mutual_information"]["health"]
+                lines.append(f"    {safe(h['hparam']):<{width}}  {mi:.3f}  {buckets}{more}")
         if sweep["constant"]:
             shown = ", ".join(f"{safe(k)}={safe(fmt_value(v))}" for k, v in list(sweep["constant"].items())[:20])
             more = f" and {len(sweep['constant']) - 20} more" if len(sweep["constant"]) > 20 else ""
