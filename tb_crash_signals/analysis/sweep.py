@@ -473,7 +473,8 @@ def _permutation_p(space: _Space, labels: np.ndarray, gains: list[float], params
     rng = np.random.default_rng(seed)
     exceed = [0] * len(gains)
     low = min(gains)
-    stop = math.floor(params.alpha * (params.shuffles + 1))  # more exceedances than this: not stated
+    # More exceedances than this and no gain can be stated, even as tentative.
+    stop = math.floor(max(params.alpha, params.tentative_alpha) * (params.shuffles + 1))
     for done in range(params.shuffles):
         best = _search(space, _bits(rng.permutation(labels)), params, best_only=True)
         if best >= low - 1e-12:
@@ -481,7 +482,7 @@ def _permutation_p(space: _Space, labels: np.ndarray, gains: list[float], params
                 if best >= g - 1e-12:
                     exceed[i] += 1
         if min(exceed) > stop:
-            # Every gain is already above alpha: the remaining shuffles cannot change the verdict.
+            # The remaining shuffles cannot change the verdict.
             return [min(1.0, (1 + e) / (2 + done)) for e in exceed]
     return [(1 + e) / (1 + params.shuffles) for e in exceed]
 

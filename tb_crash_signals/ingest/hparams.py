@@ -301,14 +301,16 @@ def read_hparams_yaml(path: str) -> tuple[dict | None, list, list]:
         return None, [], [f"{HPARAMS_YAML} skipped: larger than {MAX_YAML_BYTES} bytes"]
     import yaml
 
-    parser = loader(raw)  # what yaml.safe_load does, with the marker-making SafeLoader subclass
+    parser = None
     try:
+        parser = loader(raw)  # what yaml.safe_load does, with the marker-making SafeLoader subclass
         obj = parser.get_single_data()
     except (yaml.YAMLError, RecursionError, ValueError) as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         return None, [], [f"{HPARAMS_YAML} skipped: not valid YAML ({first})"]
     finally:
-        parser.dispose()
+        if parser is not None:
+            parser.dispose()
     if obj is None:
         return {}, [], []
     if not isinstance(obj, dict):
