@@ -54,7 +54,8 @@ def test_keras_grid_json(keras_grid, capsys):
         f"learning_rate-optimizer/learning_rate=1.0_optimizer={o}" for o in ADAPTIVE
     )
     run = next(r for r in report["runs"] if r["run"].endswith("learning_rate=0.1_optimizer=Adam"))
-    assert run["hparams"]["values"] == {"batch_size": 128.0, "learning_rate": 0.1, "optimizer": "Adam", "patience": 10.0}
+    want = {"batch_size": 128.0, "learning_rate": 0.1, "optimizer": "Adam", "patience": 10.0}
+    assert run["hparams"]["values"] == want
     assert set(run["hparams"]["sources"].values()) == {"tensorboard"}
 
 
@@ -80,7 +81,7 @@ def test_lightning_hparams_yaml(tmp_path, capsys):
 
 
 def test_run_names_only_and_too_small(tmp_path, capsys):
-    for i, lr in enumerate([0.1, 1.0, 0.01]):
+    for lr in (0.1, 1.0, 0.01):
         write_scalars(tmp_path / f"lr={lr},bs=32", {"train/loss": [(s, 1.0 / (s + 1)) for s in range(50)]})
     _, out = scan(capsys, tmp_path, "--format", "json")
     report = json.loads(out)

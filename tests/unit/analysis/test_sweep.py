@@ -94,8 +94,8 @@ def test_noise_rarely_makes_statements():
     for seed in range(30):
         rng = np.random.default_rng(seed)
         rows = [
-            row(f"r{i}", bool(rng.random() < 0.3), {"lr": [1e-3, 1e-2, 1e-1][i % 3], "bs": [16, 32, 64, 128][i // 3 % 4],
-                                                   "opt": ["adam", "sgd"][i // 12]})
+            row(f"r{i}", bool(rng.random() < 0.3),
+                {"lr": [1e-3, 1e-2, 1e-1][i % 3], "bs": [16, 32, 64, 128][i // 3 % 4], "opt": ["adam", "sgd"][i // 12]})
             for i in range(24)
         ]
         (sweep,) = S.analyse_sweeps(rows)
@@ -148,7 +148,8 @@ def test_outcome_from_episodes_folds_plateau_after_divergence():
 def test_outcome_from_incidents():
     entry = {"health": "critical", "episodes": [{"family": "plateau", "severity": "warning", "start_step": 1}],
              "incidents": [{"kind": "divergence", "severity": "critical", "first_alarm_step": 90, "crash_step": 120}]}
-    assert S.run_outcome(entry)["kinds"] == {"divergence": {"severity": "critical", "first_step": 90, "crash_step": 120}}
+    want = {"divergence": {"severity": "critical", "first_step": 90, "crash_step": 120}}
+    assert S.run_outcome(entry)["kinds"] == want
 
 
 class _Dir:
