@@ -20,7 +20,7 @@ import threading
 from tensorboard.data import provider as tb_provider
 
 from tb_crash_signals.analysis.hparams import assign
-from tb_crash_signals.analysis.sweep import SweepParams, analyse_sweeps
+from tb_crash_signals.analysis.sweep import SweepParams, analyse_sweeps, fmt_value
 from tb_crash_signals.ingest import hparams as ih
 from tb_crash_signals.report.document import SCHEMA_VERSION
 from tb_crash_signals.report.sweep import sweep_rows
@@ -175,7 +175,10 @@ class SweepAnswers:
                 "headline": item.get("headline"),
                 "kinds": item.get("kinds", {}),
                 "hparams": rh.to_json() if rh is not None else None,
+                # As the statements print them (JSON cannot tell 1.0 from 1).
+                "shown": {k: fmt_value(v) for k, v in rh.values.items()} if rh is not None else {},
             })
+        sweeps = [dict(s, constant_shown={k: fmt_value(v) for k, v in s["constant"].items()}) for s in sweeps]
         return {
             "schema": SCHEMA_VERSION,
             "config_error": listing.get("config_error"),
