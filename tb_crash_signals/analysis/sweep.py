@@ -46,7 +46,8 @@ KIND_OF_FAMILY = {
     "spike": "spikes", "plateau": "plateau", "stagnation": "stagnation", "overfit": "overfit",
     "optimizer": "optimizer",
 }
-_FOLDED_AFTER_DIVERGENCE = ("plateau", "stagnation")
+# What starts after a critical divergence follows from it (a stuck or wandering loss), as incidents fold it.
+_FOLDED_AFTER_DIVERGENCE = ("plateau", "stagnation", "overfit", "spikes")
 _SEVERE = ("divergence", "nonfinite", "critical")
 ANALYSED = ("critical", "warning", "ok")
 
@@ -56,9 +57,9 @@ def run_outcome(entry: Mapping) -> dict:
 
     From the entry's `incidents` when it has them; else from its warning and
     critical episodes' families (nonfinite, explosion, divergence, growth:
-    "divergence"), folding a plateau or validation stagnation that starts
-    after a divergence into it. A divergence's crash step is then the first
-    critical episode of those families.
+    "divergence"), folding a plateau, stagnation, overfit or spike that
+    starts after a critical divergence into it. A divergence's crash step is
+    then the first critical episode of those families.
     """
     kinds: dict = {}
     incidents = entry.get("incidents")
@@ -71,7 +72,8 @@ def run_outcome(entry: Mapping) -> dict:
     else:
         episodes = [e for e in entry.get("episodes") or () if e.get("severity") in ("warning", "critical")]
         div_start = min(
-            (e["start_step"] for e in episodes if KIND_OF_FAMILY.get(e.get("family")) == "divergence"),
+            (e["start_step"] for e in episodes
+             if KIND_OF_FAMILY.get(e.get("family")) == "divergence" and e["severity"] == "critical"),
             default=None,
         )
         for e in episodes:

@@ -133,15 +133,17 @@ def test_sweep_folders(names, folders):
     assert S.sweep_folders(names) == folders
 
 
-def test_outcome_from_episodes_folds_plateau_after_divergence():
+def test_outcome_from_episodes_folds_what_follows_a_divergence():
     entry = {"health": "critical", "episodes": [
-        {"family": "explosion", "severity": "critical", "start_step": 0},
-        {"family": "plateau", "severity": "warning", "start_step": 10},
-        {"family": "overfit", "severity": "warning", "start_step": 12},
+        {"family": "growth", "severity": "warning", "start_step": 4},
+        {"family": "overfit", "severity": "warning", "start_step": 5},
+        {"family": "explosion", "severity": "critical", "start_step": 10},
+        {"family": "plateau", "severity": "warning", "start_step": 12},
+        {"family": "spike", "severity": "warning", "start_step": 20},
     ]}
     assert S.run_outcome(entry)["kinds"] == {
-        "divergence": {"severity": "critical", "first_step": 0, "crash_step": 0},
-        "overfit": {"severity": "warning", "first_step": 12, "crash_step": None},
+        "divergence": {"severity": "critical", "first_step": 4, "crash_step": 10},
+        "overfit": {"severity": "warning", "first_step": 5, "crash_step": None},
     }
 
 
