@@ -86,7 +86,9 @@ setup(
         'tomli>=1.1; python_version < "3.11"',
     ],
     extras_require={
-        "test": ["pytest>=7", "hypothesis>=6", "jsonschema>=4", "playwright>=1.40", "ruff>=0.6"],
+        # Lightning's hparams.yaml beside each version_N (read with a SafeLoader subclass).
+        "hparams": ["PyYAML>=5.1"],
+        "test": ["pytest>=7", "hypothesis>=6", "jsonschema>=4", "playwright>=1.40", "ruff>=0.6", "PyYAML>=5.1"],
     },
     entry_points={
         "tensorboard_plugins": ["crash_signals = tb_crash_signals.loader:CrashSignalsLoader"],

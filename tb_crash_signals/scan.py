@@ -18,6 +18,7 @@ def scan_logdir(
     run_filter: re.Pattern | None = None,
     progress: Callable[[int, int, str], None] | None = None,
     source: LogdirSource | None = None,
+    by_hparams: bool = False,
 ) -> dict:
     """Analyses every run under `logdir` and returns the report (schema 1).
 
@@ -27,6 +28,8 @@ def scan_logdir(
         run_filter: only logical runs whose name matches (re.search).
         progress: called as progress(done, total, run_name) per run.
         source: an already loaded source (reloaded here); for reuse.
+        by_hparams: also give each run its hyperparameters and state, per
+            sweep, what its sick runs share (`sweeps.add_sweeps`).
     """
     config = config or Config()
     source = source or LogdirSource(logdir)
@@ -46,4 +49,9 @@ def scan_logdir(
         results.append(analyze_run(run, data, config, sampled=False))
     if progress is not None:
         progress(len(logical), len(logical), "")
-    return report_to_json(results, problems=source.problems())
+    report = report_to_json(results, problems=source.problems())
+    if by_hparams:
+        from tb_crash_signals.sweeps import add_sweeps
+
+        add_sweeps(report, source.logdir, source.runs(), logical)
+    return report

@@ -13,6 +13,7 @@ import {
 } from './model.js';
 import {fmtNum, plural} from './format.js';
 import {banner, findingsTable, noSignalsView, runHeader, runListItem} from './views.js';
+import {SweepView} from './sweep.js'; // sweep view
 
 const CHART_HEIGHT = 180;
 // While the server lists runs as pending (big logdirs), `runs` is polled this often.
@@ -73,12 +74,29 @@ class App {
     this.runCount = el('div', {class: 'cs-run-count'});
     this.progressLine = el('div', {class: 'cs-progress', attrs: {role: 'status', 'aria-live': 'polite'}});
     this.runList = el('ul', {class: 'cs-runs', attrs: {role: 'listbox', 'aria-label': 'Runs'}});
+    // -- sweep view: a header toggle and the run-list filter a statement sets --
+    this.sweepFilter = null; // Set of run names, or null
+    this.sweepButton = el('button', {
+      class: 'cs-button cs-sweep-toggle', text: 'Sweep view',
+      title: 'what the sick runs of each sweep have in common (hyperparameters)',
+      attrs: {type: 'button', 'aria-pressed': 'false', 'data-sweep-toggle': '1'},
+      on: {click: () => this.toggleSweep()},
+    });
+    this.sweepFilterLine = el('div', {class: 'cs-sweep-filter', attrs: {role: 'status'}});
+    this.sweep = new SweepView({
+      load: () => this.api.sweep(),
+      onFilter: (runs, label) => this.setSweepFilter(runs, label),
+      onSelectRun: (run) => this.select(run),
+    });
+    // -- end sweep view --
     this.banners = el('div', {class: 'cs-banners'});
     this.view = el('div', {class: 'cs-view'}, [el('div', {class: 'cs-loading', text: 'Loading runs…'})]);
     this.root.appendChild(
       el('div', {class: 'cs-app'}, [
         el('aside', {class: 'cs-sidebar'}, [
-          el('div', {class: 'cs-sidebar-head'}, [this.filterInput, this.filterError, this.runCount, this.progressLine]),
+          el('div', {class: 'cs-sidebar-head'}, [
+            this.filterInput, this.filterError, this.runCount, this.progressLine, this.sweepButton, this.sweepFilterLine,
+          ]),
           this.runList,
         ]),
         el('main', {class: 'cs-main'}, [this.banners, this.view]),
@@ -175,6 +193,14 @@ class App {
 
   async select(run, byUser = true) {
     if (byUser) this.state.autoSelected = false;
+    if (byUser && this.sweepOn) {
+      // sweep view: leaving it shows the run (already loaded when it is the selected one)
+      this.leaveSweep();
+      if (run === this.state.selected && this.state.analysis && this.state.analysis.run === run) {
+        this.renderRun();
+        return;
+      }
+    }
     if (run === this.state.selected && this.state.analysis && this.state.analysis.run === run) return;
     this.state.selected = run;
     this.state.zoom = null;
@@ -249,7 +275,8 @@ class App {
   // ---- rendering ------------------------------------------------------------------------------
 
   renderRunList() {
-    const {runs, error} = filterRuns(this.state.runs, this.state.filter);
+    const {runs: matched, error} = filterRuns(this.state.runs, this.state.filter);
+    const runs = this.sweepFilter ? matched.filter((r) => this.sweepFilter.has(r.run)) : matched; // sweep view
     this.filterError.textContent = error || '';
     this.filterInput.classList.toggle('cs-invalid', Boolean(error));
     const hadFocus = this.runList.contains(document.activeElement);
@@ -281,6 +308,48 @@ class App {
       el('div', {class: 'cs-progress-bar', attrs: {'aria-hidden': 'true'}}, [el('span', {style: {width: `${pct}%`}})]),
     );
   }
+
+  // ---- sweep view (sweep.js) ----------------------------------------------------------------
+
+  toggleSweep() {
+    if (this.sweepOn) {
+      this.leaveSweep();
+      if (this.state.analysis) this.renderRun();
+      return;
+    }
+    this.sweepOn = true;
+    this.sweepButton.classList.add('cs-on');
+    this.sweepButton.setAttribute('aria-pressed', 'true');
+    this.destroyCharts();
+    clear(this.view);
+    this.view.appendChild(this.sweep.root);
+    this.sweep.refresh();
+  }
+
+  leaveSweep() {
+    this.sweepOn = false;
+    this.sweepButton.classList.remove('cs-on');
+    this.sweepButton.setAttribute('aria-pressed', 'false');
+    if (this.sweep.root.parentNode) this.sweep.root.parentNode.removeChild(this.sweep.root);
+  }
+
+  setSweepFilter(runs, label) {
+    this.sweepFilter = runs;
+    clear(this.sweepFilterLine);
+    if (runs) {
+      this.sweepFilterLine.appendChild(el('span', {text: `only: ${label}`, title: label}));
+      this.sweepFilterLine.appendChild(el('button', {
+        class: 'cs-button', text: 'clear', attrs: {type: 'button', 'data-sweep-clear': '1'},
+        on: {click: () => {
+          this.setSweepFilter(null, null);
+          this.sweep.clearFilter();
+        }},
+      }));
+    }
+    this.renderRunList();
+  }
+
+  // ---- end sweep view ----------------------------------------------------------------------
 
   renderBanners() {
     clear(this.banners);
@@ -332,6 +401,7 @@ class App {
   }
 
   renderRun(keepScroll = false) {
+    if (this.sweepOn) return; // sweep view: the run is shown when it is left
     const a = this.state.analysis;
     // A pending list entry is older than the analysis just fetched: show the analysis alone.
     const listed = this.state.runs.find((r) => r.run === a.run);

@@ -28,6 +28,11 @@ def add_parser(sub) -> None:
     p.add_argument("--select", metavar="CODES", help="comma-separated rule codes or prefixes to run (e.g. CS1,CS201)")
     p.add_argument("--ignore", metavar="CODES", help="comma-separated rule codes or prefixes to skip")
     p.add_argument("--run", metavar="REGEX", help="only runs whose name matches this regex")
+    p.add_argument(
+        "--by-hparams", action="store_true",
+        help="read each run's hyperparameters (TensorBoard hparams data, Lightning hparams.yaml, "
+        "key=value run names) and state, per sweep folder, which ones the sick runs share",
+    )
 
 
 def _progress_printer():
@@ -91,8 +96,14 @@ def run(args) -> int:
         except re.error as e:
             return fail(f"--run: invalid regex {args.run!r}: {e}")
     try:
-        report = scan_logdir(args.logdir, config, run_filter, progress=_progress_printer())
+        report = scan_logdir(args.logdir, config, run_filter, progress=_progress_printer(),
+                             by_hparams=args.by_hparams)
     except OSError as e:
         return fail(f"{args.logdir}: {e.strerror or e}")
-    sys.stdout.write(FORMATS[args.format].format(report))
+    out = FORMATS[args.format]
+    if args.by_hparams:
+        from tb_crash_signals.report.formats import SWEEP_FORMATS
+
+        out = SWEEP_FORMATS[args.format]
+    sys.stdout.write(out.format(report))
     return exit_code(report, args.fail_on)

@@ -31,4 +31,16 @@ class JsonFormat(ReportFormat):
         return json.dumps(report, indent=1, allow_nan=False) + "\n"
 
 
+class SweepTextFormat(ReportFormat):
+    """`scan --by-hparams`: the sweeps' statements, hyperparameters and runs."""
+
+    name = "text"
+
+    def format(self, report: dict) -> str:
+        from tb_crash_signals.report.sweep import format_sweeps_text
+
+        return format_sweeps_text(report)
+
+
 FORMATS: dict[str, ReportFormat] = {f.name: f for f in (TextFormat(), JsonFormat())}
+SWEEP_FORMATS: dict[str, ReportFormat] = {f.name: f for f in (SweepTextFormat(), JsonFormat())}

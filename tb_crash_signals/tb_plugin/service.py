@@ -182,6 +182,10 @@ class AnalysisService:
             return payloads.failed_analysis(lr, f"{type(e).__name__}: {e}", cfg.error)
         return text
 
+    def logical_runs(self, ctx, eid) -> list[LogicalRun]:
+        """The logical runs of TensorBoard's listing (as `runs` lists them)."""
+        return self._grouped(self._listing(ctx, eid), self._config.get())
+
     def rules(self) -> dict:
         cfg = self._config.get()
         return payloads.rules_payload(cfg.config, cfg.error)

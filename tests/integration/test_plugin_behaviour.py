@@ -305,7 +305,7 @@ def test_plugin_metadata(tmp_path):
         assert tuple(p.data_plugin_names()) == ("scalars",)
         md = p.frontend_metadata()
         assert md.es_module_path == "/index.js" and md.tab_name == "Crash Signals"
-        assert set(p.get_plugin_apps()) == {"/runs", "/analysis", "/rules", "/index.js", "/index.css"}
+        assert set(p.get_plugin_apps()) == {"/runs", "/analysis", "/rules", "/sweep", "/index.js", "/index.css"}
         payload = s.get("runs").get_json()
         assert payload == {
             "schema": 1, "config_error": None, "problems": [],
