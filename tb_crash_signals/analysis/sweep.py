@@ -66,7 +66,7 @@ def run_outcome(entry: Mapping) -> dict:
     if isinstance(incidents, list):
         for inc in incidents:
             kind = inc.get("kind")
-            if not isinstance(kind, str):
+            if not isinstance(kind, str) or inc.get("severity") not in ("warning", "critical"):
                 continue
             _add_kind(kinds, kind, inc.get("severity"), inc.get("first_alarm_step"), inc.get("crash_step"))
     else:
