@@ -75,6 +75,9 @@ def check_paths(src: str, dst: str) -> None:
     """Raises CompactError unless SRC is a directory and DST is absent or empty and outside SRC."""
     if not os.path.isdir(src):
         raise CompactError(f"{src}: not a directory")
+    s, d = _real(src), _real(dst)
+    if d == s or d.startswith(s.rstrip(os.sep) + os.sep):
+        raise CompactError(f"{dst}: lies inside the source logdir {src}")
     if os.path.lexists(dst):
         if not os.path.isdir(dst) or os.path.islink(dst):
             raise CompactError(f"{dst}: exists and is not a directory")
@@ -83,9 +86,6 @@ def check_paths(src: str, dst: str) -> None:
                 raise CompactError(f"{dst}: exists and is not empty")
         except OSError as e:
             raise CompactError(f"{dst}: {e.strerror or e}") from None
-    s, d = _real(src), _real(dst)
-    if d == s or d.startswith(s.rstrip(os.sep) + os.sep):
-        raise CompactError(f"{dst}: lies inside the source logdir {src}")
 
 
 def _components(runs: list[str]) -> list[list[str]]:

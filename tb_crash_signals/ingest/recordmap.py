@@ -141,7 +141,11 @@ class RunMap:
     def close(self) -> None:
         for f in self.files:
             if isinstance(f.data, mmap.mmap):
-                f.data.close()
+                try:
+                    f.data.close()
+                except BufferError:  # a slice is still referenced (an interrupted write's traceback)
+                    pass  # unmapped when the last reference goes
+                f.data = b""
 
 
 def visible_points(steps: np.ndarray) -> np.ndarray:
