@@ -169,7 +169,8 @@ def test_tensorboard_reads_every_compacted_file_without_complaint(compacted, cap
     caplog.set_level(logging.DEBUG, logger="tensorboard")
     for path in _event_files(compacted["dst"]):
         caplog.clear()
-        acc = event_accumulator.EventAccumulator(path, size_guidance={k: 0 for k in event_accumulator.DEFAULT_SIZE_GUIDANCE})
+        everything = {k: 0 for k in event_accumulator.DEFAULT_SIZE_GUIDANCE}
+        acc = event_accumulator.EventAccumulator(path, size_guidance=everything)
         acc.Reload()
         records = sum(1 for _ in RawEventFileLoader(path).Load())
         assert records == len(ew.record_spans(path))  # every record read, none skipped
@@ -187,7 +188,8 @@ def test_tensorboard_shows_the_series_our_reader_shows(src, compacted):
     default loader) and this package show.
     """
     dst = compacted["dst"]
-    acc = event_accumulator.EventAccumulator(_run_dir(src, "pytorch/sick"), size_guidance={event_accumulator.SCALARS: 0})
+    every_scalar = {event_accumulator.SCALARS: 0}
+    acc = event_accumulator.EventAccumulator(_run_dir(src, "pytorch/sick"), size_guidance=every_scalar)
     acc.Reload()
     steps = np.array([e.step for e in acc.Scalars("train/loss")])
     assert (np.diff(steps) < 0).sum() == 1 and len(steps) == rt.RESTART_FROM + rt.STEPS - rt.RESTART_STEP
@@ -281,7 +283,8 @@ def test_non_scalar_data_is_copied_record_for_record(src, compacted):
 
     for run, names in _files(src).items():
         for name in names:
-            assert non_scalar(os.path.join(_run_dir(dst, run), name)) == non_scalar(os.path.join(_run_dir(src, run), name))
+            after, before = (non_scalar(os.path.join(_run_dir(root, run), name)) for root in (dst, src))
+            assert after == before
     acc = plugin_event_accumulator.EventAccumulator(_run_dir(dst, "pytorch/sick"))
     acc.Reload()
     assert acc.Graph().node[0].name == "dense"

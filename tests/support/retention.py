@@ -109,7 +109,8 @@ def tf2_restart_run(run_dir, n=400, restart=150) -> None:
     """tf.summary style tensors; the metadata rides on the tag's first value only, and the
     resumed writer (from step 0, after a session-log START) did not write it again."""
     first = ew.scalar_events({"epoch_loss": [(s, 1.0 / (s + 1)) for s in range(restart)]}, kind="tensor")
-    start = event_pb2.Event(step=0, wall_time=1.8e9, session_log=event_pb2.SessionLog(status=event_pb2.SessionLog.START))
+    start = event_pb2.Event(step=0, wall_time=1.8e9)
+    start.session_log.status = event_pb2.SessionLog.START
     again = [start] + [ew.scalar_event("epoch_loss", s, 2.0 / (s + 1), kind="tensor") for s in range(n)]
     ew.write_events(run_dir, first, filename="events.out.tfevents.1.host.v2")
     ew.write_events(run_dir, again, filename="events.out.tfevents.2.host.v2")
