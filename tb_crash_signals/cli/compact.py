@@ -88,6 +88,9 @@ def summary_lines(report, src: str, dst: str) -> list[str]:
     if r.repaired:
         lines.append("  kept in full around findings that thinning would move: "
                      + ", ".join(f"{safe(name)} ({n} round{'s' if n != 1 else ''})" for name, n in r.repaired))
+    if r.first_only:
+        lines.append("  plateau episodes differ in number (compared by their first start): "
+                     + ", ".join(f"{safe(name)} {code} {a} -> {b}" for name, code, a, b in r.first_only))
     if r.kept_in_full:
         lines.append("  kept in full (findings kept moving): " + ", ".join(safe(n) for n in r.kept_in_full))
     for p in r.problems:

@@ -11,7 +11,7 @@ import numpy as np
 
 from tb_crash_signals.analysis.config import CONFIG_FILENAME, Config
 from tb_crash_signals.analysis.signals import group_runs
-from tb_crash_signals.compact.plan import evidence, evidence_differences, plan_run
+from tb_crash_signals.compact.plan import FIRST_ONLY, evidence, evidence_differences, plan_run
 from tb_crash_signals.compact.write import WriteStats, write_run
 from tb_crash_signals.ingest.reader import discover_runs
 from tb_crash_signals.ingest.recordmap import map_run
@@ -37,6 +37,8 @@ class CompactReport:
         problems: what was wrong with the source (corrupt records, truncated tails).
         repaired: (run, rounds) for runs whose findings needed stretches kept in full.
         kept_in_full: runs kept in full (their findings kept moving otherwise).
+        first_only: (run, code, episodes before, after) where the episodes of a
+            family compared by their first start (plan.FIRST_ONLY) differ in number.
         differences: how `scan DST` differs from `scan SRC` (empty when verified).
         verified: `scan DST` was run and compared.
         seconds: wall time.
@@ -54,6 +56,7 @@ class CompactReport:
     problems: list = dataclasses.field(default_factory=list)
     repaired: list = dataclasses.field(default_factory=list)
     kept_in_full: list = dataclasses.field(default_factory=list)
+    first_only: list = dataclasses.field(default_factory=list)
     differences: list = dataclasses.field(default_factory=list)
     verified: bool = False
     seconds: float = 0.0
@@ -159,6 +162,7 @@ def compact_logdir(
                     report.kept_in_full.append(lr.name)
                 elif plan.rounds:
                     report.repaired.append((lr.name, plan.rounds))
+                report.first_only.extend((lr.name, *c) for c in _first_only_counts(plan.before, plan.after))
                 for (run, tag), mask in plan.masks.items():
                     idx = maps[run].points(tag)
                     keeps[run][idx[mask]] = True
@@ -181,6 +185,18 @@ def compact_logdir(
         report.verified = True
     report.seconds = time.perf_counter() - t0
     return report
+
+
+def _first_only_counts(before: dict, after: dict) -> list:
+    def counts(run):
+        out: dict = {}
+        for e in run["episodes"]:
+            if e["family"] in FIRST_ONLY:
+                out[e["code"]] = out.get(e["code"], 0) + 1
+        return out
+
+    a, b = counts(before), counts(after)
+    return [(code, a.get(code, 0), b.get(code, 0)) for code in sorted(set(a) | set(b)) if a.get(code) != b.get(code)]
 
 
 def _copy_small(path: str, to: str) -> None:

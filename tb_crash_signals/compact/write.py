@@ -148,13 +148,15 @@ def _chunks(fm, action: np.ndarray, framed: dict):
 def write_run(rmap: RunMap, keep: np.ndarray, out_dir: str, scalars_only: bool = False) -> WriteStats:
     """Writes the kept points of `rmap` (bool per point) as event files in `out_dir`.
 
-    Every source event file gets a file of the same name, written under a
-    temporary name and renamed when complete.
+    Every readable source event file gets a file of the same name, written
+    under a temporary name and renamed when complete.
     """
     os.makedirs(out_dir, exist_ok=True)
     stats = WriteStats()
     meta = _relocated_metadata(rmap, keep)
     for fi, fm in enumerate(rmap.files):
+        if fm.error:  # unreadable: reported by RunMap.problems, not replaced by an empty file
+            continue
         stats.files += 1
         stats.bytes_in += fm.size
         stats.records_in += fm.n_records

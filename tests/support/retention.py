@@ -129,14 +129,23 @@ def tree_digest(root) -> dict:
 
 
 def story(report: dict) -> dict:
-    """Per run: incidents (kind, severity, start) when the report has them, else episodes
-    (code, severity, start), and the health."""
+    """Per run: the health, and incidents (kind, severity, start) when the report has them, else
+    episodes (code, severity, start), a plateau rule's only by its first start (compaction keeps
+    the plateau's first start, not each of its on/off flickers: README, "Log retention")."""
     out = {}
     for run in report["runs"]:
         if "incidents" in run:
             items = sorted((i["kind"], i["severity"], i["start_step"]) for i in run["incidents"])
         else:
-            items = sorted((e["code"], e["severity"], e["start_step"]) for e in run["episodes"])
+            items = set()
+            first = {}
+            for e in run["episodes"]:
+                if e["family"] == "plateau":
+                    first[e["code"], e["severity"]] = min(first.get((e["code"], e["severity"]), e["start_step"]),
+                                                          e["start_step"])
+                else:
+                    items.add((e["code"], e["severity"], e["start_step"]))
+            items = sorted(items | {(*k, v) for k, v in first.items()})
         out[run["run"]] = (run["health"], items)
     return out
 
