@@ -194,9 +194,8 @@ def gather_rows(arr: np.ndarray, starts: np.ndarray, width: int) -> np.ndarray:
 def crc32c_ranges(arr: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     """CRC-32C of arr[starts[i]:starts[i]+lengths[i]] for every i (vectorised).
 
-    Ranges longer than :data:`LONG_RANGE` (images, graphs) go through
-    :func:`crc32c_long`, whose cost does not grow with the longest range's
-    width times the number of ranges.
+    Ranges longer than :data:`LONG_RANGE` go through :func:`crc32c_long`,
+    whose number of numpy passes does not grow with the longest range.
     """
     n = starts.shape[0]
     out = np.zeros(n, dtype=np.uint32)
@@ -270,8 +269,8 @@ def _crc32c_padded(arr, starts, lengths, zs):
 # level with Z of the right neighbour's width. Z_n of any n is a product of
 # the Z_(2^b), each kept as four byte tables.
 
-LONG_RANGE = 8192
-_BLOCK_BITS = 12  # 4096-byte blocks
+LONG_RANGE = 128
+_BLOCK_BITS = 6  # 64-byte blocks: few numpy passes per call, whatever the lengths
 _POW_TABLES: list = []  # _POW_TABLES[b]: byte tables (4, 256) of Z_(2^b)
 
 
