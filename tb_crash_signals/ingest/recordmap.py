@@ -79,12 +79,12 @@ class RunMap:
         run: run name; path: its directory.
         files: the run's event files in read order.
         tags: tag names referenced by `tag`.
-        file, rec, index: int64 per point: file position in `files`, record
-            in that file, value position in the event's summary.
-        tag, step, wall, value: int64 / int64 / float64 / float64 per point.
+        file, rec, index: per point: file position in `files` (int32), record
+            in that file (int64), value position in the event's summary (int32).
+        tag, step, wall, value: int32 / int64 / float64 / float64 per point.
         meta: bool per point: its value carries summary metadata.
         visible: bool per point: shown after the restart purge (a later point
-            of the tag at a step <= its step hides it).
+            of the tag at a step <= its step hides it); computed when not given.
     """
 
     run: str
@@ -99,16 +99,22 @@ class RunMap:
     wall: np.ndarray
     value: np.ndarray
     meta: np.ndarray
-    visible: np.ndarray
+    visible: np.ndarray | None = None
     _by_tag: dict = dataclasses.field(default_factory=dict, repr=False)
 
     def __post_init__(self):
         order = records.stable_order(self.tag)
         sorted_tags = self.tag[order]
         cuts = [0] + (np.flatnonzero(np.diff(sorted_tags)) + 1).tolist() + [order.shape[0]]
+        compute = self.visible is None
+        if compute:
+            self.visible = np.ones(self.step.shape[0], dtype=bool)
         for a, b in zip(cuts[:-1], cuts[1:]):
             if b > a:
-                self._by_tag[self.tags[int(sorted_tags[a])]] = order[a:b]
+                idx = order[a:b]
+                self._by_tag[self.tags[int(sorted_tags[a])]] = idx
+                if compute:
+                    self.visible[idx] = visible_points(self.step[idx])
 
     def scalar_tags(self) -> list[str]:
         """Sorted tags with at least one point."""
@@ -200,13 +206,74 @@ def _read_file(path: str, fm: FileMap) -> None:
     fm.offsets, fm.lengths = offsets, lengths
 
 
+_BATCH_BYTES = records.MAX_RECORD_LEN + 16  # the reader's read size: its batches see the same tag plugins
+_COLUMNS = (np.int32, np.int64, np.int32, np.int32, np.int64, np.float64, np.float64, bool)
+
+
+def _batches(offsets: np.ndarray, lengths: np.ndarray) -> list[tuple[int, int]]:
+    """Consecutive record ranges spanning at most _BATCH_BYTES each (one record at least)."""
+    ends = offsets + lengths + 4
+    out, a, n = [], 0, offsets.shape[0]
+    while a < n:
+        b = max(a + 1, int(np.searchsorted(ends, offsets[a] - 12 + _BATCH_BYTES, side="right")))
+        out.append((a, b))
+        a = b
+    return out
+
+
+def _map_file(fm: FileMap, fi: int, tag_ids: dict, plugins: dict) -> list:
+    """The file's points as column parts (see RunMap), decoded batch by batch."""
+    n = fm.n_records
+    fm.parsed = np.zeros(n, dtype=bool)
+    fm.values = np.zeros(n, dtype=np.int64)
+    parts, bad = [], []
+    for a, b in _batches(fm.offsets, fm.lengths):
+        dec = scalars.decode_scalars(fm.data, fm.offsets[a:b], fm.lengths[a:b], verify=True)
+        fm.parsed[a + dec.parsed_rec] = True
+        fm.values[a + dec.parsed_rec] = dec.parsed_values
+        bad.append(a + dec.bad_rec)  # a bad data CRC, or not an Event (counted in dec.n_corrupt)
+        fm.corrupt += dec.n_corrupt
+        for tag, plugin in dec.plugins:
+            plugins.setdefault(tag, plugin)
+        keep = ~dec.point_tensor
+        if dec.point_tensor.any():  # tensors of another plugin are not scalars (as the reader)
+            ok_tag = np.array([plugins.get(t, "") in ("", scalars.SCALAR_PLUGIN) for t in dec.tags], dtype=bool)
+            keep |= ok_tag[dec.point_tag]
+        ids = np.array([tag_ids.setdefault(t, len(tag_ids)) for t in dec.tags], dtype=np.int32)
+        everything = bool(keep.all())
+
+        def pick(x, keep=keep, everything=everything):
+            return x if everything else x[keep]
+
+        parts.append([
+            np.full(int(keep.sum()), fi, dtype=np.int32),
+            pick(dec.point_rec) + a,
+            pick(dec.point_index).astype(np.int32),
+            ids[pick(dec.point_tag)] if ids.shape[0] else np.zeros(0, np.int32),
+            pick(dec.point_step),
+            pick(dec.point_wall),
+            pick(dec.point_value),
+            pick(dec.point_meta),
+        ])
+    bad = np.concatenate(bad) if bad else np.zeros(0, np.int64)
+    if bad.shape[0]:  # drop them: record indices count good records only
+        keep = np.ones(n, dtype=bool)
+        keep[bad] = False
+        remap = np.cumsum(keep) - 1
+        fm.offsets, fm.lengths = fm.offsets[keep], fm.lengths[keep]
+        fm.parsed, fm.values = fm.parsed[keep], fm.values[keep]
+        for part in parts:
+            part[1] = remap[part[1]]
+    return parts
+
+
 def map_run(run: str, run_dir: str) -> RunMap:
     """Reads every event file of `run_dir` (see module docstring)."""
     run_dir = os.fspath(run_dir)
     files: list[FileMap] = []
     tag_ids: dict[str, int] = {}  # in id order
     plugins: dict[str, str] = {}
-    parts = []
+    parts: list = []
     for fi, name in enumerate(_event_files(run_dir)):
         fm = FileMap(name)
         files.append(fm)
@@ -215,50 +282,12 @@ def map_run(run: str, run_dir: str) -> RunMap:
         except (OSError, ValueError) as e:
             fm.error = getattr(e, "strerror", None) or str(e)
             continue
-        n = fm.n_records
-        fm.parsed = np.zeros(n, dtype=bool)
-        fm.values = np.zeros(n, dtype=np.int64)
-        if not n:
-            continue
-        dec = scalars.decode_scalars(fm.data, fm.offsets, fm.lengths, verify=True)
-        fm.parsed[dec.parsed_rec] = True
-        fm.values[dec.parsed_rec] = dec.parsed_values
-        if dec.bad_rec.shape[0]:  # a bad data CRC, or not an Event (counted in dec.n_corrupt)
-            keep = np.ones(n, dtype=bool)
-            keep[dec.bad_rec] = False
-            remap = np.cumsum(keep) - 1
-            fm.offsets, fm.lengths = fm.offsets[keep], fm.lengths[keep]
-            fm.parsed, fm.values = fm.parsed[keep], fm.values[keep]
-            dec.point_rec = remap[dec.point_rec]
-        fm.corrupt += dec.n_corrupt
-        for tag, plugin in dec.plugins:
-            plugins.setdefault(tag, plugin)
-        keep = ~dec.point_tensor
-        if dec.point_tensor.any():  # tensors of another plugin are not scalars (as the reader)
-            ok_tag = np.array([plugins.get(t, "") in ("", scalars.SCALAR_PLUGIN) for t in dec.tags], dtype=bool)
-            keep |= ok_tag[dec.point_tag]
-        ids = np.array([tag_ids.setdefault(t, len(tag_ids)) for t in dec.tags], dtype=np.int64)
-        k = int(keep.sum())
-        parts.append((
-            np.full(k, fi, dtype=np.int64),
-            dec.point_rec[keep],
-            dec.point_index[keep],
-            ids[dec.point_tag[keep]] if ids.shape[0] else np.zeros(0, np.int64),
-            dec.point_step[keep],
-            dec.point_wall[keep],
-            dec.point_value[keep],
-            dec.point_meta[keep],
-        ))
-    if parts:
-        cols = [np.concatenate(c) for c in zip(*parts)]
-    else:
-        cols = [np.zeros(0, t) for t in (np.int64,) * 5 + (np.float64, np.float64, bool)]
+        if fm.n_records:
+            parts.extend(_map_file(fm, fi, tag_ids, plugins))
+    cols = []
+    for i, dtype in enumerate(_COLUMNS):  # column by column, freeing the parts: one copy at a time
+        cols.append(np.concatenate([p[i] for p in parts]).astype(dtype, copy=False) if parts else np.zeros(0, dtype))
+        for p in parts:
+            p[i] = None
     file, rec, index, tag, step, wall, value, meta = cols
-    visible = np.ones(step.shape[0], dtype=bool)
-    order = records.stable_order(tag)
-    sorted_tags = tag[order]
-    cuts = [0] + (np.flatnonzero(np.diff(sorted_tags)) + 1).tolist() + [order.shape[0]]
-    for a, b in zip(cuts[:-1], cuts[1:]):
-        idx = order[a:b]
-        visible[idx] = visible_points(step[idx])
-    return RunMap(run, run_dir, files, list(tag_ids), file, rec, index, tag, step, wall, value, meta, visible)
+    return RunMap(run, run_dir, files, list(tag_ids), file, rec, index, tag, step, wall, value, meta)
