@@ -134,10 +134,15 @@ def _file_plan(rmap: RunMap, fi: int, keep: np.ndarray, scalars_only: bool, meta
 
 
 def _chunks(fm, action: np.ndarray, framed: dict):
-    """The output file's byte chunks: runs of copied records as slices of the source."""
+    """The output file's byte chunks: runs of copied records as slices of the source.
+
+    A run breaks wherever the next good record does not start where the
+    previous one ends (a corrupt record lay between them).
+    """
     copy = action == _COPY
-    prev = np.concatenate([[False], copy[:-1]])
-    nxt = np.concatenate([copy[1:], [False]])
+    touching = fm.offsets[1:] - 12 == fm.offsets[:-1] + fm.lengths[:-1] + 4
+    prev = np.concatenate([[False], copy[:-1] & touching])
+    nxt = np.concatenate([copy[1:] & touching, [False]])
     run_starts = np.flatnonzero(copy & ~prev)
     run_ends = np.flatnonzero(copy & ~nxt)
     events = sorted([(int(a), int(b)) for a, b in zip(run_starts, run_ends)] + [(r, -1) for r in framed])

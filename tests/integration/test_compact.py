@@ -322,6 +322,15 @@ def test_a_run_still_being_written_loses_only_its_unfinished_tail(src, compacted
     assert b.tags() == sorted(["Loss/train", HOSTILE_TAG])
 
 
+def test_a_corrupt_record_between_kept_records_is_not_copied(src, tmp_path):
+    dst = str(tmp_path / "d")
+    assert cli.main(["compact", src, dst, "--keep-last", "100000"]) == 0
+    a, b = _reader(src, HOSTILE_RUN), _reader(dst, HOSTILE_RUN)
+    assert b.stats.corrupt_records == 0 and not b.problems()
+    for tag in a.tags():  # everything is recent: every good point kept
+        np.testing.assert_array_equal(a.series(tag).steps, b.series(tag).steps)
+
+
 def test_summary_names_what_was_not_copied(src, tmp_path, capsys):
     code = cli.main(["compact", src, str(tmp_path / "d"), "--keep-last", str(N), "--every", str(K)])
     out = capsys.readouterr().out
