@@ -10,12 +10,16 @@ from __future__ import annotations
 
 import logging
 import os
+import pathlib
+import tempfile
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from tensorboard.backend.event_processing import event_accumulator, plugin_event_accumulator
 from tensorboard.backend.event_processing.event_file_loader import EventFileLoader, RawEventFileLoader
-from tensorboard.compat.proto import event_pb2
+from tensorboard.compat.proto import event_pb2, summary_pb2
 
 from support import eventwriters as ew
 from support import retention as rt
@@ -385,3 +389,63 @@ def test_the_demo_logs_keep_their_story(tmp_path):
     dst = str(tmp_path / "demo")
     assert cli.main(["compact", DEMO_LOGS, dst, "--keep-last", str(N), "--every", str(K)]) == 0
     assert rt.story(scan_logdir(dst)) == rt.story(scan_logdir(DEMO_LOGS))
+
+
+# --- any log --------------------------------------------------------------------------------------
+
+EVENT = st.tuples(
+    st.sampled_from(["a", "b", "ab", "hist", "a+hist"]),  # what the event holds
+    st.integers(0, 60),  # its step (going back: a restart; again: a value logged twice)
+    st.sampled_from([0.5, 1.0, 3.0, 40.0, float("nan"), float("inf")]),
+)
+
+
+def _event(kind, step, value):
+    ev = event_pb2.Event(step=step, wall_time=1.7e9 + step / 3)
+    for tag in ("a", "b"):
+        if tag in kind:
+            ev.summary.value.add(tag=tag, simple_value=value if tag == "a" else -value)
+    if "hist" in kind:
+        ev.summary.value.add(tag="h", histo=summary_pb2.HistogramProto(min=0, max=value, num=step))
+    return ev
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.lists(EVENT, min_size=1, max_size=40), min_size=1, max_size=3), st.integers(0, 20),
+       st.integers(1, 8), st.booleans(), st.integers(0, 10**6))
+def test_property_any_log_compacts_to_a_clean_subset(tmp_path, files, keep_last, every, damage, seed):
+    """Random files of merged and single events, restarts, repeats, histograms, NaN, a damaged record."""
+    root = pathlib.Path(tempfile.mkdtemp(dir=tmp_path))
+    src, dst = root / "src", root / "dst"
+    paths = [ew.write_events(src / "run", [_event(*e) for e in events], filename=f"events.out.tfevents.{i}.x")
+             for i, events in enumerate(files)]
+    if damage:
+        path = paths[seed % len(paths)]
+        spans = ew.record_spans(path)
+        data = bytearray(open(path, "rb").read())
+        a, b = spans[seed % len(spans)]
+        data[a + (seed % (b - a))] ^= 0x40
+        open(path, "wb").write(bytes(data))
+    before = rt.tree_digest(src)
+    code = cli.main(["compact", str(src), str(dst), "--keep-last", str(keep_last), "--every", str(every)])
+    assert code == 0 and rt.tree_digest(src) == before
+    a, b = _reader(str(src), "run"), _reader(str(dst), "run")
+    assert b.stats.corrupt_records == 0 and not b.stats.truncated_tail and b.stats.purges == 0
+    assert b.tags() == a.tags()
+    for tag in a.tags():
+        s, d = a.series(tag), b.series(tag)
+        pos = np.searchsorted(s.steps, d.steps)
+        assert np.array_equal(s.steps[pos], d.steps)
+        np.testing.assert_array_equal(s.values[pos], d.values)
+        recent = s.steps > s.steps[-1] - keep_last
+        assert set(s.steps[recent].tolist()) <= set(d.steps.tolist())
+    for path in _event_files(str(dst)):
+        assert sum(1 for _ in RawEventFileLoader(path).Load()) == len(ew.record_spans(path))
+        assert os.path.getsize(path) == (ew.record_spans(path) or [(0, 0)])[-1][1]
+    hist = {}
+    for root_ in (src, dst):
+        acc = event_accumulator.EventAccumulator(str(root_ / "run"), size_guidance={"histograms": 0})
+        acc.Reload()
+        hist[root_] = [(h.step, h.wall_time) for h in acc.Histograms("h")] if "h" in acc.Tags()["histograms"] else []
+    if not damage:
+        assert hist[dst] == hist[src]
