@@ -61,7 +61,7 @@ def evidence(run: Mapping) -> dict:
     }
     if "incidents" in run:
         out["incidents"] = sorted(
-            (i["kind"], i["severity"], int(i["start_step"])) for i in run["incidents"]
+            (i["kind"], i["severity"], int(i.get("start_step") or 0)) for i in run["incidents"]
         )
     return out
 

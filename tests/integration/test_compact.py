@@ -344,6 +344,29 @@ def test_summary_names_what_was_not_copied(src, tmp_path, capsys):
     assert "\x1b" not in out and "\u202e" not in out  # names are escaped
 
 
+def test_a_broken_write_is_caught_by_the_verification(src, tmp_path, monkeypatch, capsys):
+    """Leave out a run of records (a writer bug): `scan DST` differs, the command says so and exits 1."""
+    real = compact_write._chunks
+
+    def lossy(fm, action, framed):
+        chunks = list(real(fm, action, framed))
+        return chunks[: len(chunks) // 2] if len(chunks) > 4 else chunks
+
+    monkeypatch.setattr(compact_write, "_chunks", lossy)
+    assert cli.main(["compact", src, str(tmp_path / "d"), "--keep-last", str(N), "--every", str(K)]) == 1
+    out = capsys.readouterr().out
+    assert "differs: run pytorch/sick:" in out and "verified" not in out
+
+
+def test_no_verify_and_progress_on_a_terminal(src, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr("sys.stderr.isatty", lambda: True)
+    assert cli.main(["compact", src, str(tmp_path / "d"), "--no-verify"]) == 0
+    out, err = capsys.readouterr()
+    assert "verified" not in out and "compacted 5 runs" in out
+    assert "\rcompacting run 1/5" in err.replace("\x1b[K", "") and err.endswith("\n")
+    assert "\x1b[31m" not in err  # the hostile run's name is escaped
+
+
 # --- the evidence survives ---------------------------------------------------------------------
 
 
