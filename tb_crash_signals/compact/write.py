@@ -97,7 +97,8 @@ def _file_plan(rmap: RunMap, fi: int, keep: np.ndarray, scalars_only: bool, meta
     """(action per record, {record: new payload}) for file `fi`."""
     fm = rmap.files[fi]
     n = fm.n_records
-    sel = np.flatnonzero(rmap.file == fi)
+    # Points are stored file by file: this file's are one slice.
+    sel = np.arange(*np.searchsorted(rmap.file, [fi, fi + 1]))
     rec = rmap.rec[sel]
     npts = np.bincount(rec, minlength=n)
     nkeep = np.bincount(rec[keep[sel]], minlength=n)
@@ -133,11 +134,36 @@ def _file_plan(rmap: RunMap, fi: int, keep: np.ndarray, scalars_only: bool, meta
     return action, payloads
 
 
-def _chunks(fm, action: np.ndarray, framed: dict):
-    """The output file's byte chunks: runs of copied records as slices of the source.
+_LONG_SPAN = 1 << 16  # copied as a view of the source; shorter spans are gathered with numpy
+_GATHER_BYTES = 1 << 22  # output bytes per gather (its index costs 8x that)
 
-    A run breaks wherever the next good record does not start where the
-    previous one ends (a corrupt record lay between them).
+
+def _spans(arr: np.ndarray, a: np.ndarray, b: np.ndarray):
+    """The bytes arr[a_i:b_i], in order: long spans as views, runs of short ones gathered at once."""
+    lens = b - a
+    cuts = np.flatnonzero(lens >= _LONG_SPAN).tolist()
+    lo = 0
+    for j in cuts + [a.shape[0]]:
+        if j > lo:  # short spans lo..j-1, in batches of about _GATHER_BYTES
+            ends = np.cumsum(lens[lo:j])
+            bounds = np.searchsorted(ends, np.arange(_GATHER_BYTES, int(ends[-1]), _GATHER_BYTES), side="right")
+            for p, q in zip([0, *bounds.tolist()], [*bounds.tolist(), j - lo]):
+                if q > p:
+                    sl = slice(lo + p, lo + q)
+                    out_start = np.cumsum(lens[sl]) - lens[sl]
+                    idx = np.arange(int(lens[sl].sum()), dtype=np.int64) + np.repeat(a[sl] - out_start, lens[sl])
+                    yield arr[idx]
+        if j < a.shape[0]:
+            yield arr[int(a[j]) : int(b[j])]
+        lo = j + 1
+
+
+def _chunks(fm, action: np.ndarray, framed: dict):
+    """The output file's byte chunks, in record order: copied records as the source's bytes.
+
+    Consecutive copied records are one span, broken wherever the next good
+    record does not start where the previous one ends (a corrupt record lay
+    between them).
     """
     copy = action == _COPY
     touching = fm.offsets[1:] - 12 == fm.offsets[:-1] + fm.lengths[:-1] + 4
@@ -145,9 +171,16 @@ def _chunks(fm, action: np.ndarray, framed: dict):
     nxt = np.concatenate([copy[1:] & touching, [False]])
     run_starts = np.flatnonzero(copy & ~prev)
     run_ends = np.flatnonzero(copy & ~nxt)
-    events = sorted([(int(a), int(b)) for a, b in zip(run_starts, run_ends)] + [(r, -1) for r in framed])
-    for a, b in events:
-        yield framed[a] if b < 0 else fm.framed(a, b)
+    a = fm.offsets[run_starts] - 12
+    b = fm.offsets[run_ends] + fm.lengths[run_ends] + 4
+    arr = np.frombuffer(fm.data, dtype=np.uint8) if fm.n_records else np.zeros(0, np.uint8)
+    rebuilt = sorted(framed)
+    lo = 0
+    for r, hi in zip(rebuilt, np.searchsorted(run_starts, rebuilt).tolist()):
+        yield from _spans(arr, a[lo:hi], b[lo:hi])
+        yield framed[r]
+        lo = hi
+    yield from _spans(arr, a[lo:], b[lo:])
 
 
 def write_run(rmap: RunMap, keep: np.ndarray, out_dir: str, scalars_only: bool = False) -> WriteStats:
