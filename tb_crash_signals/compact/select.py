@@ -25,7 +25,7 @@ __all__ = ["keep_mask", "in_ranges"]
 
 
 def in_ranges(steps: np.ndarray, ranges: Iterable[tuple[int, int]]) -> np.ndarray:
-    """bool per step: inside one of the inclusive [first, last] step ranges."""
+    """bool per step (sorted steps): inside one of the inclusive [first, last] step ranges."""
     ranges = sorted((int(a), int(b)) for a, b in ranges if b >= a)
     out = np.zeros(steps.shape[0], dtype=bool)
     if not ranges or not steps.shape[0]:
@@ -36,11 +36,10 @@ def in_ranges(steps: np.ndarray, ranges: Iterable[tuple[int, int]]) -> np.ndarra
             merged[-1][1] = max(merged[-1][1], b)
         else:
             merged.append([a, b])
-    lo = np.array([a for a, _ in merged], dtype=np.int64)
-    hi = np.array([b for _, b in merged], dtype=np.int64)
-    k = np.searchsorted(lo, steps, side="right") - 1
-    ok = k >= 0
-    out[ok] = steps[ok] <= hi[k[ok]]
+    first = np.searchsorted(steps, [a for a, _ in merged], side="left")
+    last = np.searchsorted(steps, [b for _, b in merged], side="right")
+    for i, j in zip(first.tolist(), last.tolist()):
+        out[i:j] = True
     return out
 
 
