@@ -25,6 +25,8 @@ plain read, whether `scan` tells the same story on both sides, and the spike,
 NaN and restart as the compacted run shows them. ``--tb-writer`` also times
 TensorBoard's EventFileWriter writing the compacted run's events (what a
 compactor built on TensorBoard's writer would pay for the writing alone).
+``--strict-plateau`` compares the plateau's episodes one by one too, as every
+other rule's (plan.FIRST_ONLY emptied): what that exactness would cost.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ sys.path.insert(0, os.path.join(HERE, ".."))
 import _synth
 import numpy as np
 
-from tb_crash_signals.compact import compact_logdir
+from tb_crash_signals.compact import compact_logdir, plan
 from tb_crash_signals.compact.plan import evidence
 from tb_crash_signals.ingest.reader import RunReader
 from tb_crash_signals.ingest.recordmap import map_run
@@ -95,7 +97,10 @@ def main():
     ap.add_argument("--every", type=int, default=100)
     ap.add_argument("--dir", default=None, help="where the temporary logdirs go (default: the system's)")
     ap.add_argument("--tb-writer", action="store_true", help="also time TensorBoard's EventFileWriter")
+    ap.add_argument("--strict-plateau", action="store_true", help="compare plateau episodes one by one")
     args = ap.parse_args()
+    if args.strict_plateau:
+        plan.FIRST_ONLY = ()
     print(f"machine: {_synth.machine()}; load average {os.getloadavg()[0]:.1f}")
     tmp = tempfile.mkdtemp(prefix="bench-compact-", dir=args.dir)
     try:
