@@ -12,7 +12,8 @@ the evidence:
 * the bucket's last point (what a chart at that resolution shows);
 
 plus the series' first point, the steps given by the analysis (where its
-findings start or peak) and whole step ranges to keep in full.
+findings start or peak) with the points just before and after them, and
+whole step ranges to keep in full.
 """
 
 from __future__ import annotations
@@ -74,7 +75,8 @@ def keep_mask(
         values: float64 values (NaN and +/-Inf as logged).
         keep_last: the points at steps > last step - keep_last are kept in full.
         every: bucket width in steps (>= 1) for the older points.
-        keep_steps: steps kept wherever they occur (the analysis' findings).
+        keep_steps: steps kept wherever they occur, with their neighbouring
+            points (the analysis' findings).
         full_ranges: inclusive step ranges kept in full.
     """
     steps = np.asarray(steps, dtype=np.int64)
@@ -107,6 +109,8 @@ def keep_mask(
                 picks.append(_first_per_group(kind, group, last=True))
         keep[old[np.concatenate(picks)]] = True
     if keep_steps is not None and len(keep_steps):
-        keep |= np.isin(steps, np.asarray(keep_steps, dtype=np.int64))
+        at = np.flatnonzero(np.isin(steps, np.asarray(keep_steps, dtype=np.int64)))
+        # with their neighbours: a one-step spike still reads as one step, back to normal after it
+        keep[np.concatenate([at, np.maximum(at - 1, 0), np.minimum(at + 1, n - 1)])] = True
     keep |= in_ranges(steps, full_ranges)
     return keep
