@@ -83,8 +83,8 @@ class DecodedBatch:
         bad_rec: int64 records skipped: their data CRC failed (with verify)
             or they did not parse as an Event (sorted).
 
-    A record in neither point_rec nor parsed_rec is a one-value event whose
-    value is its point; point_index, point_meta, parsed_* and bad_rec say
+    A record in neither parsed_rec nor bad_rec is a one-value event whose
+    value is its point. point_index, point_meta, parsed_* and bad_rec say
     where a point lives inside its record, for tools that rewrite records.
     """
 
