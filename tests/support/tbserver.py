@@ -40,18 +40,21 @@ def runs_listed(count: int | None = None):
 
 
 @contextlib.contextmanager
-def running_tensorboard(logdir, *args, ready=None, timeout: float = 90.0):
+def running_tensorboard(logdir, *args, ready=None, timeout: float = 90.0, log_path=None):
     """Starts `python -m tensorboard.main --logdir LOGDIR *args`; yields its base URL.
 
     Waits until `ready(base)` is true (default: our `runs` route answers), and
-    always stops the whole process group afterwards. Its log goes to a temp
-    file (never into the logdir, which may be the repository's demo_logs) and
-    is named in any failure.
+    always stops the whole process group afterwards. Its log goes to
+    `log_path`, or to a temp file (never into the logdir, which may be the
+    repository's demo_logs), and is named in any failure.
     """
     ready = ready or runs_listed()
     port = free_port()
     logdir = os.path.abspath(str(logdir))
-    log = tempfile.NamedTemporaryFile(prefix=f"tensorboard-{port}-", suffix=".log", delete=False)
+    if log_path is None:
+        log = tempfile.NamedTemporaryFile(prefix=f"tensorboard-{port}-", suffix=".log", delete=False)
+    else:
+        log = open(log_path, "wb")
     proc = subprocess.Popen(
         [sys.executable, "-m", "tensorboard.main", "--logdir", logdir,
          "--port", str(port), "--host", "127.0.0.1", *args],
