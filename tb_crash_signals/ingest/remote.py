@@ -115,8 +115,6 @@ class FsspecStorage(Storage):
             try:
                 fs = _make_filesystem(self.protocol)
                 root = fs._strip_protocol(self.url)
-            except StorageError:
-                raise
             except Exception as e:
                 raise translate(e, self.url, self.protocol) from None
             self._fs, self._root = fs, root.rstrip("/")
@@ -312,13 +310,15 @@ def _make_filesystem(protocol: str):
 
     options = {"skip_instance_cache": True, "use_listings_cache": False}
     if protocol in ("s3", "s3a"):
-        _require("s3fs", protocol)
+        import s3fs  # noqa: F401  (ImportError: the backend is missing)
+
         endpoint = s3_endpoint()
         if endpoint:
             options["client_kwargs"] = {"endpoint_url": endpoint}
         return fsspec.filesystem(protocol, **options)
     if protocol in ("gs", "gcs"):
-        _require("gcsfs", protocol)
+        import gcsfs  # noqa: F401
+
         if os.environ.get("STORAGE_EMULATOR_HOST"):
             # gcsfs' default class asks the gRPC control plane for each bucket's layout,
             # which an emulator does not serve (a minute's timeout per request); the JSON
@@ -327,21 +327,11 @@ def _make_filesystem(protocol: str):
 
             return GCSFileSystem(token="anon", **options)
         return fsspec.filesystem(protocol, token="google_default", **options)
-    try:
-        cls = fsspec.get_filesystem_class(protocol)
-    except (ImportError, ValueError) as e:
-        raise translate(e, f"{protocol}://", protocol) from None
+    cls = fsspec.get_filesystem_class(protocol)
     try:
         return cls(**options)
     except TypeError:  # a backend without listings caches
         return cls()
-
-
-def _require(module: str, protocol: str):
-    try:
-        __import__(module)
-    except ImportError as e:
-        raise translate(e, f"{protocol}://", protocol) from None
 
 
 def _backend_hint(protocol: str) -> str:
