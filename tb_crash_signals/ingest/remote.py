@@ -93,11 +93,12 @@ class FsspecStorage(Storage):
         self._root = None
         self._lock = threading.Lock()
         self._error: StorageError | None = None
+        self._failed: tuple[float, StorageError] | None = None  # the last failed listing
         self.counters = {"listings": 0, "reads": 0, "bytes_requested": 0}
 
     def __getstate__(self):
         state = {k: v for k, v in self.__dict__.items()
-                 if k not in ("_fs", "_root", "_lock", "_error", "counters")}
+                 if k not in ("_fs", "_root", "_lock", "_error", "_failed", "counters")}
         return state
 
     def __setstate__(self, state):
@@ -145,18 +146,21 @@ class FsspecStorage(Storage):
             cur = self._listing
             if cur is not None and (self._fixed or now - cur.time < self.listing_interval):
                 return cur
+            # A failure stands for an interval too: every run of a logdir asks, and
+            # a storage without credentials must not be asked once per run.
+            if self._failed is not None and now - self._failed[0] < self.listing_interval:
+                raise self._failed[1]
             try:
                 fs, root = self.filesystem()
                 found = fs.find(root, detail=True)
-            except StorageError as e:
-                self._error = e if e.fatal else None
-                raise
             except Exception as e:
                 err = translate(e, self.url, self.protocol)
                 self._error = err if err.fatal else None
+                self._failed = (now, err)
                 raise err from None
             self.counters["listings"] += 1
             self._error = None
+            self._failed = None
             dirs: dict[str, dict[str, int]] = {}
             for path, info in found.items():
                 path = path.rstrip("/")
@@ -182,7 +186,23 @@ class FsspecStorage(Storage):
         return out
 
     def error(self) -> StorageError | None:
+        """The fatal error of the last listing (listing the root now if it never was)."""
+        if self._listing is None and self._failed is None:
+            try:
+                self.listing()
+            except StorageError:
+                pass
         return self._error
+
+    def has_run(self, path: str) -> bool:
+        """Whether `path` holds event files as of the listing (False if it cannot be listed)."""
+        rel = self._rel(path)
+        if rel is None:
+            return False
+        try:
+            return rel in self.listing().dirs
+        except StorageError:
+            return False
 
     # -- Storage ------------------------------------------------------------
 

@@ -102,6 +102,10 @@ class Storage:
         """Something that changes when the event files of `directory` change."""
         raise NotImplementedError
 
+    def has_run(self, path: str) -> bool:
+        """Whether `path` is a directory that may hold a run's event files."""
+        raise NotImplementedError
+
     def error(self) -> StorageError | None:
         """What keeps this storage from being read at all now (fatal), else None."""
         return None
@@ -142,6 +146,9 @@ class LocalStorage(Storage):
 
     def run_path(self, root: str, run: str) -> str:
         return root if run == "." else os.path.join(root, *run.split("/"))
+
+    def has_run(self, path: str) -> bool:
+        return os.path.isdir(path)
 
     def signature(self, directory: str):
         """(name, size, mtime) of the event files: changes when they grow."""

@@ -27,7 +27,7 @@ from tb_crash_signals.analysis.signals import SIGNALS, LogicalRun, group_runs
 from tb_crash_signals.report.document import run_to_json
 from tb_crash_signals.tb_plugin import payloads
 from tb_crash_signals.tb_plugin.data import RunData
-from tb_crash_signals.tb_plugin.locator import RunLocator, file_signature
+from tb_crash_signals.tb_plugin.locator import RunLocator
 from tb_crash_signals.tb_plugin.metadata import PENDING, SCALARS_PLUGIN
 from tb_crash_signals.tb_plugin.state import LRU, ConfigInForce, ConfigState, Entry, rank_entries
 from tb_crash_signals.tb_plugin.worker import BackgroundWorker
@@ -105,7 +105,9 @@ class AnalysisService:
         self.limits = limits
         self._lock = threading.Lock()
         self.stats = collections.Counter()  # analyses, readers_created, cache_hits (tests, debugging)
-        self.data = RunData(provider, capacity, limits.max_readers, limits.reader_points, self._count)
+        self.data = RunData(provider, capacity, limits.max_readers, limits.reader_points, self._count,
+                            storage_of=locator.storage_of)
+        self._storage_warned = None  # the storage error last logged
         self._run_locks: dict[str, threading.Lock] = {}
         self._summaries: dict[str, Entry] = {}
         self._analyses = LRU(limits.max_analyses)
@@ -158,7 +160,9 @@ class AnalysisService:
         self._forget({lr.name for lr in logical})
         problems = [p for e in entries for p in e.problems]
         pending = sum(1 for e in entries if e.summary.get("pending"))
-        return payloads.runs_listing(rank_entries(entries), problems, pending, cfg.error)
+        listing_payload = payloads.runs_listing(rank_entries(entries), problems, pending, cfg.error)
+        listing_payload["storage_error"] = self._storage_error()
+        return listing_payload
 
     def analysis(self, ctx, eid, name: str) -> str:
         """The `analysis` payload of run `name`, as JSON text.
@@ -181,6 +185,16 @@ class AnalysisService:
             logger.exception("crash_signals: analysing run %r failed", lr.name)
             return payloads.failed_analysis(lr, f"{type(e).__name__}: {e}", cfg.error)
         return text
+
+    def _storage_error(self) -> str | None:
+        """The remote logdir's fatal error (logged once per message), or None."""
+        message = self._locator.storage_error()
+        if message is not None:
+            message += "; the tab analyses TensorBoard's sampled points (not every step) until this is fixed"
+            if message != self._storage_warned:
+                logger.warning("crash_signals: %s", message)
+        self._storage_warned = message
+        return message
 
     def rules(self) -> dict:
         cfg = self._config.get()
@@ -258,7 +272,7 @@ class AnalysisService:
                 if dirs[m] is None
                 for t, ts in sorted((listing.get(m) or {}).items())
             )
-            fast_key = (cfg.key, lkey, tb_stats, tuple((m, file_signature(dirs[m])) for m in members))
+            fast_key = (cfg.key, lkey, tb_stats, tuple((m, self._locator.signature(dirs[m])) for m in members))
             if cheap:
                 return self._current(logical.name, fast_key)
             with self._lock:
