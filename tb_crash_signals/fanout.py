@@ -166,10 +166,9 @@ def scan_fanned_out(
     if getattr(executor, "local", False) and (len(tasks) < 2 or _event_bytes(source, runs) < LOCAL_POOL_MIN_BYTES):
         executor = InlineExecutor()  # starting worker processes would cost more than it saves
     # A remote task carries its runs' part of the listing: workers fetch, never list.
-    subset = getattr(storage, "subset", None)
     futures = [
         executor.submit(analyse_group, GroupTask(
-            storage=subset(names) if subset is not None else storage,
+            storage=storage.portable([storage.run_path(source.logdir, run) for run in names]),
             logdir=source.logdir, runs=names, config=config, run_filter=run_filter, purge=source.purge,
         ))
         for names in tasks

@@ -185,6 +185,10 @@ class FsspecStorage(Storage):
         out._fixed = True
         return out
 
+    def portable(self, directories) -> "FsspecStorage":
+        rels = [self._rel(d) for d in directories]
+        return self.subset([r for r in rels if r is not None])
+
     def error(self) -> StorageError | None:
         """The fatal error of the last listing (listing the root now if it never was)."""
         if self._listing is None and self._failed is None:

@@ -106,6 +106,11 @@ class Storage:
         """Whether `path` is a directory that may hold a run's event files."""
         raise NotImplementedError
 
+    def portable(self, directories) -> "Storage":
+        """This storage as a task reading `directories` elsewhere needs it (pickled small:
+        a remote storage keeps only their part of its listing)."""
+        return self
+
     def error(self) -> StorageError | None:
         """What keeps this storage from being read at all now (fatal), else None."""
         return None
