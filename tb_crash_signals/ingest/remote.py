@@ -25,6 +25,7 @@ from __future__ import annotations
 import errno
 import math
 import os
+import re
 import threading
 import time
 
@@ -114,7 +115,7 @@ class FsspecStorage(Storage):
         """The fsspec filesystem and the root's path in it (made on first use)."""
         if self._fs is None:
             try:
-                fs = _make_filesystem(self.protocol)
+                fs = _shared_filesystem(self.protocol)
                 root = fs._strip_protocol(self.url)
             except Exception as e:
                 raise translate(e, self.url, self.protocol) from None
@@ -327,6 +328,24 @@ def s3_endpoint() -> str | None:
         scheme = "http" if os.environ.get("S3_USE_HTTPS", "1") == "0" else "https"
         endpoint = f"{scheme}://{endpoint}"
     return endpoint
+
+
+_SETTINGS = re.compile(r"^(AWS_|S3_|GOOGLE_|GCE_|STORAGE_EMULATOR_HOST$|CLOUDSDK_|AZURE_|HADOOP_|FSSPEC_)")
+_FILESYSTEMS: dict = {}
+_FILESYSTEMS_LOCK = threading.Lock()
+
+
+def _shared_filesystem(protocol: str):
+    """One filesystem per protocol and settings in a process: making an S3 client costs
+    ~0.1-0.5 s, and every task of a worker reads through the same one. The settings
+    (the environment variables the backends read) are part of the key, so changed
+    credentials get a new client."""
+    key = (protocol, os.getpid(), tuple(sorted((k, v) for k, v in os.environ.items() if _SETTINGS.match(k))))
+    with _FILESYSTEMS_LOCK:
+        fs = _FILESYSTEMS.get(key)
+        if fs is None:
+            fs = _FILESYSTEMS[key] = _make_filesystem(protocol)
+        return fs
 
 
 def _make_filesystem(protocol: str):
