@@ -3,7 +3,7 @@
 CLI and the plugin in-process, e2e/ starts a real TensorBoard (and Chromium). Helpers live in
 support/ (on the path through pyproject's `pythonpath`)."""
 
-import os  # noqa: E402
+import os
 
 # No test may reach a cloud metadata service (169.254.169.254) looking for credentials:
 # Google's and AWS's clients probe it when nothing else is configured.
