@@ -94,13 +94,32 @@ def analyse_group(task: GroupTask) -> GroupResult:
     )
 
 
+def families(runs) -> list[list[str]]:
+    """`runs` in the groups `group_runs` decides on together: a run, the parent it may
+    join (`signals.family`), and so on transitively (a split that is itself a parent,
+    ``validation`` next to ``validation/train``, ties its parent and its children)."""
+    parent: dict[str, str] = {}
+
+    def find(x):
+        while parent.setdefault(x, x) != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for run in runs:
+        a, b = find(run), find(family(run))
+        if a != b:
+            parent[max(a, b)] = min(a, b)
+    groups: dict[str, list[str]] = {}
+    for run in sorted(runs):
+        groups.setdefault(find(run), []).append(run)
+    return [groups[k] for k in sorted(groups)]
+
+
 def plan_tasks(runs, workers: int, max_runs: int = MAX_RUNS_PER_TASK) -> list[tuple[str, ...]]:
     """`runs` cut into tasks of whole families: about TASKS_PER_WORKER per worker, each
     of at most `max_runs` runs (unless one family is bigger)."""
-    families: dict[str, list[str]] = {}
-    for run in sorted(runs):
-        families.setdefault(family(run), []).append(run)
-    groups = [families[k] for k in sorted(families)]
+    groups = families(runs)
     if not groups:
         return []
     per_task = max(1, min(max_runs, -(-len(runs) // max(1, workers * TASKS_PER_WORKER))))
