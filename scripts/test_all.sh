@@ -13,6 +13,8 @@ if [ ${#missing[@]} -gt 0 ]; then
   as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
+# [test] includes the remote-logdir stack: s3fs, gcsfs, dask.distributed, moto[server] (the S3
+# server the tests start), gcp-storage-emulator, and boto3 (TensorBoard's own s3:// loader).
 python3 -m pip install -q --disable-pip-version-check -e ".[test,hparams]"
 # The optional PyTorch helpers are tested for real (torch is not a dependency).
 python3 -c "import torch" 2>/dev/null || python3 -m pip install -q --disable-pip-version-check "torch==2.13.0"

@@ -42,6 +42,7 @@ class App {
       progress: null, // {analysed, pending, total} of the last `runs` answer
       autoSelected: true, // the selection was not picked by the user (it may move to a sick run)
       configError: null,
+      storageError: null,
       filter: '',
       selected: null,
       analysis: null,
@@ -121,6 +122,7 @@ class App {
     this.state.runs = rankRuns(Array.isArray(payload.runs) ? payload.runs : []);
     this.state.progress = progressOf(payload);
     this.state.configError = payload.config_error || null;
+    this.state.storageError = payload.storage_error || null;
     this.state.problems = Array.isArray(payload.problems) ? payload.problems.map(String) : [];
     this.state.fetchError = null;
     const before = this.state.selected;
@@ -355,6 +357,9 @@ class App {
     clear(this.banners);
     if (this.state.configError) {
       this.banners.appendChild(banner('error', `Configuration error: ${this.state.configError}`));
+    }
+    if (this.state.storageError) {
+      this.banners.appendChild(banner('error', `Cannot read the logdir's event files: ${this.state.storageError}`));
     }
     if (this.state.fetchError) this.banners.appendChild(banner('error', this.state.fetchError));
     const a = this.state.analysis;

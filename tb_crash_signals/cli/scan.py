@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import os
+import contextlib
 import re
 import sys
 
 from tb_crash_signals.cli.common import EXIT_FOUND, EXIT_OK, fail
+from tb_crash_signals.executors import default_jobs
 
 
 def add_parser(sub) -> None:
@@ -18,7 +19,11 @@ def add_parser(sub) -> None:
         epilog="exit codes: 0 nothing at or above --fail-on; 1 found; "
         "2 usage, config or I/O error",
     )
-    p.add_argument("logdir", metavar="LOGDIR", help="directory of event files (as for tensorboard --logdir)")
+    p.add_argument(
+        "logdir", metavar="LOGDIR",
+        help="directory of event files (as for tensorboard --logdir), or a URL such as s3://bucket/logs "
+        "or gs://bucket/logs (needs the [s3] or [gcs] extra; credentials as for the AWS or Google tools)",
+    )
     p.add_argument("--format", choices=("text", "json"), default="text", help="output format (default: text)")
     p.add_argument(
         "--fail-on", choices=("critical", "warning", "never"), default="critical",
@@ -33,6 +38,30 @@ def add_parser(sub) -> None:
         help="read each run's hyperparameters (TensorBoard hparams data, Lightning hparams.yaml, "
         "key=value run names) and state, per sweep folder, which ones the sick runs share",
     )
+    # -- fanning out (tb_crash_signals/fanout.py) --
+    p.add_argument(
+        "--jobs", "-j", metavar="N", type=_positive_int, default=None,
+        help=f"worker processes reading and analysing runs (default: this machine's cores, {default_jobs()}; "
+        "small logdirs are scanned in this process); the report is the same for any N",
+    )
+    p.add_argument(
+        "--executor", metavar="SPEC", default=None,
+        help="where the runs are read and analysed: 'local' (default: --jobs processes here) or "
+        "dask://HOST:PORT, the scheduler of a running Dask cluster (needs the [dask] extra here and "
+        "tb-crash-signals on its workers, which read the logdir themselves)",
+    )
+
+
+def _positive_int(text: str) -> int:
+    import argparse
+
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
 
 
 def _progress_printer():
@@ -77,17 +106,20 @@ def keep_freed_memory() -> None:
 
 
 def run(args) -> int:
-    from tb_crash_signals.analysis.config import ConfigError, config_for_logdir
+    from tb_crash_signals.analysis.config import ConfigError
+    from tb_crash_signals.cli.logdirs import LogdirError, logdir_config, open_logdir
+    from tb_crash_signals.executors import ExecutorError, executor_for
+    from tb_crash_signals.ingest.redact import redact
+    from tb_crash_signals.ingest.storage import StorageError
     from tb_crash_signals.report.formats import FORMATS
     from tb_crash_signals.scan import scan_logdir
 
     keep_freed_memory()
-    if not os.path.isdir(args.logdir):
-        return fail(f"{args.logdir}: not a directory")
     try:
-        config = config_for_logdir(args.logdir, args.config)
+        storage = open_logdir(args.logdir)
+        config = logdir_config(args.logdir, args.config, storage)
         config = config.with_selection(select=args.select, ignore=args.ignore)
-    except ConfigError as e:
+    except (ConfigError, LogdirError) as e:
         return fail(str(e))
     run_filter = None
     if args.run is not None:
@@ -95,11 +127,25 @@ def run(args) -> int:
             run_filter = re.compile(args.run)
         except re.error as e:
             return fail(f"--run: invalid regex {args.run!r}: {e}")
+    jobs = args.jobs if args.jobs is not None else default_jobs()
     try:
-        report = scan_logdir(args.logdir, config, run_filter, progress=_progress_printer(),
-                             by_hparams=args.by_hparams)
+        # --jobs 1 alone: the plain in-process scan (the reference the others equal); --by-hparams
+        # reads every run's tags here.
+        in_process = args.by_hparams or (args.executor is None and jobs == 1)
+        executor = None if in_process else executor_for(
+            args.executor, jobs, initializer=keep_freed_memory)
+    except ExecutorError as e:
+        return fail(str(e))
+    if args.by_hparams and "://" in args.logdir:
+        return fail(f"--by-hparams reads local logdirs only (got {redact(args.logdir)})")
+    try:
+        with executor or contextlib.nullcontext():
+            report = scan_logdir(args.logdir, config, run_filter, progress=_progress_printer(),
+                                 by_hparams=args.by_hparams, executor=executor, storage=storage)
+    except (ExecutorError, StorageError) as e:
+        return fail(str(e))
     except OSError as e:
-        return fail(f"{args.logdir}: {e.strerror or e}")
+        return fail(f"{redact(args.logdir)}: {redact(e.strerror or e)}")
     out = FORMATS[args.format]
     if args.by_hparams:
         from tb_crash_signals.report.formats import SWEEP_FORMATS

@@ -41,7 +41,8 @@ class CrashSignalsPlugin(base_plugin.TBPlugin):
         logdir = getattr(flags, "logdir", None) if flags is not None else None
         logdir = logdir or getattr(context, "logdir", None)
         spec = getattr(flags, "logdir_spec", None) if flags is not None else None
-        locator = RunLocator(logdir, spec)
+        reload_interval = getattr(flags, "reload_interval", 5.0) if flags is not None else 5.0
+        locator = RunLocator(logdir, spec, listing_interval=float(reload_interval or 0))
         explicit = getattr(flags, CONFIG_FLAG, None) if flags is not None else None
         hints = context.sampling_hints
         if hints is None and flags is not None:
