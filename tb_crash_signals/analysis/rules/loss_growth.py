@@ -20,6 +20,7 @@ from tb_crash_signals.analysis.stats import (
 from tb_crash_signals.analysis.streaming import InitialLevel, Level, Stream, StreamHit
 
 _GRAD = "loss-growth: grad norm trend"  # Channel.shared key of the grad-norm side
+_LR = "loss-growth: learning-rate trend"  # ... and of the learning rate's
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,6 +38,9 @@ class LossGrowthParams:
         1.25, "... or, while the grad norm climbs too (see `grad_rise`), at least this multiple ..."
     )
     z_with_grad: float = param(3.5, "... and this many noise units above it")
+    ratio_with_lr: float = param(
+        1.15, "... or, while the learning rate is still rising (see `lr_up`), at least this multiple"
+    )
     lost: float = param(
         0.1, "and the level must have lost at least this share of the progress from the initial level "
         "(the median of the first 10 points) to the best"
@@ -51,6 +55,9 @@ class LossGrowthParams:
     grad_rise: float = param(2.0, "the grad norm climbs when its level is this multiple of that minimum ...")
     grad_back: int = param(10, "... and `grad_up` x its level this many grad-norm points before", at_least=1)
     grad_up: float = param(1.1, "see `grad_back`")
+    lr_back: int = param(10, "the learning rate is rising when it is `lr_up` x its value this many LR points "
+                         "before (a ramp, a range test, a warm-up that overshoots)", at_least=1)
+    lr_up: float = param(1.2, "see `lr_back`", above=1.0)
     fit_window: int = param(10, "level points in the log-linear fit drawn and projected", at_least=3)
     target: float = param(2.0, "the fit projects when the level reaches this multiple of the best", above=0.0)
     consecutive: int = param(
@@ -64,9 +71,10 @@ class LossGrowthParams:
     cooldown: int = param(20, "points without a climb after which a new episode starts")
 
 
-def climbing(level, before, best, init, spread, noise, grad_rising, p: LossGrowthParams):
+def climbing(level, before, best, init, spread, noise, grad_rising, lr_rising, p: LossGrowthParams):
     """The decision at one loss point, from its level now and `smooth` points before: "with
-    grad", "alone" or False (shared by the batch rule and its stream)."""
+    grad" (the grad norm climbing or the learning rate rising with it), "alone" or False (shared
+    by the batch rule and its stream)."""
     if not (best > 0 and level > 0 and level > before) or noise >= p.max_noise:
         return False
     if init > best and level - best < p.lost * (init - best):
@@ -74,6 +82,8 @@ def climbing(level, before, best, init, spread, noise, grad_rising, p: LossGrowt
     r = level / best
     sd = 1.25 * spread / math.sqrt(p.smooth) if spread == spread else 0.0
     if bool(grad_rising) and r >= p.ratio_with_grad and math.log(r) > p.z_with_grad * sd:
+        return "with grad"
+    if bool(lr_rising) and r >= p.ratio_with_lr and math.log(r) > p.z_with_grad * sd:
         return "with grad"
     return "alone" if r >= p.ratio and math.log(r) > p.z * sd else False
 
@@ -112,8 +122,34 @@ def _describe(ep, p):
     return f"{head}; doubling every {fmt(f.doubling_steps)} steps, {when}"
 
 
-def _note(level, best, grad_rising) -> str:
-    return f"{fmt(level / best)}x its best level {fmt(best)}" + (", with the grad norm" if grad_rising else "")
+def _note(level, best, grad_rising, lr_rising) -> str:
+    why = ", with the grad norm" if grad_rising else ", with the learning rate still rising" if lr_rising else ""
+    return f"{fmt(level / best)}x its best level {fmt(best)}{why}"
+
+
+def _lr_rising(lr, p: LossGrowthParams) -> np.ndarray:
+    """For each learning-rate point: whether it is `lr_up` x its value `lr_back` points before."""
+    v = lr.values
+    out = np.zeros(v.shape[0], bool)
+    k = p.lr_back
+    if k < v.shape[0]:
+        with np.errstate(invalid="ignore"):
+            out[k:] = (v[k:] >= p.lr_up * v[:-k]) & (v[:-k] > 0)
+    return out
+
+
+class _LrTrend:
+    """The learning rate's side of the rule: whether it is rising, as of its last point."""
+
+    def __init__(self, p: LossGrowthParams):
+        self.p = p
+        self.values = collections.deque(maxlen=p.lr_back + 1)
+        self.rising = False
+
+    def push(self, v):
+        self.values.append(v)
+        back = self.values[0]
+        self.rising = bool(len(self.values) > self.p.lr_back and v >= self.p.lr_up * back and back > 0)
 
 
 def _grad_rising(g, p: LossGrowthParams) -> np.ndarray:
@@ -157,14 +193,18 @@ class _GradTrend:
 
 
 class LossGrowthStream(Stream):
-    hits = ("train_loss", "grad_norm")  # checked on the loss; the grad-norm side only follows
+    hits = ("train_loss", "grad_norm", "lr")  # checked on the loss; the other sides only follow
 
     def __init__(self, p, signal, channels):
         self.p = p
         self.signal = signal
         self.grad = channels["grad_norm"]
+        self.lr = channels["lr"]
         if signal == "grad_norm":
             self.trend = self.grad.shared.setdefault(_GRAD, _GradTrend(p))
+            return
+        if signal == "lr":
+            self.trend = self.lr.shared.setdefault(_LR, _LrTrend(p))
             return
         self.level = Level(p.smooth)
         self.best_level = Level(p.best_smooth)
@@ -177,7 +217,7 @@ class LossGrowthStream(Stream):
         self.run_with_grad = 0  # ... with the grad norm climbing too
 
     def check(self, i, step, v):
-        if self.signal == "grad_norm":
+        if self.signal != "train_loss":
             self.trend.push(v)
             return None
         p = self.p
@@ -189,19 +229,23 @@ class LossGrowthStream(Stream):
         self.levels.append(level)
         self.steps.append(step)
         hit = None
-        if i >= p.min_points and v - v == 0.0 and level >= p.ratio_with_grad * self.best and self.best > 0:
+        low = min(p.ratio_with_grad, p.ratio_with_lr)
+        if i >= p.min_points and v - v == 0.0 and level >= low * self.best and self.best > 0:
             recent = list(self.recent)
             trend = self.grad.shared.get(_GRAD)
             rising = trend is not None and trend.rising
+            lr_trend = self.lr.shared.get(_LR)
+            lr_rising = lr_trend is not None and lr_trend.rising
             levels = self.levels
             before = levels[-1 - p.smooth] if len(levels) > p.smooth else math.nan
             how = climbing(level, before, self.best, init, log_spread(recent[-p.spread_window:]),
-                           noise_decades(recent[-p.noise_window:]), rising, p)
+                           noise_decades(recent[-p.noise_window:]), rising, lr_rising, p)
             self.run = self.run + 1 if how else 0
             self.run_with_grad = self.run_with_grad + 1 if how == "with grad" else 0
             if self.run >= p.consecutive_alone or self.run_with_grad >= p.consecutive:
                 fit = projection(list(self.steps), list(levels)[-p.fit_window:], self.best, p)
-                hit = StreamHit(note=_note(level, self.best, how == "with grad"), fit=fit)
+                hit = StreamHit(note=_note(level, self.best, how == "with grad" and rising,
+                                           how == "with grad" and lr_rising), fit=fit)
         else:
             self.run = self.run_with_grad = 0
         self.initial.push(v)
@@ -211,7 +255,7 @@ class LossGrowthStream(Stream):
 
 @rule(
     code="CS202", symbol="loss-growth", family="growth", severity="critical",
-    signals=("train_loss", "grad_norm"), params=LossGrowthParams, describe=_describe, stream=LossGrowthStream,
+    signals=("train_loss", "grad_norm", "lr"), params=LossGrowthParams, describe=_describe, stream=LossGrowthStream,
     advice="the run is diverging before it crashes: lower the learning rate now (or stop the LR "
     "ramp), enable gradient clipping, and keep the checkpoint from before the climb",
 )
@@ -223,7 +267,9 @@ def loss_growth(data, p: LossGrowthParams, since=None):
     level's noise (`z`); or, while the grad norm climbs too (its level
     `grad_rise` x its minimum and still rising), `ratio_with_grad` x and
     `z_with_grad` units: the loss and the grad norm rising together is a
-    divergence, not a noisy batch. The level must be rising (above its value
+    divergence, not a noisy batch; so is the loss climbing while the learning
+    rate still rises (`lr_up` x over `lr_back` points: a ramp or range test
+    left running, a warm-up that overshoots). The level must be rising (above its value
     `smooth` points before: the slow recovery of a spike falls) for
     `consecutive` points in a row. The level must also have lost `lost` of
     the progress from the initial level, and the loss must not be pure noise
@@ -243,7 +289,7 @@ def loss_growth(data, p: LossGrowthParams, since=None):
     i0 = max(first - (max(p.consecutive, p.consecutive_alone) - 1), p.min_points)
     with np.errstate(invalid="ignore"):
         cand = np.flatnonzero(
-            (level[i0:] >= p.ratio_with_grad * best[i0:]) & (best[i0:] > 0) & np.isfinite(v[i0:])
+            (level[i0:] >= min(p.ratio_with_grad, p.ratio_with_lr) * best[i0:]) & (best[i0:] > 0) & np.isfinite(v[i0:])
         ) + i0
     if cand.size == 0:
         return
@@ -252,17 +298,22 @@ def loss_growth(data, p: LossGrowthParams, since=None):
     if g is not None and len(g):
         # The grad norm's last point before the loss's step (the monitor sees no later one).
         rising = value_at_or_before(g.steps, _grad_rising(g, p).astype(np.float64), s.steps[cand] - 1) > 0
+    lr = data.get("lr")
+    lr_rising = np.zeros(cand.size, bool)
+    if lr is not None and len(lr):
+        # The learning rate is logged before the loss at a step (the monitor's order): its point at the step counts.
+        lr_rising = value_at_or_before(lr.steps, _lr_rising(lr, p).astype(np.float64), s.steps[cand]) > 0
     hits, fits, notes = [], {}, {}
     w = p.fit_window
     run = run_with_grad = 0  # climbing points in a row (with the grad norm), ending at point `last`
     last = -2
-    for i, grad_up in zip(cand.tolist(), rising.tolist()):
+    for i, grad_up, lr_up in zip(cand.tolist(), rising.tolist(), lr_rising.tolist()):
         before = v[max(i - max(p.spread_window, p.noise_window), 0) : i]
         spread = log_spread(before[-p.spread_window:])
         noise = noise_decades(before[-p.noise_window:])
         init_i = init if i > known_after else math.nan
         before_level = float(level[i - p.smooth]) if i >= p.smooth else math.nan
-        how = climbing(float(level[i]), before_level, float(best[i]), init_i, spread, noise, grad_up, p)
+        how = climbing(float(level[i]), before_level, float(best[i]), init_i, spread, noise, grad_up, lr_up, p)
         if last != i - 1:
             run = run_with_grad = 0
         last = i
@@ -274,7 +325,8 @@ def loss_growth(data, p: LossGrowthParams, since=None):
             lo = max(i - w + 1, 0)
             fit = projection(s.steps[lo : i + 1], level[lo : i + 1], float(best[i]), p)
             hits.append(i)
-            notes[i] = _note(float(level[i]), float(best[i]), how == "with grad")
+            notes[i] = _note(float(level[i]), float(best[i]), how == "with grad" and grad_up,
+                             how == "with grad" and lr_up)
             if fit is not None:
                 fits[i] = fit
     if hits:

@@ -116,7 +116,8 @@ class Recovery:
         self.seen += 1
         if v <= self.level and math.isfinite(v):
             kind = "fast" if self.seen - 1 < _FAST else "slow"
-            self.note = f"{kind} recovery in {int(step) - int(self.start_step)} steps"
+            took = int(step) - int(self.start_step)
+            self.note = f"{kind} recovery in {took} step{'s' if took != 1 else ''}"
             self.done = True
             return self.note
         if self.seen >= _RECOVERY_LIMIT:
