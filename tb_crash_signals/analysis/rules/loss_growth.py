@@ -8,7 +8,16 @@ import math
 
 import numpy as np
 
-from tb_crash_signals.analysis.rules.base import Fit, Hits, fmt, param, rule, since_index
+from tb_crash_signals.analysis.rules.base import (
+    Fit,
+    Hits,
+    fmt,
+    max_noise_param,
+    noise_window_param,
+    param,
+    rule,
+    since_index,
+)
 from tb_crash_signals.analysis.stats import (
     initial_level,
     linear_fit,
@@ -56,10 +65,8 @@ class LossGrowthParams:
         "(the median of the first 10 points) to the best"
     )
     spread_window: int = param(50, "trailing points whose log spread is the loss's noise", at_least=2)
-    noise_window: int = param(200, "trailing points whose quartiles tell whether the loss is pure noise", at_least=2)
-    max_noise: float = param(
-        0.5, "no alarm on a loss whose quartiles over `noise_window` are this many decades apart (tiny batches)"
-    )
+    noise_window: int = noise_window_param()
+    max_noise: float = max_noise_param("alarm")
     grad_smooth: int = param(9, "trailing grad-norm points whose median is its level", at_least=1)
     grad_warmup: int = param(20, "grad-norm points before its level's minimum is tracked (its early transient)")
     grad_rise: float = param(2.0, "the grad norm climbs when its level is this multiple of that minimum ...")
