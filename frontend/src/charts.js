@@ -13,7 +13,7 @@ function alpha(hex, a) {
   return `rgba(${(n >> 16) & 255}, ${(n >> 8) & 255}, ${n & 255}, ${a})`;
 }
 
-function axis(format, size, pal, log = false) {
+function axis(format, size, pal, log = false, t = null) {
   const a = {
     stroke: pal.axis,
     font: FONT,
@@ -26,8 +26,11 @@ function axis(format, size, pal, log = false) {
   if (log) {
     // Our own splits: decades (every k-th when crowded), 1-2-5 steps or spread values on narrow
     // ranges, so any range from 1e-12 to 1e38 gets labelled ticks and a grid.
-    a.splits = (u, ai, min, max) => logSplits(min, max, Math.max(2, Math.floor(u.bbox.height / devicePx() / 22)));
-    a.values = (u, splits) => splits.map(fmtLog);
+    a.splits = (u, ai, min, max) =>
+      logSplits(10 ** min, 10 ** max, Math.max(2, Math.floor(u.bbox.height / devicePx() / 22))).map(Math.log10);
+    a.values = (u, splits) => splits.map((v) => fmtLog(10 ** v));
+  } else if (t && t.factor !== 1) {
+    a.values = (u, splits, ai, space, incr) => format(splits.map(t.bwd), incr * t.factor);
   }
   return a;
 }
@@ -36,18 +39,42 @@ function devicePx() {
   return (typeof devicePixelRatio === 'number' && devicePixelRatio) || 1;
 }
 
-/** y range covering the data plus reference values (threshold, healthy band) that must show. */
-function yRange(log, extras) {
+/**
+ * The chart's y transform. uPlot finds no tick increment for values of 1e17 and more (its axes
+ * vanish on a diverged run), so log charts plot log10(v) on a linear scale and linear charts with
+ * huge values plot v / 10^k; axis labels, legend and overlays map back.
+ */
+export function yTransform(log, columns) {
+  if (log) return {log: true, factor: 1, fwd: (v) => Math.log10(v), bwd: (v) => 10 ** v};
+  let big = 0;
+  for (const col of columns) for (const v of col) if (v !== null && Math.abs(v) > big) big = Math.abs(v);
+  const k = big > 1e12 ? Math.ceil(Math.log10(big)) - 12 : 0;
+  const factor = 10 ** k;
+  return {log: false, factor, fwd: (v) => v / factor, bwd: (v) => v * factor};
+}
+
+function transformed(data, t) {
+  return data.map((col, i) => (i === 0 ? col : col.map((v) => (v === null || v === undefined ? null : t.fwd(v)))));
+}
+
+/** y range (in scale units) covering the data plus reference values (threshold, healthy band) that must show. */
+function yRange(t, extras) {
   return (u, dmin, dmax) => {
     let lo = dmin;
     let hi = dmax;
     for (const v of extras) {
-      if (v === null || v === undefined || !Number.isFinite(v) || (log && v <= 0)) continue;
-      lo = lo === null || lo === undefined ? v : Math.min(lo, v);
-      hi = hi === null || hi === undefined ? v : Math.max(hi, v);
+      if (v === null || v === undefined || !Number.isFinite(v) || (t.log && v <= 0)) continue;
+      const x = t.fwd(v);
+      lo = lo === null || lo === undefined ? x : Math.min(lo, x);
+      hi = hi === null || hi === undefined ? x : Math.max(hi, x);
     }
-    if (lo === null || lo === undefined || hi === null || hi === undefined) return log ? [0.1, 10] : [0, 1];
-    if (log) return uPlot.rangeLog(lo, hi, 10, false);
+    if (lo === null || lo === undefined || hi === null || hi === undefined) return t.log ? [-1, 1] : [0, 1];
+    if (t.log) {
+      // whole decades, as uPlot's own log ranges
+      const a = Math.floor(lo + 1e-9);
+      const b = Math.ceil(hi - 1e-9);
+      return b > a ? [a, b] : [a, a + 1];
+    }
     return uPlot.rangeNum(lo, hi, 0.1, true);
   };
 }
@@ -60,7 +87,11 @@ function yRange(log, extras) {
 export function makeChart(target, spec, ctx) {
   const {analysis, log} = ctx;
   const pal = PALETTES[ctx.theme] || PALETTES.light;
-  const {data, cols, band} = chartData(analysis, spec, {smoothing: ctx.smoothing, log, extent: ctx.extent});
+  const shaped = chartData(analysis, spec, {smoothing: ctx.smoothing, log, extent: ctx.extent});
+  const {cols, band} = shaped;
+  const t = yTransform(log, shaped.data.slice(1));
+  const data = transformed(shaped.data, t);
+  const shown = (u, v) => fmtNum(v === null || v === undefined ? v : t.bwd(v));
 
   const series = [{label: 'step', value: (u, v) => (v === null ? '–' : fmtStep(v))}];
   const hidden = [];
@@ -76,7 +107,7 @@ export function makeChart(target, spec, ctx) {
         width: 1,
         spanGaps: true,
         points: {show: false},
-        value: (u, v) => fmtNum(v),
+        value: shown,
       });
     } else if (c.role === 'smooth') {
       const sparse = (analysis.series[c.signal]?.steps?.length || 0) < 120;
@@ -87,7 +118,7 @@ export function makeChart(target, spec, ctx) {
         dash: isVal ? [6, 3] : undefined,
         spanGaps: true,
         points: {show: sparse, size: isVal ? 5 : 4, fill: color},
-        value: (u, v) => fmtNum(v),
+        value: shown,
       });
     } else {
       hidden.push(i + 1);
@@ -106,12 +137,12 @@ export function makeChart(target, spec, ctx) {
   const threshold = (analysis.thresholds || {})[spec.signals[0]];
   if (threshold !== undefined && threshold !== null) {
     extras.push(threshold);
-    plugins.push(thresholdPlugin({value: threshold, label: `threshold ${fmtNum(threshold)}`, color: pal.fit}));
+    plugins.push(thresholdPlugin({value: threshold, label: `threshold ${fmtNum(threshold)}`, color: pal.fit, fwd: t.fwd}));
   }
   const hb = (analysis.bands || {})[spec.signals[0]];
   if (Array.isArray(hb) && hb.length === 2) {
     extras.push(hb[0], hb[1]);
-    plugins.push(hbandPlugin({lo: hb[0], hi: hb[1], fill: pal.band, edge: pal.bandEdge}));
+    plugins.push(hbandPlugin({lo: hb[0], hi: hb[1], fill: pal.band, edge: pal.bandEdge, fwd: t.fwd}));
   }
 
   // Story-first: a crashed run opens on the values before the crash (and the fit up to its crossing).
@@ -122,11 +153,12 @@ export function makeChart(target, spec, ctx) {
   const clipped = story ? clippedPoints(raw, story.min, story.max) : null;
   if (clipped) plugins.push(clipPlugin({points: clipped.points, color: pal.clip}));
 
-  if (chartFits.length) plugins.push(fitPlugin({fits: chartFits, color: pal.fit, halo: pal.card}));
+  if (chartFits.length) plugins.push(fitPlugin({fits: chartFits, color: pal.fit, halo: pal.card, fwd: t.fwd}));
   if (marks.length) plugins.push(nonfinitePlugin({marks, color: pal.nonfinite}));
   const incidents = (analysis.incidents || []).map((inc, index) => ({inc, index}));
   plugins.push(incidentsPlugin({
     incidents,
+    episodes: analysis.episodes || [],
     labelled: (inc) => chartIdFor(inc.signal, ctx.charts) === spec.id || (!chartIdFor(inc.signal, ctx.charts) && spec === ctx.charts[0]),
     extent: ctx.extent,
     onSelect: ctx.onSelectIncident,
@@ -134,18 +166,26 @@ export function makeChart(target, spec, ctx) {
 
   const markScale = (u) => {
     // test hook: the y range drawn, and whether it is the story-first one
-    target.setAttribute('data-y-min', String(u.scales.y.min));
-    target.setAttribute('data-y-max', String(u.scales.y.max));
+    target.setAttribute('data-y-min', String(t.bwd(u.scales.y.min)));
+    target.setAttribute('data-y-max', String(t.bwd(u.scales.y.max)));
     target.setAttribute('data-y-story', story ? '1' : '0');
+  };
+  const yAxis = axis(fmtTicks, 56, pal, log, t);
+  const yValues = yAxis.values;
+  yAxis.values = (...args) => {
+    const labels = yValues(...args);
+    // test hook: the y tick labels drawn (they are canvas text)
+    target.setAttribute('data-y-ticks', JSON.stringify(labels.filter((l) => l !== null && l !== undefined)));
+    return labels;
   };
   const opts = {
     width: ctx.width,
     height: ctx.height,
     scales: {
       x: {time: false},
-      y: {distr: log ? 3 : 1, log: 10, range: story ? () => [story.min, story.max] : yRange(log, extras)},
+      y: {distr: 1, range: story ? () => [t.fwd(story.min), t.fwd(story.max)] : yRange(t, extras)},
     },
-    axes: [axis((splits) => splits.map(fmtStepAxis), 28, pal), axis(fmtTicks, 56, pal, log)],
+    axes: [axis((splits) => splits.map(fmtStepAxis), 28, pal), yAxis],
     series,
     bands: band ? [{series: band, fill: pal.gap}] : [],
     cursor: {
@@ -183,6 +223,7 @@ export function makeChart(target, spec, ctx) {
   u._csSpec = spec;
   u._csCols = cols;
   u._csStory = story;
+  u._csT = t;
   u._csPeak = clipped ? clipped.peak : null;
   return u;
 }
@@ -190,7 +231,7 @@ export function makeChart(target, spec, ctx) {
 /** Recomputes a chart's data (new smoothing) without touching its scales or overlays. */
 export function updateChartData(u, analysis, spec, {smoothing, log, extent}) {
   const {data} = chartData(analysis, spec, {smoothing, log, extent});
-  u.setData(data, false);
+  u.setData(transformed(data, u._csT), false);
   u.redraw(false, true);
 }
 

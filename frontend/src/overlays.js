@@ -1,12 +1,16 @@
 // uPlot plugins, one per overlay kind. Each is a factory taking its data through its options and
 // returning {hooks} (uPlot.d.ts `Plugin`). Canvas overlays draw in the `draw`/`drawAxes` hooks,
 // clipped to u.bbox, in device pixels; DOM overlays live in u.over and are re-placed in
-// drawClear/setScale. Text reaches the DOM through textContent and attributes only.
+// drawClear/setScale. Text reaches the DOM through textContent and attributes only. Overlays with a y
+// take `fwd` (data value -> y-scale value): charts plot log10 of the values on log charts.
 
 import {episodeBox, fitLine, fitLabel, severityOf} from './model.js';
 import {fmtNum, fmtSpan, fmtStep} from './format.js';
 
 const FONT = 'Roboto, "Helvetica Neue", Arial, sans-serif';
+
+// `fwd`: data value -> the chart's y-scale value (charts.js plots log10 on log charts).
+const identity = (v) => v;
 
 function pxr() {
   return (typeof devicePixelRatio === 'number' && devicePixelRatio) || 1;
@@ -36,7 +40,7 @@ function plotWidth(u) {
  * the top edge that selects it. One span per incident, however many episodes it gathers.
  * opts.incidents: [{inc, index}] (index into the run's incidents, exposed as data-incident).
  */
-export function incidentsPlugin({incidents = [], labelled = () => true, extent = null, onSelect = null} = {}) {
+export function incidentsPlugin({incidents = [], episodes = [], labelled = () => true, extent = null, onSelect = null} = {}) {
   let items = null;
 
   function create(u) {
@@ -66,8 +70,19 @@ export function incidentsPlugin({incidents = [], labelled = () => true, extent =
         }
         el.appendChild(label);
       }
+      // Repeated events (spikes): no wash over the whole span, a tick at each occurrence instead.
+      const steps = inc.occurrences > 1
+        ? [...new Set((inc.episodes || []).map((i) => episodes[i] && episodes[i].start_step).filter((v) => v != null))]
+        : [];
+      const ticks = steps.map((step) => {
+        const t = document.createElement('div');
+        t.className = 'cs-inc-occurrence';
+        el.appendChild(t);
+        return {step, t};
+      });
+      el.classList.toggle('cs-inc-repeated', ticks.length > 0);
       u.over.appendChild(el);
-      return {inc, el, label};
+      return {inc, el, label, ticks};
     });
   }
 
@@ -75,7 +90,7 @@ export function incidentsPlugin({incidents = [], labelled = () => true, extent =
     if (!items) create(u);
     const w = plotWidth(u);
     const lanes = [];
-    for (const {inc, el, label} of items) {
+    for (const {inc, el, label, ticks} of items) {
       const end = inc.open && extent ? Math.max(extent.max, inc.end_step ?? inc.start_step) : inc.end_step ?? inc.start_step;
       const x0 = u.valToPos(inc.start_step, 'x');
       const x1 = u.valToPos(end, 'x');
@@ -85,6 +100,7 @@ export function incidentsPlugin({incidents = [], labelled = () => true, extent =
       el.classList.toggle('cs-inc-tick', box.kind === 'tick');
       el.style.left = `${box.left}px`;
       el.style.width = `${box.width}px`;
+      for (const {step, t} of ticks) t.style.left = `${u.valToPos(step, 'x') - box.left}px`;
       if (!label) continue;
       // Labels that would overlap go to the next lane down; a label near the right edge grows leftwards.
       const width = 7 * label.textContent.length + 10;
@@ -143,7 +159,7 @@ export function clipPlugin({points = [], color = '#6a1b9a'} = {}) {
  * Growth fits: the fitted window solid, its extension to the projected threshold crossing dashed,
  * and a DOM label "explodes in ~N steps" (data-fit, data-projected-step) at the crossing.
  */
-export function fitPlugin({fits = [], color = '#c62828', halo = '#fff', scale = 'y'} = {}) {
+export function fitPlugin({fits = [], color = '#c62828', halo = '#fff', scale = 'y', fwd = identity} = {}) {
   const lines = fits.map((fit) => ({fit, line: fitLine(fit)}));
   let labels = null;
 
@@ -159,7 +175,7 @@ export function fitPlugin({fits = [], color = '#c62828', halo = '#fff', scale = 
           for (let i = 0; i <= 24; i++) {
             const st = a + ((b - a) * i) / 24;
             const v = fit.start_value * Math.exp(fit.growth_per_step * (st - fit.start_step));
-            out.push([u.valToPos(st, 'x', true), u.valToPos(v, scale, true)]);
+            out.push([u.valToPos(st, 'x', true), u.valToPos(fwd(v), scale, true)]);
           }
           return out;
         };
@@ -177,7 +193,7 @@ export function fitPlugin({fits = [], color = '#c62828', halo = '#fff', scale = 
         if (fit.projected_step !== null && fit.projected_step !== undefined) {
           const last = line.steps.length - 1;
           const x = u.valToPos(line.steps[last], 'x', true);
-          const y = u.valToPos(line.values[last], scale, true);
+          const y = u.valToPos(fwd(line.values[last]), scale, true);
           ctx.fillStyle = halo;
           ctx.beginPath();
           ctx.arc(x, y, 4 * r, 0, 2 * Math.PI);
@@ -218,7 +234,7 @@ export function fitPlugin({fits = [], color = '#c62828', halo = '#fff', scale = 
       }
       const last = line.steps.length - 1;
       const x = u.valToPos(line.steps[last], 'x');
-      const y = u.valToPos(line.values[last], scale);
+      const y = u.valToPos(fwd(line.values[last]), scale);
       const visible = x >= -1 && x <= w + 1;
       el.style.display = visible ? '' : 'none';
       const right = x > w - 140;
@@ -238,7 +254,7 @@ export function fitPlugin({fits = [], color = '#c62828', halo = '#fff', scale = 
 }
 
 /** A horizontal reference line (e.g. the explosion threshold) with a label at its right end. */
-export function thresholdPlugin({value, label = '', color = '#c62828', scale = 'y'} = {}) {
+export function thresholdPlugin({value, label = '', color = '#c62828', scale = 'y', fwd = identity} = {}) {
   return {
     hooks: {
       draw: [
@@ -246,7 +262,7 @@ export function thresholdPlugin({value, label = '', color = '#c62828', scale = '
           if (value === null || value === undefined) return;
           const r = pxr();
           withClip(u, (ctx, bb) => {
-            const y = Math.round(u.valToPos(value, scale, true)) + 0.5;
+            const y = Math.round(u.valToPos(fwd(value), scale, true)) + 0.5;
             ctx.strokeStyle = color;
             ctx.lineWidth = 1 * r;
             ctx.setLineDash([2 * r, 3 * r]);
@@ -271,7 +287,7 @@ export function thresholdPlugin({value, label = '', color = '#c62828', scale = '
 }
 
 /** A shaded horizontal band between two values (e.g. the healthy update-ratio range). */
-export function hbandPlugin({lo, hi, fill = 'rgba(46, 125, 50, 0.08)', edge = 'rgba(46, 125, 50, 0.35)', scale = 'y'} = {}) {
+export function hbandPlugin({lo, hi, fill = 'rgba(46, 125, 50, 0.08)', edge = 'rgba(46, 125, 50, 0.35)', scale = 'y', fwd = identity} = {}) {
   return {
     hooks: {
       drawAxes: [
@@ -280,8 +296,8 @@ export function hbandPlugin({lo, hi, fill = 'rgba(46, 125, 50, 0.08)', edge = 'r
           const r = pxr();
           withClip(u, (ctx, bb) => {
             // a one-sided band (only a low or only a high limit) runs to the plot's edge
-            const y0 = hi == null ? bb.top : u.valToPos(hi, scale, true);
-            const y1 = lo == null ? bb.top + bb.height : u.valToPos(lo, scale, true);
+            const y0 = hi == null ? bb.top : u.valToPos(fwd(hi), scale, true);
+            const y1 = lo == null ? bb.top + bb.height : u.valToPos(fwd(lo), scale, true);
             ctx.fillStyle = fill;
             ctx.fillRect(bb.left, y0, bb.width, y1 - y0);
             ctx.strokeStyle = edge;
