@@ -226,6 +226,7 @@ export function fitPlugin({fits = [], color = '#c62828', halo = '#fff', scale = 
       });
     }
     const w = plotWidth(u);
+    const placed = [];
     lines.forEach(({line}, i) => {
       const el = labels[i];
       if (!line.steps.length) {
@@ -238,8 +239,13 @@ export function fitPlugin({fits = [], color = '#c62828', halo = '#fff', scale = 
       const visible = x >= -1 && x <= w + 1;
       el.style.display = visible ? '' : 'none';
       const right = x > w - 140;
+      const left = right ? x - 8 - 130 : x + 8;
+      // two fits crossing near each other: the later label moves down a line
+      let top = Math.max(0, y);
+      while (placed.some((p) => Math.abs(p.top - top) < 17 && Math.abs(p.left - left) < 130)) top += 17;
+      placed.push({top, left});
       el.style.left = `${right ? x - 8 : x + 8}px`;
-      el.style.top = `${Math.max(0, y)}px`;
+      el.style.top = `${top}px`;
       el.classList.toggle('cs-fit-label-left', right);
     });
   }
