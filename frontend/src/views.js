@@ -137,7 +137,7 @@ export function timeSeriesLink(href, title, text = 'Time Series ↗') {
 
 const MANY_EPISODES = 4; // an incident with more episodes than this starts collapsed
 
-function episodeRow(ep, index, {rules, onZoom, onReset}) {
+function episodeRow(ep, index, {rules, onZoom, onReset, linkFor}) {
   const sev = ['critical', 'warning', 'info'].includes(ep.severity) ? ep.severity : 'warning';
   const desc = rules && rules[ep.code] ? rules[ep.code].description : null;
   return el(
@@ -174,6 +174,7 @@ function episodeRow(ep, index, {rules, onZoom, onReset}) {
       el('td', {class: 'cs-msg'}, [
         el('div', {class: 'cs-message', text: ep.message || ''}),
         ep.advice ? el('div', {class: 'cs-advice', text: `→ ${ep.advice}`}) : null,
+        linkFor ? linkFor({signal: ep.signal, episodes: []}) : null,
       ]),
     ],
   );
@@ -254,11 +255,11 @@ export function findingsTable(analysis, {rules, onZoom, onZoomIncident, onReset,
         ]),
       ],
     ));
-    for (const i of mine) tbody.appendChild(episodeRow(episodes[i], i, {rules, onZoom, onReset}));
+    for (const i of mine) tbody.appendChild(episodeRow(episodes[i], i, {rules, onZoom, onReset, linkFor}));
     bodies.push(tbody);
   });
   const rest = episodes.map((ep, i) => i).filter((i) => !claimed.has(i));
-  if (rest.length) bodies.push(el('tbody', {}, rest.map((i) => episodeRow(episodes[i], i, {rules, onZoom, onReset}))));
+  if (rest.length) bodies.push(el('tbody', {}, rest.map((i) => episodeRow(episodes[i], i, {rules, onZoom, onReset, linkFor}))));
   return el('section', {class: 'cs-card cs-findings'}, [
     el('div', {class: 'cs-card-head'}, [
       el('span', {class: 'cs-card-title', text: incidents.length ? `Findings · ${plural(incidents.length, 'incident')}` : 'Findings'}),
