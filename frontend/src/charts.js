@@ -8,6 +8,10 @@ import {PALETTES} from './theme.js';
 
 const FONT = '11px Roboto, "Helvetica Neue", Arial, sans-serif';
 
+// Steps are whole numbers: x ticks every 1, 2, 5 × 10^k steps (not 2.5, which labels round to 3).
+const STEP_INCRS = [];
+for (let e = 0; e <= 12; e++) for (const m of [1, 2, 5]) STEP_INCRS.push(m * 10 ** e);
+
 function alpha(hex, a) {
   const n = parseInt(hex.slice(1), 16);
   return `rgba(${(n >> 16) & 255}, ${(n >> 8) & 255}, ${n & 255}, ${a})`;
@@ -185,7 +189,7 @@ export function makeChart(target, spec, ctx) {
       x: {time: false},
       y: {distr: 1, range: story ? () => [t.fwd(story.min), t.fwd(story.max)] : yRange(t, extras)},
     },
-    axes: [axis((splits) => splits.map(fmtStepAxis), 28, pal), yAxis],
+    axes: [{...axis((splits) => splits.map(fmtStepAxis), 28, pal), incrs: STEP_INCRS}, yAxis],
     series,
     bands: band ? [{series: band, fill: pal.gap}] : [],
     cursor: {
