@@ -6,6 +6,7 @@
 import './sweep.css';
 
 import {el, clear} from './dom.js';
+import {plural} from './format.js';
 import {fmtValue, sweepRows} from './sweepmodel.js';
 
 const HEALTH_TEXT = {critical: 'critical', warning: 'warning', ok: 'ok', no_signals: 'no signals', pending: 'pending'};
@@ -64,7 +65,7 @@ export class SweepView {
     card.appendChild(
       el('div', {class: 'cs-card-head'}, [
         el('span', {class: 'cs-card-title', text: sweep.sweep === '.' ? 'logdir' : sweep.sweep, title: sweep.sweep}),
-        el('span', {class: 'cs-muted', text: `${sweep.runs.length} runs · ${counts.critical} critical · ${counts.warning} warning · ${counts.ok} ok`}),
+        el('span', {class: 'cs-muted', text: `${plural(sweep.runs.length, 'run')} · ${counts.critical} critical · ${plural(counts.warning, 'warning')} · ${counts.ok} ok`}),
       ]),
     );
     const statements = Array.isArray(sweep.statements) ? sweep.statements : [];

@@ -17,14 +17,19 @@ def add_parser(sub) -> None:
         description="Analyse every run under LOGDIR at full resolution (every logged step) "
         "and report warning/critical episodes per run, sick runs first.",
         epilog="exit codes: 0 nothing at or above --fail-on; 1 found; "
-        "2 usage, config or I/O error",
+        "2 usage, config or I/O error, or no runs under LOGDIR",
     )
     p.add_argument(
         "logdir", metavar="LOGDIR",
         help="directory of event files (as for tensorboard --logdir), or a URL such as s3://bucket/logs "
         "or gs://bucket/logs (needs the [s3] or [gcs] extra; credentials as for the AWS or Google tools)",
     )
-    p.add_argument("--format", choices=("text", "json"), default="text", help="output format (default: text)")
+    p.add_argument(
+        "--format", choices=("text", "json", "github"), default="text",
+        help="output format: text (default), json (the report document), github (one GitHub Actions "
+        "annotation per incident: ::error for critical, ::warning for warning)",
+    )
+    p.add_argument("--verbose", "-v", action="store_true", help="text: every episode beneath its incident")
     p.add_argument(
         "--fail-on", choices=("critical", "warning", "never"), default="critical",
         help="exit 1 when an episode of this severity or worse is found (default: critical)",
@@ -105,6 +110,23 @@ def keep_freed_memory() -> None:
         pass
 
 
+def _no_runs_message(args, storage) -> str:
+    """Why a scan found nothing: a CI job pointed at a wrong path must not pass quietly."""
+    from tb_crash_signals.ingest.reader import discover_runs
+    from tb_crash_signals.ingest.redact import redact
+
+    where = redact(args.logdir)
+    try:
+        found = discover_runs(args.logdir, storage)
+    except Exception:  # only the wording of the error line depends on it
+        found = []
+    if found and args.run is not None:
+        return f"no run under {where} matches --run {args.run!r}"
+    if found:
+        return f"no scalar data in the TensorBoard event files under {where}"
+    return f"no TensorBoard event files under {where}"
+
+
 def run(args) -> int:
     from tb_crash_signals.analysis.config import ConfigError
     from tb_crash_signals.cli.logdirs import LogdirError, logdir_config, open_logdir
@@ -146,10 +168,12 @@ def run(args) -> int:
         return fail(str(e))
     except OSError as e:
         return fail(f"{redact(args.logdir)}: {redact(e.strerror or e)}")
+    if not report["runs"]:
+        return fail(_no_runs_message(args, storage))
     out = FORMATS[args.format]
     if args.by_hparams:
         from tb_crash_signals.report.formats import SWEEP_FORMATS
 
         out = SWEEP_FORMATS[args.format]
-    sys.stdout.write(out.format(report))
+    sys.stdout.write(out.format(report, verbose=args.verbose))
     return exit_code(report, args.fail_on)
