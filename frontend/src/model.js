@@ -130,7 +130,21 @@ export function countsOf(entry) {
   const c = {warning: 0, critical: 0};
   for (const ep of entry.episodes || []) {
     if (ep.severity === 'critical') c.critical += 1;
-    else c.warning += 1;
+    else if (ep.severity === 'warning') c.warning += 1;
+  }
+  return c;
+}
+
+/** Incidents per severity (the stories), or null when the entry predates incidents. */
+export function incidentCountsOf(entry) {
+  if (entry.incident_counts) {
+    return {warning: entry.incident_counts.warning || 0, critical: entry.incident_counts.critical || 0};
+  }
+  if (!Array.isArray(entry.incidents)) return null;
+  const c = {warning: 0, critical: 0};
+  for (const inc of entry.incidents) {
+    if (inc.severity === 'critical') c.critical += 1;
+    else if (inc.severity === 'warning') c.warning += 1;
   }
   return c;
 }

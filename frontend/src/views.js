@@ -2,7 +2,7 @@
 
 import {el} from './dom.js';
 import {fmtNum, fmtSpan, fmtStep, plural} from './format.js';
-import {countsOf, headlineOf, HEALTH_LABEL, isPending, severityOf, SIGNAL_LABEL, tomlSnippet} from './model.js';
+import {countsOf, headlineOf, incidentCountsOf, HEALTH_LABEL, isPending, severityOf, SIGNAL_LABEL, tomlSnippet} from './model.js';
 
 const HEALTH_GLYPH = {critical: '◆', warning: '▲', pending: '◌', ok: '●', no_signals: '○'};
 
@@ -27,8 +27,12 @@ export function runListItem(entry, {selected, onSelect}) {
     // A sick run whose newest steps are still being analysed: its findings stand.
     meta.push(el('span', {class: 'cs-run-updating', text: '⟳', title: 'analysing its newest steps…'}));
   }
-  if (c.warning) meta.push(el('span', {class: 'cs-count cs-count-warning', text: `${c.warning}▲`, title: plural(c.warning, 'warning')}));
-  if (c.critical) meta.push(el('span', {class: 'cs-count cs-count-critical', text: `${c.critical}◆`, title: plural(c.critical, 'critical finding')}));
+  // The stories when the server tells them (a dozen spikes are one), else the findings.
+  const stories = incidentCountsOf(entry);
+  const n = stories || c;
+  const what = stories ? ['warning incident', 'critical incident'] : ['warning', 'critical finding'];
+  if (n.warning) meta.push(el('span', {class: 'cs-count cs-count-warning', text: `${n.warning}▲`, title: plural(n.warning, what[0])}));
+  if (n.critical) meta.push(el('span', {class: 'cs-count cs-count-critical', text: `${n.critical}◆`, title: plural(n.critical, what[1])}));
   if (entry.first_critical_step !== null && entry.first_critical_step !== undefined) {
     meta.push(el('span', {class: 'cs-first', text: fmtStep(entry.first_critical_step), title: 'first critical step'}));
   }

@@ -1,7 +1,7 @@
 import {test} from 'node:test';
 import assert from 'node:assert/strict';
 import {
-  rankRuns, filterRuns, defaultSelection, countsOf, headlineOf, smoothEMA, canLog, unionSteps, alignTo,
+  rankRuns, filterRuns, defaultSelection, countsOf, incidentCountsOf, headlineOf, smoothEMA, canLog, unionSteps, alignTo,
   presentCharts, chartIdFor, stepExtent, chartData, fitLine, fitLabel, episodeBox, nonfiniteMarks,
   zoomRange, episodeTitle, tomlString, tomlSnippet, CHARTS, wideRange, isPending, progressOf, pickSelection,
   progressText,
@@ -90,6 +90,13 @@ test('countsOf: from counts or from episodes', () => {
   assert.deepEqual(countsOf({counts: {warning: 3, critical: 1}}), {warning: 3, critical: 1});
   assert.deepEqual(countsOf({counts: {}}), {warning: 0, critical: 0});
   assert.deepEqual(countsOf({episodes: [{severity: 'critical'}, {severity: 'warning'}, {severity: 'warning'}]}), {warning: 2, critical: 1});
+  assert.deepEqual(countsOf({episodes: [{severity: 'info'}, {severity: 'warning'}]}), {warning: 1, critical: 0});
+});
+
+test('incidentCountsOf: from incident_counts, from incidents, or null before incidents', () => {
+  assert.deepEqual(incidentCountsOf({incident_counts: {info: 2, warning: 1, critical: 1}}), {warning: 1, critical: 1});
+  assert.deepEqual(incidentCountsOf({incidents: [{severity: 'critical'}, {severity: 'info'}]}), {warning: 0, critical: 1});
+  assert.equal(incidentCountsOf({episodes: []}), null);
 });
 
 test('headlineOf: server headline wins, fallbacks are one sentence', () => {

@@ -66,6 +66,7 @@ def runs_item(report: dict, result) -> dict:
         "run": report["run"],
         "health": report["health"],
         "counts": result.counts(),
+        "incident_counts": result.incident_counts(),
         "first_critical_step": report["summary"].get("first_critical_step"),
         "signals": report["signals"],
         "sampled": report["sampled"],
@@ -80,6 +81,7 @@ def unanalysed_item(logical, health: str, headline: str, **extra) -> dict:
         "run": logical.name,
         "health": health,
         "counts": {"warning": 0, "critical": 0},
+        "incident_counts": {"info": 0, "warning": 0, "critical": 0},
         "first_critical_step": None,
         "signals": {
             k: (logical.signals[k].to_json() if logical.signals.get(k) else None) for k in SIGNALS

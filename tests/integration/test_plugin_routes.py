@@ -109,7 +109,8 @@ def test_runs_payload_matches_scan(served, scan_report):
     by_name = {e["run"]: e for e in scan_report["runs"]}
     for entry in runs:
         assert set(entry) == {
-            "run", "health", "counts", "first_critical_step", "signals", "sampled", "headline", "kinds",
+            "run", "health", "counts", "incident_counts", "first_critical_step", "signals", "sampled",
+            "headline", "kinds",
         }
         ref = by_name[entry["run"]]
         assert entry["health"] == ref["health"]
@@ -121,6 +122,10 @@ def test_runs_payload_matches_scan(served, scan_report):
         assert entry["counts"] == {
             sev: sum(1 for e in ref["episodes"] if e["severity"] == sev)
             for sev in ("warning", "critical")
+        }
+        assert entry["incident_counts"] == {
+            sev: sum(1 for i in ref["incidents"] if i["severity"] == sev)
+            for sev in ("info", "warning", "critical")
         }
     healths = [e["health"] for e in runs]
     order = ["critical", "warning", "ok", "no_signals"]
