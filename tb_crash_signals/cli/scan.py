@@ -15,7 +15,7 @@ def add_parser(sub) -> None:
         "scan",
         help="analyse every run under a logdir",
         description="Analyse every run under LOGDIR at full resolution (every logged step) "
-        "and report warning/critical episodes per run, sick runs first.",
+        "and report each run's incidents (warning/critical stories, each with its episodes), sick runs first.",
         epilog="exit codes: 0 nothing at or above --fail-on; 1 found; "
         "2 usage, config or I/O error, or no runs under LOGDIR",
     )
