@@ -34,10 +34,9 @@ _STAGNATION = ("CS302",)
 _OVERFIT = ("CS401", "CS402")
 
 ADVICE = {
-    "divergence": "lower the learning rate (or stop its ramp), enable gradient clipping, and resume from a "
-    "checkpoint before step {start}",
-    "nonfinite": "resume from a checkpoint before step {start}; check the batch at that step, the inputs "
-    "for NaN/Inf and fp16 overflow; lower the learning rate",
+    "divergence": "lower the learning rate (or stop its ramp), enable gradient clipping, and {resume}",
+    "nonfinite": "{resume}; check the batch at that step, the inputs for NaN/Inf and fp16 overflow; lower "
+    "the learning rate",
     "spikes": "inspect the batches at the spike steps (bad labels, corrupt or unnormalised inputs); repeated "
     "spikes call for a lower learning rate, warm-up or gradient clipping",
     "overfit": "keep the checkpoint at the best validation step; add regularisation (weight decay, dropout, "
@@ -218,7 +217,9 @@ def _incident(kind: str, members: list[int], episodes: list[Episode]) -> Inciden
     if crash_step is not None:
         lead = max(crash_step - alarm.start_step, 0)
     headline = _headline(kind, eps, alarm, crash, lead, start, fit)
-    advice = ADVICE[kind].format(start=start) if kind in ADVICE else alarm.advice
+    # A story from the first logged step has no checkpoint before it to go back to.
+    resume = f"resume from a checkpoint before step {start}" if start > 0 else "restart the run"
+    advice = ADVICE[kind].format(resume=resume) if kind in ADVICE else alarm.advice
     if kind == "optimizer":
         advice = alarm.advice
     return Incident(
