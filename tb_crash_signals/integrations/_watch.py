@@ -6,6 +6,7 @@ import importlib
 from typing import Callable, Iterable
 
 from tb_crash_signals.analysis.incidents import Incident
+from tb_crash_signals.analysis.rules import RULES
 from tb_crash_signals.online.monitor import Monitor
 
 
@@ -42,6 +43,12 @@ class Watch:
 
     def __init__(self, config=None, stop_on: Iterable[str] | None = None, stop: bool = True,
                  report: Callable[[str, str], None] | None = None):
+        if stop_on is not None:
+            stop_on = [str(code).upper() for code in stop_on]
+            unknown = [code for code in stop_on if code not in RULES]
+            if unknown:
+                raise ValueError(f"stop_on: unknown rule code(s) {', '.join(unknown)} "
+                                 "(`tb-crash-signals rules` lists them)")
         self.monitor = Monitor(config, on_incident=self._on_incident, stop_on=stop_on)
         self.stop = stop
         self.stopped_step: int | None = None
