@@ -87,6 +87,10 @@ setup(
     ],
     extras_require={
         "test": ["pytest>=7", "hypothesis>=6", "jsonschema>=4", "playwright>=1.40", "ruff>=0.6"],
+        # The training-loop callbacks (tb_crash_signals.integrations); each brings its framework.
+        "hf": ["transformers>=4.40", "accelerate>=0.26"],
+        "lightning": ["lightning>=2.0"],
+        "keras": ["keras>=3.0"],
     },
     entry_points={
         "tensorboard_plugins": ["crash_signals = tb_crash_signals.loader:CrashSignalsLoader"],
