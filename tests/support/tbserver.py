@@ -40,8 +40,10 @@ def runs_listed(count: int | None = None):
 
 
 @contextlib.contextmanager
-def running_tensorboard(logdir, *args, ready=None, timeout: float = 90.0):
+def running_tensorboard(logdir, *args, ready=None, timeout: float = 90.0, python: str | None = None):
     """Starts `python -m tensorboard.main --logdir LOGDIR *args`; yields its base URL.
+
+    `python` is the interpreter to run it with (default: this one).
 
     Waits until `ready(base)` is true (default: our `runs` route answers), and
     always stops the whole process group afterwards. Its log goes to a temp
@@ -53,7 +55,7 @@ def running_tensorboard(logdir, *args, ready=None, timeout: float = 90.0):
     logdir = os.path.abspath(str(logdir))
     log = tempfile.NamedTemporaryFile(prefix=f"tensorboard-{port}-", suffix=".log", delete=False)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tensorboard.main", "--logdir", logdir,
+        [python or sys.executable, "-m", "tensorboard.main", "--logdir", logdir,
          "--port", str(port), "--host", "127.0.0.1", *args],
         stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
     )
