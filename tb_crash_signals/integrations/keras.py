@@ -3,8 +3,9 @@
     from tb_crash_signals.integrations.keras import CrashSignals
     model.fit(x, y, validation_data=(xv, yv), callbacks=[CrashSignals()])
 
-Feeds the training loss after every batch, the learning rate, every
-`ratio_every` steps the update ratio, and `val_loss` at the end of each epoch
+Feeds the training loss after every batch, every `lr_every` steps the learning
+rate (a schedule costs a computation per read), every `ratio_every` steps the
+update ratio, and `val_loss` at the end of each epoch
 into a Monitor; on the torch backend also the global gradient norm (the
 gradients are still on the weights when the batch ends). Steps are the
 optimizer's iteration count after the batch, which is what Keras' TensorBoard
@@ -59,6 +60,7 @@ class CrashSignals(_keras.callbacks.Callback):
         stop: False only reports incidents, never stops.
         ratio_every: measure the update ratio every this many steps (it copies the
             weights once); 0 never.
+        lr_every: read the learning rate every this many steps; 0 never.
         grad_norm: feed the gradient norm (torch backend only).
 
     Attributes:
@@ -69,10 +71,11 @@ class CrashSignals(_keras.callbacks.Callback):
     """
 
     def __init__(self, config=None, stop_on: Iterable[str] | None = None, stop: bool = True,
-                 ratio_every: int = 10, grad_norm: bool = True):
+                 ratio_every: int = 10, lr_every: int = 10, grad_norm: bool = True):
         super().__init__()
         self._watch = Watch(config, stop_on, stop, lambda severity, line: _print(line))
         self.ratio_every = max(int(ratio_every), 0)
+        self.lr_every = max(int(lr_every), 0)
         self.grad_norm = grad_norm and _keras.backend.backend() == "torch"
         self._before = None
         self._step = 0
@@ -101,7 +104,9 @@ class CrashSignals(_keras.callbacks.Callback):
     def on_train_batch_end(self, batch, logs=None):
         logs = logs or {}
         step = self._step = self._iterations()
-        values = {"train_loss": logs.get("loss"), "lr": self._lr()}
+        values = {"train_loss": logs.get("loss")}
+        if self.lr_every and step % self.lr_every == 0:
+            values["lr"] = self._lr()
         if self.grad_norm:
             values["grad_norm"] = self._grad_norm()
         if self._before is not None:

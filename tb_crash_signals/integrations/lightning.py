@@ -12,7 +12,8 @@ loggers write (the count of optimizer steps before the batch), so `scan` finds
 the same incidents in the run's TensorBoard logs. What it measures itself
 (gradient norm, learning rate, update ratio) it also writes to the trainer's
 loggers as `train/grad_norm`, `train/learning_rate` and `train/update_ratio`
-(`log_signals=False` to not), so those logs hold what the Monitor saw. On a
+at the trainer's `log_every_n_steps` cadence (`log_signals=False` to not), so
+those logs hold what the Monitor saw. On a
 critical incident it sets `trainer.should_stop`.
 
 Under DDP the rank-zero process feeds the Monitor and decides; the decision is
@@ -39,6 +40,12 @@ def _logged_step(trainer) -> int:
     loop = getattr(getattr(trainer, "fit_loop", None), "epoch_loop", None)
     stepped = getattr(loop, "_batches_that_stepped", None)
     return int(stepped) if stepped is not None else max(trainer.global_step - 1, 0)
+
+
+def _logs_now(trainer, step: int) -> bool:
+    """Whether Lightning logs this batch's step metrics (its logger connector's rule)."""
+    every = trainer.log_every_n_steps
+    return bool(every) and ((step + 1) % every == 0 or trainer.should_stop)
 
 
 def _loss_of(outputs):
@@ -117,7 +124,7 @@ class CrashSignals(_pl.Callback):
                 self._ratio.__exit__(None, None, None)
                 values["update_ratio"] = self._ratio.value
                 self._ratio = None
-            if self.log_signals and values:
+            if self.log_signals and values and _logs_now(trainer, step):
                 measured = {_TAGS[k]: v for k, v in values.items() if v is not None}
                 for logger in trainer.loggers:
                     logger.log_metrics(measured, step=step)

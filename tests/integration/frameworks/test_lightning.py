@@ -55,10 +55,10 @@ def loaders(seed=0):
             torch.utils.data.DataLoader(val, batch_size=128))
 
 
-def fit(out, callback, peak_lr, ramp, steps, val_every=50):
+def fit(out, callback, peak_lr, ramp, steps, val_every=50, log_every=1):
     torch.manual_seed(0)
     trainer = lightning.Trainer(
-        accelerator="cpu", devices=1, max_steps=steps, log_every_n_steps=1, val_check_interval=val_every,
+        accelerator="cpu", devices=1, max_steps=steps, log_every_n_steps=log_every, val_check_interval=val_every,
         check_val_every_n_epoch=None, num_sanity_val_steps=0, callbacks=[callback],
         logger=TensorBoardLogger(str(out), name="run", version=0), enable_checkpointing=False,
         enable_progress_bar=False, enable_model_summary=False,
