@@ -110,3 +110,46 @@ def test_a_learning_rate_far_too_high_is_stopped_before_nan(tmp_path, caplog):
 
 
 PEAK, RAMP, STEPS = 3.0, 200, 120
+
+
+DDP_SCRIPT = '''
+import json, os, sys
+sys.path[:0] = [{frameworks!r}, {tests!r}]
+import lightning, torch
+from test_lightning import TinyRegressor, loaders
+from tb_crash_signals.integrations.lightning import CrashSignals
+
+torch.manual_seed(0)
+cb = CrashSignals()
+trainer = lightning.Trainer(
+    accelerator="cpu", devices=2, strategy="ddp", max_steps={steps}, log_every_n_steps=1,
+    val_check_interval=50, check_val_every_n_epoch=None, num_sanity_val_steps=0, callbacks=[cb],
+    logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+)
+train, val = loaders()
+trainer.fit(TinyRegressor({peak}, {ramp}), train, val)
+with open(os.path.join({out!r}, f"rank{{trainer.global_rank}}.json"), "w") as f:
+    json.dump({{"global_step": trainer.global_step, "stopped_step": cb.stopped_step,
+               "fed": cb.monitor.report()["points"].get("train_loss", 0)}}, f)
+'''
+
+
+def test_under_ddp_rank_zero_decides_and_every_rank_stops_at_the_same_step(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    script = tmp_path / "ddp_run.py"
+    script.write_text(DDP_SCRIPT.format(frameworks=here, tests=os.path.dirname(os.path.dirname(here)),
+                                        steps=STEPS, peak=PEAK, ramp=RAMP, out=str(tmp_path)))
+    env = {**os.environ, "PL_DISABLE_FORK": "1", "MASTER_ADDR": "127.0.0.1"}
+    proc = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    print(f"\nLightning DDP: {ranks}")
+    zero, one = ranks
+    assert zero["stopped_step"] is not None and zero["stopped_step"] < STEPS - 1
+    assert one["stopped_step"] == zero["stopped_step"] and one["global_step"] == zero["global_step"]
+    assert zero["fed"] > 0 and one["fed"] == 0  # only rank zero feeds its Monitor
