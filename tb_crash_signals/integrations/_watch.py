@@ -55,11 +55,13 @@ class Watch:
         self.reported: list[Incident] = []
         self._report = report
         self._step: int | None = None
+        self._stop_told = False
 
     def _on_incident(self, incident: Incident):
         self.reported.append(incident)
-        stopping = self.stop and self.stopped_step is None and self.monitor.should_stop \
-            and incident.severity == "critical"
+        # The stop is told once, with the first critical incident of the step that stops training.
+        stopping = self.stop and not self._stop_told and self.monitor.should_stop and incident.severity == "critical"
+        self._stop_told = self._stop_told or stopping
         if self._report is not None:
             self._report(incident.severity, describe(incident, self._step if stopping else None))
 
