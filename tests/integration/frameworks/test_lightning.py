@@ -20,7 +20,12 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from support.frameworks import critical, first_nonfinite, scanned_incidents
 from tb_crash_signals.integrations.lightning import CrashSignals
 
-pytestmark = pytest.mark.slow
+pytestmark = [
+    pytest.mark.slow,
+    # Lightning calling a deprecated torch API; nothing of ours.
+    pytest.mark.filterwarnings("ignore:`isinstance\\(treespec, LeafSpec\\)` is deprecated:DeprecationWarning"),
+    pytest.mark.filterwarnings("ignore:`isinstance\\(treespec, LeafSpec\\)` is deprecated:FutureWarning"),
+]
 
 
 class TinyRegressor(lightning.LightningModule):
