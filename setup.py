@@ -105,7 +105,17 @@ setup(
         'tomli>=1.1; python_version < "3.11"',
     ],
     extras_require={
-        "test": ["pytest>=7", "hypothesis>=6", "jsonschema>=4", "playwright>=1.40", "ruff>=0.6"],
+        # Lightning's hparams.yaml beside each version_N (read with a SafeLoader subclass).
+        "hparams": ["PyYAML>=5.1"],
+        "test": ["pytest>=7", "hypothesis>=6", "jsonschema>=4", "playwright>=1.40", "ruff>=0.6", "PyYAML>=5.1",
+                 # remote logdirs and the cluster, against servers the tests start on 127.0.0.1
+                 "moto[server]>=5.0", "gcp-storage-emulator>=2024.0", "boto3>=1.28",
+                 "s3fs>=2023.6", "gcsfs>=2023.6", "dask[distributed]>=2023.6"],
+        # Remote logdirs at full resolution (fsspec; any other fsspec backend works as well).
+        "s3": ["s3fs>=2023.6"],
+        "gcs": ["gcsfs>=2023.6"],
+        # scan --executor dask://HOST:PORT
+        "dask": ["dask[distributed]>=2023.6"],
         # The training-loop callbacks (tb_crash_signals.integrations); each brings its framework.
         "hf": ["transformers>=4.40", "accelerate>=0.26"],
         "lightning": ["lightning>=2.0"],

@@ -40,6 +40,7 @@ for comparison what summarising every run from TensorBoard's reservoir costs
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gc
 import os
 import shutil
@@ -283,6 +284,7 @@ def cmd_runs(args):
         gc.collect()
         rss2 = rss_mb()
         background = ours.service.stats["background_analyses"]
+        print(f"  background pass: {ours.service.limits.pool_processes or 'a thread, no'} worker processes")
         print(f"  every run analysed {done:.1f} s after the first response ({background} by the background "
               f"worker: {done / max(background, 1) * 1e3:.0f} ms per run); {len(polls)} re-polls every "
               f"{args.poll:g} s took median {statistics.median(polls or [0]) * 1e3:.0f} ms, "
@@ -296,7 +298,7 @@ def cmd_runs(args):
         print(f"memory: process RSS {rss0:.0f} -> {rss1:.0f} MiB (+{rss1 - rss0:.0f} MiB) after the first "
               f"response, {rss2:.0f} MiB (+{rss2 - rss0:.0f} MiB) once every run was analysed; "
               f"plugin caches: {len(ours.service.data.readers)} readers holding {pts / 1e6:.1f} M points, "
-              f"{len(ours.service._analyses)} payloads, {len(ours._summaries)} summaries; response "
+              f"{len(ours.service._analyses)} payloads, {len(ours.service._summaries)} summaries; response "
               f"{len(r.get_data()) / 1e3:.0f} kB")
         print(f"plugin counters: {dict(ours.service.stats)}")
         if not args.no_reservoir:
@@ -326,7 +328,11 @@ def main(argv=None):
     b.add_argument("--dir", default="/tmp", help="where the temporary logdir goes")
     b.add_argument("--poll", type=float, default=2.0, help="seconds between re-polls (the tab's interval)")
     b.add_argument("--no-reservoir", action="store_true", help="skip the reservoir comparison")
+    b.add_argument("--pool", type=int, default=None,
+                   help="worker processes of the background pass (0: a thread; default: Limits' default, the cores)")
     args = ap.parse_args(argv)
+    if getattr(args, "pool", None) is not None:
+        CrashSignalsPlugin.limits = dataclasses.replace(CrashSignalsPlugin.limits, pool_processes=args.pool)
     return cmd_routes(args) if args.cmd == "routes" else cmd_runs(args)
 
 

@@ -5,8 +5,8 @@
 
 The corpus is generated into --corpus (default: corpus.default_dir(), under
 the temp dir) unless a complete one of the same version is there. Detectors:
-the defaults (`ours`), `before` (bench/detection/before.toml: the defaults
-pinned at the corpus-v5 measurement), the article's four rules, the four
+the defaults (`ours`), `before` (the package as of BEFORE_REVISION, the last
+commit before the corpus-v5 retuning, run from a `git archive` of it), the article's four rules, the four
 anchors, plus any `--config NAME=TOML`. The prose around the tables is
 bench/detection/detection_template.md.
 """
@@ -25,10 +25,12 @@ sys.path.insert(0, HERE)
 import corpus
 import score
 
-BEFORE = os.path.join(HERE, "before.toml")
+# The last commit before the corpus-v5 retuning (rules, incidents): the "before" column.
+BEFORE_REVISION = "6bd7b01"
+REPO = os.path.dirname(os.path.dirname(HERE))
 NAMES = {
     "ours": "defaults",
-    "before": "before (before.toml)",
+    "before": f"before ({BEFORE_REVISION})",
     "article": "article's 4 rules",
     "olmo": "OLMo \\|z\\|>6 /128",
     "megatron": "Megatron 10× first 100",
@@ -210,15 +212,16 @@ def main(argv=None):
     ap.add_argument("--config", action="append", metavar="NAME=TOML",
                     help="also score a TOML config as detector NAME (repeatable)")
     ap.add_argument("--detectors", default="ours,before,article,olmo,megatron,foundry,wandb",
-                    help="comma-separated built-in detectors (before = before.toml)")
+                    help=f"comma-separated built-in detectors (before = the package at {BEFORE_REVISION})")
     a = ap.parse_args(argv)
     t0 = time.time()
     meta = corpus.generate(a.corpus, a.jobs, a.force)
     names = [d for d in a.detectors.split(",") if d]
-    configs = {"before": BEFORE} if "before" in names else {}
-    configs.update(score.parse_configs(a.config))
+    configs = score.parse_configs(a.config)
     builtin = [d for d in names if d != "before"]
     detectors = score.make_detectors(builtin, configs)
+    if "before" in names:
+        detectors["before"] = score.revision_detector(BEFORE_REVISION, REPO)
     order = [d for d in names if d in detectors] + [d for d in detectors if d not in names]
     detectors = {d: detectors[d] for d in order}
     results = score.evaluate(a.corpus, a.real_logs, detectors)

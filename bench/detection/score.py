@@ -76,9 +76,7 @@ from baselines import BASELINES
 from corpus import default_dir
 from events import RawReader
 
-ARTICLE_TOML = """select = ["CS101", "CS111", "CS302", "CS401"]
-[rules.CS401]
-severity = "critical"
+ARTICLE_TOML = """preset = "article"
 """
 REPORT_DETECTORS = ("ours", "article")
 ANCHORS = tuple(BASELINES)
@@ -112,6 +110,36 @@ def report_detector(config=None):
         return {r["run"]: {"episodes": r.get("episodes", []), "incidents": r.get("incidents"),
                            "fits": r.get("fits", []), "signals": r.get("signals") or {}}
                 for r in rep["runs"]}
+    return detect
+
+
+_SCAN_JSON = (
+    "import json, sys\n"
+    "from tb_crash_signals import scan_logdir\n"
+    "json.dump(scan_logdir(sys.argv[1]), sys.stdout)\n"
+)
+
+
+def revision_detector(revision: str, repo: str):
+    """The defaults of the package as of git `revision` (e.g. before a retuning), run in a
+    subprocess on a `git archive` of that revision, scored like today's."""
+    import io
+    import subprocess
+    import tarfile
+
+    root = tempfile.mkdtemp(prefix=f"tbcs-{revision}-")
+    archive = subprocess.run(["git", "-C", repo, "archive", revision, "tb_crash_signals"],
+                             check=True, capture_output=True).stdout
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        tar.extractall(root, filter="data")
+
+    def detect(logdir):
+        env = dict(os.environ, PYTHONPATH=root)
+        out = subprocess.run([sys.executable, "-c", _SCAN_JSON, os.path.abspath(logdir)], check=True,
+                             capture_output=True, text=True, env=env, cwd=root).stdout
+        return {r["run"]: {"episodes": r.get("episodes", []), "incidents": r.get("incidents"),
+                           "fits": r.get("fits", []), "signals": r.get("signals") or {}}
+                for r in json.loads(out)["runs"]}
     return detect
 
 

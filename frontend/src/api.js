@@ -46,5 +46,6 @@ export function makeApi(fetchImpl) {
     runs: () => getJSON(routeUrl('runs')),
     analysis: (run) => getJSON(routeUrl('analysis', {run})),
     rules: () => getJSON(routeUrl('rules')),
+    sweep: () => getJSON(routeUrl('sweep')), // sweep view (sweep.js)
   };
 }

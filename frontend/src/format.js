@@ -36,9 +36,9 @@ export function fmtStep(v) {
   return (x < 0 ? '-' : '') + grouped;
 }
 
-/** "4120–4188", or "4120" for a one-step episode, "4120–…" when still open. */
+/** "4120–4188", or "4120" for a one-step episode, "from 4120, ongoing" when still open. */
 export function fmtSpan(start, end, open = false) {
-  if (open) return `${fmtStep(start)}–…`;
+  if (open) return `from ${fmtStep(start)}, ongoing`;
   if (end === null || end === undefined || end === start) return fmtStep(start);
   return `${fmtStep(start)}–${fmtStep(end)}`;
 }
@@ -57,19 +57,32 @@ export function fmtStepAxis(v) {
   return fmtStep(v);
 }
 
+/** Decimals that write `inc` exactly (0.25 → 2, 0.00025 → 5, 2 → 0), at most `cap`. */
+export function stepDecimals(inc, cap = 12) {
+  const a = Math.abs(inc);
+  if (!(a > 0) || !Number.isFinite(a)) return 0;
+  for (let d = 0; d < cap; d++) {
+    const scaled = a * 10 ** d;
+    if (Math.abs(scaled - Math.round(scaled)) <= 1e-6 * scaled) return d;
+  }
+  return cap;
+}
+
+function expLabel(v, inc) {
+  const e = Math.floor(Math.log10(Math.abs(v)) + 1e-12);
+  const digits = Math.min(stepDecimals(inc / 10 ** e), 4);
+  const [m, x] = v.toExponential(digits).split('e');
+  return `${m.includes('.') ? m.replace(/\.?0+$/, '') : m}e${x.replace('+', '')}`;
+}
+
 /** Linear-axis tick label with as many decimals as the tick spacing needs (0.0020, 0.0021 …). */
 export function fmtTick(v, incr) {
   if (v === null || v === undefined) return null;
   if (v === 0) return '0';
   const a = Math.abs(v);
   const inc = Math.abs(incr) || a;
-  if (a >= 1e5 || a < 1e-3) {
-    const digits = Math.min(Math.max(Math.ceil(Math.log10(a / inc) - 1e-9), 0), 4);
-    const [m, e] = v.toExponential(digits).split('e');
-    return `${m.replace(/\.?0+$/, '')}e${e.replace('+', '')}`;
-  }
-  const decimals = Math.min(Math.max(-Math.floor(Math.log10(inc) + 1e-9), 0), 8);
-  return v.toFixed(decimals);
+  if (a >= 1e5 || a < 1e-3) return expLabel(v, inc);
+  return v.toFixed(Math.min(stepDecimals(inc), 8));
 }
 
 /** Labels for a whole linear axis: one notation for all ticks (no "0.0010" next to "5e-4"). */
@@ -78,13 +91,48 @@ export function fmtTicks(splits, incr) {
   for (const v of splits) if (v !== null && v !== undefined && Math.abs(v) > big) big = Math.abs(v);
   const exp = big >= 1e5 || (big > 0 && big < 1e-3);
   const inc = Math.abs(incr) || big || 1;
-  const decimals = Math.min(Math.max(-Math.floor(Math.log10(inc) + 1e-9), 0), 8);
+  const decimals = Math.min(stepDecimals(inc), 8);
   return splits.map((v) => {
     if (v === null || v === undefined) return null;
     if (v === 0) return '0';
-    if (!exp) return v.toFixed(decimals);
-    const digits = Math.min(Math.max(Math.ceil(Math.log10(Math.abs(v) / inc) - 1e-9), 0), 4);
-    const [m, e] = v.toExponential(digits).split('e');
-    return `${m.replace(/\.?0+$/, '')}e${e.replace('+', '')}`;
+    return exp ? expLabel(v, inc) : v.toFixed(decimals);
   });
+}
+
+/** Log-axis label: decades as 1e-12 … 0.001, 0.01 … 1000, 1e4 … 1e38; 2× and 5× ticks compactly. */
+export function fmtLog(v) {
+  if (v === null || v === undefined) return null;
+  if (!(v > 0)) return fmtNum(v);
+  const k = Math.log10(v);
+  const r = Math.round(k);
+  if (Math.abs(k - r) < 1e-9) return r >= -3 && r <= 3 ? String(Number((10 ** r).toFixed(Math.max(0, -r)))) : `1e${r}`;
+  return fmtNum(Number(v.toPrecision(3)));
+}
+
+/**
+ * Tick values of a log axis over [min, max] with room for about `room` labels: every decade (or
+ * every k-th, k chosen so they fit) when the range spans two decades or more, else 1-2-5 steps,
+ * else evenly spaced values, so a narrow range still gets at least two labelled ticks.
+ */
+export function logSplits(min, max, room = 6) {
+  if (!(min > 0) || !(max > min) || !Number.isFinite(max)) return [];
+  const lo = Math.ceil(Math.log10(min) - 1e-9);
+  const hi = Math.floor(Math.log10(max) + 1e-9);
+  const roomy = Math.max(2, Math.floor(room));
+  if (hi - lo >= 1) {
+    const k = Math.max(1, Math.ceil((hi - lo + 1) / roomy));
+    const out = [];
+    for (let e = Math.ceil(lo / k) * k; e <= hi; e += k) out.push(Number(`1e${e}`));
+    if (out.length >= 2) return out;
+  }
+  const out = [];
+  for (let e = lo - 1; e <= hi; e++) {
+    for (const m of [1, 2, 5]) {
+      const v = Number(`${m}e${e}`);
+      if (v >= min * (1 - 1e-9) && v <= max * (1 + 1e-9)) out.push(Number(v.toPrecision(12)));
+    }
+  }
+  if (out.length >= 2 && out.length <= roomy + 1) return out;
+  if (out.length > roomy + 1) return out.filter((v) => !/^2/.test(v.toExponential()));
+  return [0.1, 0.5, 0.9].map((f) => Number((min * (max / min) ** f).toPrecision(3)));
 }

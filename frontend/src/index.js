@@ -8,13 +8,16 @@ import {connectToHost} from './ipc.js';
 import {el, clear} from './dom.js';
 import {ChartGroup, makeChart, updateChartData} from './charts.js';
 import {
-  canLog, wideRange, filterRuns, isPending, pickSelection, presentCharts, progressOf, progressText, rankRuns, stepExtent,
+  canLog, crashStepOf, wideRange, filterRuns, isPending, pickSelection, presentCharts, progressOf, progressText, rankRuns, stepExtent,
   zoomRange,
 } from './model.js';
-import {fmtNum, plural} from './format.js';
-import {banner, findingsTable, noSignalsView, runHeader, runListItem} from './views.js';
+import {fmtNum, fmtStep, plural} from './format.js';
+import {banner, findingsTable, noSignalsView, runHeader, runListItem, timeSeriesLink} from './views.js';
+import {incidentSignals, signalRefs, timeSeriesHref} from './links.js';
+import {applyTheme, watchTheme} from './theme.js';
+import {SweepView} from './sweep.js'; // sweep view
 
-const CHART_HEIGHT = 180;
+const CHART_HEIGHT = 220;
 // While the server lists runs as pending (big logdirs), `runs` is polled this often.
 const POLL_MS = 2000;
 const POLL_RETRY_MS = 10000; // after a failed poll
@@ -41,6 +44,7 @@ class App {
       progress: null, // {analysed, pending, total} of the last `runs` answer
       autoSelected: true, // the selection was not picked by the user (it may move to a sick run)
       configError: null,
+      storageError: null,
       filter: '',
       selected: null,
       analysis: null,
@@ -48,7 +52,9 @@ class App {
       smoothing: 0.6,
       log: {},
       zoom: null,
-      focus: null,
+      focus: null, // 'e<i>' an episode, 'i<k>' an incident
+      fullRange: false, // story-first y ranges are the default on a crashed run
+      theme: 'light',
     };
     this.rules = null;
     this.group = null;
@@ -73,18 +79,91 @@ class App {
     this.runCount = el('div', {class: 'cs-run-count'});
     this.progressLine = el('div', {class: 'cs-progress', attrs: {role: 'status', 'aria-live': 'polite'}});
     this.runList = el('ul', {class: 'cs-runs', attrs: {role: 'listbox', 'aria-label': 'Runs'}});
+    // -- sweep view: a header toggle and the run-list filter a statement sets --
+    this.sweepFilter = null; // Set of run names, or null
+    this.sweepButton = el('button', {
+      class: 'cs-button cs-sweep-toggle', text: 'Sweep view',
+      title: 'what the sick runs of each sweep have in common (hyperparameters)',
+      attrs: {type: 'button', 'aria-pressed': 'false', 'data-sweep-toggle': '1'},
+      on: {click: () => this.toggleSweep()},
+    });
+    this.sweepFilterLine = el('div', {class: 'cs-sweep-filter', attrs: {role: 'status'}});
+    this.sweep = new SweepView({
+      load: () => this.api.sweep(),
+      onFilter: (runs, label) => this.setSweepFilter(runs, label),
+      onSelectRun: (run) => this.select(run),
+    });
+    // -- end sweep view --
     this.banners = el('div', {class: 'cs-banners'});
     this.view = el('div', {class: 'cs-view'}, [el('div', {class: 'cs-loading', text: 'Loading runs…'})]);
     this.root.appendChild(
       el('div', {class: 'cs-app'}, [
         el('aside', {class: 'cs-sidebar'}, [
-          el('div', {class: 'cs-sidebar-head'}, [this.filterInput, this.filterError, this.runCount, this.progressLine]),
+          el('div', {class: 'cs-sidebar-head'}, [
+            this.filterInput, this.filterError, this.runCount, this.progressLine, this.sweepButton, this.sweepFilterLine,
+          ]),
           this.runList,
         ]),
         el('main', {class: 'cs-main'}, [this.banners, this.view]),
       ]),
     );
     this.resizeObserver = new ResizeObserver(() => this.onResize());
+    document.addEventListener('keydown', (e) => this.onKey(e));
+  }
+
+  // ---- theme and keyboard -------------------------------------------------------------------
+
+  setTheme(theme) {
+    this.state.theme = theme;
+    applyTheme(theme);
+    // canvas colours come from the palette: charts are redrawn, zoom and focus kept
+    if (this.group && this.chartsEl) this.rebuildCharts();
+  }
+
+  /** ↑/↓ and j/k move through the run list, Enter opens the first incident; never inside inputs. */
+  onKey(e) {
+    if (e.defaultPrevented || e.altKey || e.ctrlKey || e.metaKey) return;
+    const t = e.target;
+    const tag = t && t.tagName ? t.tagName.toLowerCase() : '';
+    if (tag === 'input' || tag === 'textarea' || tag === 'select' || (t && t.isContentEditable)) return;
+    const inList = this.runList.contains(t);
+    const onControl = !inList && (tag === 'button' || tag === 'a' || (t && t.closest && t.closest('[data-finding], [data-incident], .cs-sweep')));
+    if (e.key === 'ArrowDown' || e.key === 'j' || e.key === 'ArrowUp' || e.key === 'k') {
+      if (onControl || this.sweepOn) return;
+      e.preventDefault();
+      this.moveSelection(e.key === 'ArrowDown' || e.key === 'j' ? 1 : -1);
+    } else if (e.key === 'Enter' && !onControl && !this.sweepOn) {
+      e.preventDefault();
+      if (inList && t.hasAttribute('data-run')) this.select(t.getAttribute('data-run'));
+      this.openFirstIncident();
+    }
+  }
+
+  moveSelection(delta) {
+    const items = [...this.runList.querySelectorAll('[data-run]')];
+    if (!items.length) return;
+    const at = items.findIndex((li) => li.getAttribute('data-run') === this.state.selected);
+    const next = items[Math.min(items.length - 1, Math.max(0, at < 0 ? 0 : at + delta))];
+    next.focus();
+    next.scrollIntoView({block: 'nearest'});
+    this.select(next.getAttribute('data-run'));
+  }
+
+  /** Zooms to the shown run's first incident (once its analysis is in, if it is still loading). */
+  openFirstIncident() {
+    const a = this.state.analysis;
+    if (!a || a.run !== this.state.selected) {
+      this.pendingOpen = this.state.selected;
+      return;
+    }
+    this.pendingOpen = null;
+    if (!(a.incidents || []).length) return;
+    this.zoomToIncident(0);
+    const row = this.view.querySelector("[data-incident='0']");
+    if (row) {
+      row.scrollIntoView({block: 'nearest'});
+      row.focus({preventScroll: true});
+    }
   }
 
   setLoading(on) {
@@ -103,6 +182,7 @@ class App {
     this.state.runs = rankRuns(Array.isArray(payload.runs) ? payload.runs : []);
     this.state.progress = progressOf(payload);
     this.state.configError = payload.config_error || null;
+    this.state.storageError = payload.storage_error || null;
     this.state.problems = Array.isArray(payload.problems) ? payload.problems.map(String) : [];
     this.state.fetchError = null;
     const before = this.state.selected;
@@ -175,6 +255,14 @@ class App {
 
   async select(run, byUser = true) {
     if (byUser) this.state.autoSelected = false;
+    if (byUser && this.sweepOn) {
+      // sweep view: leaving it shows the run (already loaded when it is the selected one)
+      this.leaveSweep();
+      if (run === this.state.selected && this.state.analysis && this.state.analysis.run === run) {
+        this.renderRun();
+        return;
+      }
+    }
     if (run === this.state.selected && this.state.analysis && this.state.analysis.run === run) return;
     this.state.selected = run;
     this.state.zoom = null;
@@ -249,7 +337,8 @@ class App {
   // ---- rendering ------------------------------------------------------------------------------
 
   renderRunList() {
-    const {runs, error} = filterRuns(this.state.runs, this.state.filter);
+    const {runs: matched, error} = filterRuns(this.state.runs, this.state.filter);
+    const runs = this.sweepFilter ? matched.filter((r) => this.sweepFilter.has(r.run)) : matched; // sweep view
     this.filterError.textContent = error || '';
     this.filterInput.classList.toggle('cs-invalid', Boolean(error));
     const hadFocus = this.runList.contains(document.activeElement);
@@ -282,10 +371,55 @@ class App {
     );
   }
 
+  // ---- sweep view (sweep.js) ----------------------------------------------------------------
+
+  toggleSweep() {
+    if (this.sweepOn) {
+      this.leaveSweep();
+      if (this.state.analysis) this.renderRun();
+      return;
+    }
+    this.sweepOn = true;
+    this.sweepButton.classList.add('cs-on');
+    this.sweepButton.setAttribute('aria-pressed', 'true');
+    this.destroyCharts();
+    clear(this.view);
+    this.view.appendChild(this.sweep.root);
+    this.sweep.refresh();
+  }
+
+  leaveSweep() {
+    this.sweepOn = false;
+    this.sweepButton.classList.remove('cs-on');
+    this.sweepButton.setAttribute('aria-pressed', 'false');
+    if (this.sweep.root.parentNode) this.sweep.root.parentNode.removeChild(this.sweep.root);
+  }
+
+  setSweepFilter(runs, label) {
+    this.sweepFilter = runs;
+    clear(this.sweepFilterLine);
+    if (runs) {
+      this.sweepFilterLine.appendChild(el('span', {text: `only: ${label}`, title: label}));
+      this.sweepFilterLine.appendChild(el('button', {
+        class: 'cs-button', text: 'clear', attrs: {type: 'button', 'data-sweep-clear': '1'},
+        on: {click: () => {
+          this.setSweepFilter(null, null);
+          this.sweep.clearFilter();
+        }},
+      }));
+    }
+    this.renderRunList();
+  }
+
+  // ---- end sweep view ----------------------------------------------------------------------
+
   renderBanners() {
     clear(this.banners);
     if (this.state.configError) {
       this.banners.appendChild(banner('error', `Configuration error: ${this.state.configError}`));
+    }
+    if (this.state.storageError) {
+      this.banners.appendChild(banner('error', `Cannot read the logdir's event files: ${this.state.storageError}`));
     }
     if (this.state.fetchError) this.banners.appendChild(banner('error', this.state.fetchError));
     const a = this.state.analysis;
@@ -332,6 +466,7 @@ class App {
   }
 
   renderRun(keepScroll = false) {
+    if (this.sweepOn) return; // sweep view: the run is shown when it is left
     const a = this.state.analysis;
     // A pending list entry is older than the analysis just fetched: show the analysis alone.
     const listed = this.state.runs.find((r) => r.run === a.run);
@@ -343,7 +478,7 @@ class App {
     requestAnimationFrame(() => {
       scroller.scrollTop = scrollTop;
     });
-    this.view.appendChild(runHeader(a, entry));
+    this.view.appendChild(runHeader(a, entry, this.runLink()));
     if (a.error) {
       this.view.appendChild(
         el('section', {class: 'cs-card cs-failed'}, [
@@ -366,6 +501,7 @@ class App {
     this.view.appendChild(this.findingsEl);
     this.buildCharts();
     this.highlightFocus();
+    if (this.pendingOpen === a.run) requestAnimationFrame(() => this.openFirstIncident());
   }
 
   makeControls() {
@@ -381,9 +517,25 @@ class App {
         },
       },
     });
+    const crashed = crashStepOf(this.state.analysis) !== null;
+    const full = el('button', {
+      class: `cs-button cs-full-range${this.state.fullRange ? ' cs-on' : ''}`,
+      text: 'Full range',
+      title: 'y axes: the whole range, or the steps before the crash (what lies beyond is marked at the edge)',
+      attrs: {type: 'button', 'aria-pressed': this.state.fullRange ? 'true' : 'false', 'data-full-range': '1'},
+      on: {
+        click: () => {
+          this.state.fullRange = !this.state.fullRange;
+          full.classList.toggle('cs-on', this.state.fullRange);
+          full.setAttribute('aria-pressed', this.state.fullRange ? 'true' : 'false');
+          this.rebuildCharts();
+        },
+      },
+    });
     return el('div', {class: 'cs-controls'}, [
       el('label', {class: 'cs-control'}, [el('span', {class: 'cs-control-label', text: 'Smoothing'}), slider, value]),
       el('button', {class: 'cs-button', text: 'Reset zoom', attrs: {type: 'button'}, on: {click: () => this.resetZoom()}}),
+      crashed ? full : null,
       el('span', {class: 'cs-hint', text: 'drag on a chart to zoom · double-click to reset · markers stay on raw steps'}),
       el('span', {class: 'cs-legend-key'}, [
         el('span', {class: 'cs-key cs-key-warning', text: '▲'}),
@@ -397,11 +549,27 @@ class App {
   }
 
   makeFindings() {
-    return findingsTable(this.state.analysis.episodes || [], {
+    const a = this.state.analysis;
+    return findingsTable(a, {
       rules: this.rules,
       onZoom: (i) => this.zoomTo(i),
+      onZoomIncident: (k) => this.zoomToIncident(k),
       onReset: () => this.resetZoom(),
+      linkFor: (inc) => {
+        const refs = signalRefs(a, incidentSignals(a, inc));
+        if (!refs.length) return null;
+        return timeSeriesLink(
+          timeSeriesHref(refs, {pinned: refs.map((r) => r.tag)}),
+          `TensorBoard's Time Series: ${refs.map((r) => `${r.run} · ${r.tag}`).join(', ')}`,
+        );
+      },
     });
+  }
+
+  runLink() {
+    const refs = signalRefs(this.state.analysis);
+    if (!refs.length) return null;
+    return timeSeriesLink(timeSeriesHref(refs), `TensorBoard's Time Series, filtered to this run's signal tags`);
   }
 
   chartLog(spec, a) {
@@ -455,9 +623,24 @@ class App {
         height: CHART_HEIGHT,
         syncKey: `cs-${a.run}`,
         group: this.group,
-        onSelectEpisode: (i) => this.zoomTo(i),
+        theme: this.state.theme,
+        crashStep: crashStepOf(a),
+        fullRange: this.state.fullRange,
+        onSelectIncident: (k) => this.zoomToIncident(k),
       });
       u._csLog = log;
+      if (u._csPeak) {
+        const head = card.querySelector('.cs-card-head');
+        head.insertBefore(
+          el('span', {
+            class: 'cs-chip cs-chip-clip',
+            text: `↑ peak ${fmtNum(u._csPeak.value)} at step ${fmtStep(u._csPeak.step)}`,
+            title: 'beyond this y range, which fits the steps before the crash; "Full range" shows everything',
+            attrs: {'data-clip-peak': String(u._csPeak.value)},
+          }),
+          head.querySelector('.cs-spacer'),
+        );
+      }
       this.group.add(u);
       this.plotEls.set(u, plot);
     }
@@ -521,12 +704,23 @@ class App {
     });
   }
 
+  zoomToIncident(k) {
+    const inc = (this.state.analysis.incidents || [])[k];
+    if (!inc || !this.group) return;
+    const r = zoomRange(inc.open ? {...inc, end_step: Math.max(inc.end_step ?? inc.start_step, this.extent.max)} : inc, this.extent);
+    this.state.zoom = r;
+    this.state.focus = `i${k}`;
+    this.group.setX(r.min, r.max);
+    this.markRange(r.min, r.max);
+    this.highlightFocus();
+  }
+
   zoomTo(index) {
     const ep = (this.state.analysis.episodes || [])[index];
     if (!ep || !this.group) return;
     const r = zoomRange(ep, this.extent);
     this.state.zoom = r;
-    this.state.focus = index;
+    this.state.focus = `e${index}`;
     this.group.setX(r.min, r.max);
     this.markRange(r.min, r.max);
     this.highlightFocus();
@@ -552,10 +746,12 @@ class App {
   highlightFocus() {
     const f = this.state.focus;
     for (const node of this.view.querySelectorAll('[data-finding]')) {
-      node.classList.toggle('cs-focus', f !== null && node.getAttribute('data-finding') === String(f));
+      node.classList.toggle('cs-focus', f === `e${node.getAttribute('data-finding')}`);
     }
-    for (const node of this.view.querySelectorAll('[data-episode]')) {
-      node.classList.toggle('cs-focus', f !== null && node.getAttribute('data-episode') === String(f));
+    const eps = (this.state.analysis && this.state.analysis.episodes) || [];
+    const k = f && f[0] === 'i' ? f.slice(1) : f && f[0] === 'e' ? String(eps[Number(f.slice(1))]?.incident ?? '') : null;
+    for (const node of this.view.querySelectorAll('[data-incident]')) {
+      node.classList.toggle('cs-focus', k !== null && node.getAttribute('data-incident') === k);
     }
   }
 }
@@ -568,8 +764,11 @@ export async function render() {
   document.documentElement.classList.add('cs-root');
   const root = el('div', {class: 'cs-mount'});
   document.body.appendChild(root);
+  const theme = watchTheme((t) => (app ? app.setTheme(t) : applyTheme(t)));
+  applyTheme(theme.theme);
   await loadStylesheet();
   app = new App(root);
+  app.state.theme = document.documentElement.getAttribute('data-theme');
   connectToHost({onReload: () => app.refresh()});
   await app.refresh();
 }

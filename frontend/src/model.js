@@ -439,3 +439,87 @@ export function tomlSnippet(tagsByRun) {
   }
   return lines.join('\n');
 }
+
+// ---------------------------------------------------------------------------------------------
+// Story-first y range
+
+/** The first step at which a crash incident says the run diverged (null: no crash). */
+export function crashStepOf(analysis) {
+  let first = null;
+  for (const inc of (analysis && analysis.incidents) || []) {
+    const s = toNum(inc.crash_step);
+    if (s !== null && (first === null || s < first)) first = s;
+  }
+  return first;
+}
+
+function quantile(sorted, q) {
+  if (!sorted.length) return null;
+  const i = Math.min(sorted.length - 1, Math.max(0, Math.round(q * (sorted.length - 1))));
+  return sorted[i];
+}
+
+/**
+ * The y range a crashed run's chart opens with: the values logged before `crashStep` (their 0.5 %
+ * and 99.5 % quantiles, so one early outlier cannot stretch it), widened to `extras` (threshold,
+ * healthy band, the growth-fit line up to its crossing) plus headroom. `series`: [{steps, values}].
+ * Returns {min, max, clipped} or null when nothing needs it (no crash, too few points before it, or
+ * the full range is not much wider).
+ */
+export function storyRange(series, crashStep, extras = [], log = false) {
+  if (crashStep === null || crashStep === undefined) return null;
+  const before = [];
+  let lo = Infinity;
+  let hi = -Infinity;
+  for (const {steps, values} of series) {
+    for (let i = 0; i < steps.length; i++) {
+      const v = toNum(values[i]);
+      if (v === null || (log && v <= 0)) continue;
+      if (steps[i] < crashStep) before.push(v);
+      if (v < lo) lo = v;
+      if (v > hi) hi = v;
+    }
+  }
+  if (before.length < 5) return null;
+  before.sort((a, b) => a - b);
+  let min = quantile(before, 0.005);
+  let max = quantile(before, 0.995);
+  for (const v of extras) {
+    const x = toNum(v);
+    if (x === null || (log && x <= 0)) continue;
+    min = Math.min(min, x);
+    max = Math.max(max, x);
+  }
+  if (log) {
+    const decades = Math.max(Math.log10(max / min), 0.3);
+    max *= 10 ** (0.12 * decades);
+    min /= 10 ** (0.05 * decades);
+  } else {
+    const span = max - min || Math.abs(max) || 1;
+    const floor = min >= 0 ? 0 : -Infinity;
+    max += 0.12 * span;
+    min = Math.max(min - 0.05 * span, floor);
+  }
+  // Worth it only when the full range would squash the story: beyond 3x its span (log: a decade).
+  const squashed = log ? hi / max > 10 || min / lo > 10 : hi - lo > 3 * (max - min);
+  if (!squashed) return null;
+  return {min, max, clipped: true};
+}
+
+/** Points of `series` outside [min, max]: {step, value, edge} (edge 'top' or 'bottom'), and the peak. */
+export function clippedPoints(series, min, max) {
+  const out = [];
+  let peak = null;
+  for (const {steps, values} of series) {
+    for (let i = 0; i < steps.length; i++) {
+      const v = toNum(values[i]);
+      if (v === null) continue;
+      if (v > max) {
+        out.push({step: steps[i], value: v, edge: 'top'});
+        if (peak === null || v > peak.value) peak = {step: steps[i], value: v};
+      } else if (v < min) out.push({step: steps[i], value: v, edge: 'bottom'});
+    }
+  }
+  out.sort((a, b) => a.step - b.step);
+  return {points: out, peak};
+}

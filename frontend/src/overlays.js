@@ -1,12 +1,16 @@
 // uPlot plugins, one per overlay kind. Each is a factory taking its data through its options and
 // returning {hooks} (uPlot.d.ts `Plugin`). Canvas overlays draw in the `draw`/`drawAxes` hooks,
 // clipped to u.bbox, in device pixels; DOM overlays live in u.over and are re-placed in
-// drawClear/setScale. Text reaches the DOM through textContent and attributes only.
+// drawClear/setScale. Text reaches the DOM through textContent and attributes only. Overlays with a y
+// take `fwd` (data value -> y-scale value): charts plot log10 of the values on log charts.
 
-import {episodeBox, episodeTitle, fitLine, fitLabel, severityOf} from './model.js';
-import {fmtNum, fmtStep} from './format.js';
+import {episodeBox, fitLine, fitLabel, severityOf} from './model.js';
+import {fmtNum, fmtSpan, fmtStep} from './format.js';
 
 const FONT = 'Roboto, "Helvetica Neue", Arial, sans-serif';
+
+// `fwd`: data value -> the chart's y-scale value (charts.js plots log10 on log charts).
+const identity = (v) => v;
 
 function pxr() {
   return (typeof devicePixelRatio === 'number' && devicePixelRatio) || 1;
@@ -31,38 +35,54 @@ function plotWidth(u) {
 }
 
 /**
- * Episodes as DOM spans/ticks with a severity glyph (▲ warning, ◆ critical) at the top edge.
- * opts.episodes: [{ep, index}] (index into the run's episode list, exposed as data-episode);
- * opts.onSelect(index): called when a glyph is clicked.
+ * Incidents as DOM spans: a light wash over the steps each covers on every chart and, where
+ * `labelled(inc)` holds (the chart of its signal), a label "◆ divergence · from 1127, ongoing" at
+ * the top edge that selects it. One span per incident, however many episodes it gathers.
+ * opts.incidents: [{inc, index}] (index into the run's incidents, exposed as data-incident).
  */
-export function episodesPlugin({episodes = [], onSelect = null} = {}) {
+export function incidentsPlugin({incidents = [], episodes = [], labelled = () => true, extent = null, onSelect = null} = {}) {
   let items = null;
 
   function create(u) {
-    items = episodes.map(({ep, index}) => {
-      const sev = ep.severity === 'critical' ? 'critical' : 'warning';
+    items = incidents.map(({inc, index}) => {
+      const sev = ['critical', 'warning', 'info'].includes(inc.severity) ? inc.severity : 'warning';
       const el = document.createElement('div');
-      el.className = `cs-ep cs-ep-${sev}`;
-      el.setAttribute('data-episode', String(index));
-      el.setAttribute('data-code', String(ep.code ?? ''));
+      el.className = `cs-inc cs-inc-${sev}`;
+      el.setAttribute('data-incident', String(index));
+      el.setAttribute('data-kind', String(inc.kind ?? ''));
       el.setAttribute('data-severity', sev);
-      el.setAttribute('data-start-step', String(ep.start_step));
-      el.title = episodeTitle(ep);
-      const glyph = document.createElement('span');
-      glyph.className = 'cs-ep-glyph';
-      glyph.textContent = severityOf(sev).glyph;
-      glyph.setAttribute('role', 'button');
-      glyph.setAttribute('aria-label', `${ep.code} ${ep.rule} at step ${ep.start_step}`);
-      if (onSelect) {
-        glyph.addEventListener('mousedown', (e) => e.stopPropagation());
-        glyph.addEventListener('click', (e) => {
-          e.stopPropagation();
-          onSelect(index);
-        });
+      el.setAttribute('data-start-step', String(inc.start_step));
+      el.title = `${inc.headline || ''}${inc.advice ? `\n→ ${inc.advice}` : ''}`;
+      let label = null;
+      if (labelled(inc)) {
+        label = document.createElement('span');
+        label.className = 'cs-inc-label';
+        label.setAttribute('role', 'button');
+        label.setAttribute('data-incident-label', String(index));
+        label.textContent = `${sev === 'info' ? 'i' : severityOf(sev).glyph} ${inc.kind} · ${fmtSpan(inc.start_step, inc.end_step, inc.open)}`;
+        label.setAttribute('aria-label', `${inc.kind} incident, ${fmtSpan(inc.start_step, inc.end_step, inc.open)}`);
+        if (onSelect) {
+          label.addEventListener('mousedown', (e) => e.stopPropagation());
+          label.addEventListener('click', (e) => {
+            e.stopPropagation();
+            onSelect(index);
+          });
+        }
+        el.appendChild(label);
       }
-      el.appendChild(glyph);
+      // Repeated events (spikes): no wash over the whole span, a tick at each occurrence instead.
+      const steps = inc.occurrences > 1
+        ? [...new Set((inc.episodes || []).map((i) => episodes[i] && episodes[i].start_step).filter((v) => v != null))]
+        : [];
+      const ticks = steps.map((step) => {
+        const t = document.createElement('div');
+        t.className = 'cs-inc-occurrence';
+        el.appendChild(t);
+        return {step, t};
+      });
+      el.classList.toggle('cs-inc-repeated', ticks.length > 0);
       u.over.appendChild(el);
-      return {ep, el};
+      return {inc, el, label, ticks};
     });
   }
 
@@ -70,21 +90,26 @@ export function episodesPlugin({episodes = [], onSelect = null} = {}) {
     if (!items) create(u);
     const w = plotWidth(u);
     const lanes = [];
-    for (const {ep, el} of items) {
-      const x0 = u.valToPos(ep.start_step, 'x');
-      const x1 = u.valToPos(ep.end_step ?? ep.start_step, 'x');
+    for (const {inc, el, label, ticks} of items) {
+      const end = inc.open && extent ? Math.max(extent.max, inc.end_step ?? inc.start_step) : inc.end_step ?? inc.start_step;
+      const x0 = u.valToPos(inc.start_step, 'x');
+      const x1 = u.valToPos(end, 'x');
       const box = episodeBox(x0, x1, w);
       el.style.display = box.visible ? '' : 'none';
       if (!box.visible) continue;
-      el.classList.toggle('cs-ep-span', box.kind === 'span');
-      el.classList.toggle('cs-ep-tick', box.kind === 'tick');
+      el.classList.toggle('cs-inc-tick', box.kind === 'tick');
       el.style.left = `${box.left}px`;
       el.style.width = `${box.width}px`;
-      // Stack glyphs that would overlap at the top edge.
-      const gx = box.kind === 'span' ? Math.max(x0, 0) : box.left;
+      for (const {step, t} of ticks) t.style.left = `${u.valToPos(step, 'x') - box.left}px`;
+      if (!label) continue;
+      // Labels that would overlap go to the next lane down; a label near the right edge grows leftwards.
+      const width = 7 * label.textContent.length + 10;
+      const right = box.left + width > w;
+      const gx0 = right ? box.left + box.width - width : box.left;
       let lane = 0;
-      while (lanes.some((l) => l.lane === lane && Math.abs(l.x - gx) < 11)) lane += 1;
-      lanes.push({lane, x: gx});
+      while (lanes.some((l) => l.lane === lane && gx0 < l.x1 && gx0 + width > l.x0)) lane += 1;
+      lanes.push({lane, x0: gx0, x1: gx0 + width});
+      label.classList.toggle('cs-inc-label-left', right);
       el.style.setProperty('--lane', String(lane));
     }
   }
@@ -99,10 +124,42 @@ export function episodesPlugin({episodes = [], onSelect = null} = {}) {
 }
 
 /**
+ * Story-first view: the points beyond the y range (after a crash) as small arrows at the edge,
+ * thinned to one per 4 px (the chart's head names the peak).
+ */
+export function clipPlugin({points = [], color = '#6a1b9a'} = {}) {
+
+  function draw(u) {
+    if (!points.length) return;
+    const r = pxr();
+    const s = 4 * r;
+    withClip(u, (ctx, bb) => {
+      ctx.fillStyle = color;
+      const last = {top: -Infinity, bottom: -Infinity};
+      ctx.beginPath();
+      for (const p of points) {
+        const x = u.valToPos(p.step, 'x', true);
+        if (x < bb.left - s || x > bb.left + bb.width + s || x - last[p.edge] < s) continue;
+        last[p.edge] = x;
+        const y = p.edge === 'top' ? bb.top + 1 : bb.top + bb.height - 1;
+        const base = p.edge === 'top' ? y + s * 1.4 : y - s * 1.4;
+        ctx.moveTo(x, y);
+        ctx.lineTo(x - s * 0.7, base);
+        ctx.lineTo(x + s * 0.7, base);
+        ctx.closePath();
+      }
+      ctx.fill();
+    });
+  }
+
+  return {hooks: {draw: [draw]}};
+}
+
+/**
  * Growth fits: the fitted window solid, its extension to the projected threshold crossing dashed,
  * and a DOM label "explodes in ~N steps" (data-fit, data-projected-step) at the crossing.
  */
-export function fitPlugin({fits = [], color = '#c62828', scale = 'y'} = {}) {
+export function fitPlugin({fits = [], color = '#c62828', halo = '#fff', scale = 'y', fwd = identity} = {}) {
   const lines = fits.map((fit) => ({fit, line: fitLine(fit)}));
   let labels = null;
 
@@ -118,7 +175,7 @@ export function fitPlugin({fits = [], color = '#c62828', scale = 'y'} = {}) {
           for (let i = 0; i <= 24; i++) {
             const st = a + ((b - a) * i) / 24;
             const v = fit.start_value * Math.exp(fit.growth_per_step * (st - fit.start_step));
-            out.push([u.valToPos(st, 'x', true), u.valToPos(v, scale, true)]);
+            out.push([u.valToPos(st, 'x', true), u.valToPos(fwd(v), scale, true)]);
           }
           return out;
         };
@@ -136,8 +193,8 @@ export function fitPlugin({fits = [], color = '#c62828', scale = 'y'} = {}) {
         if (fit.projected_step !== null && fit.projected_step !== undefined) {
           const last = line.steps.length - 1;
           const x = u.valToPos(line.steps[last], 'x', true);
-          const y = u.valToPos(line.values[last], scale, true);
-          ctx.fillStyle = '#fff';
+          const y = u.valToPos(fwd(line.values[last]), scale, true);
+          ctx.fillStyle = halo;
           ctx.beginPath();
           ctx.arc(x, y, 4 * r, 0, 2 * Math.PI);
           ctx.fill();
@@ -169,6 +226,7 @@ export function fitPlugin({fits = [], color = '#c62828', scale = 'y'} = {}) {
       });
     }
     const w = plotWidth(u);
+    const placed = [];
     lines.forEach(({line}, i) => {
       const el = labels[i];
       if (!line.steps.length) {
@@ -177,12 +235,17 @@ export function fitPlugin({fits = [], color = '#c62828', scale = 'y'} = {}) {
       }
       const last = line.steps.length - 1;
       const x = u.valToPos(line.steps[last], 'x');
-      const y = u.valToPos(line.values[last], scale);
+      const y = u.valToPos(fwd(line.values[last]), scale);
       const visible = x >= -1 && x <= w + 1;
       el.style.display = visible ? '' : 'none';
       const right = x > w - 140;
+      const left = right ? x - 8 - 130 : x + 8;
+      // two fits crossing near each other: the later label moves down a line
+      let top = Math.max(0, y);
+      while (placed.some((p) => Math.abs(p.top - top) < 17 && Math.abs(p.left - left) < 130)) top += 17;
+      placed.push({top, left});
       el.style.left = `${right ? x - 8 : x + 8}px`;
-      el.style.top = `${Math.max(0, y)}px`;
+      el.style.top = `${top}px`;
       el.classList.toggle('cs-fit-label-left', right);
     });
   }
@@ -197,7 +260,7 @@ export function fitPlugin({fits = [], color = '#c62828', scale = 'y'} = {}) {
 }
 
 /** A horizontal reference line (e.g. the explosion threshold) with a label at its right end. */
-export function thresholdPlugin({value, label = '', color = '#c62828', scale = 'y'} = {}) {
+export function thresholdPlugin({value, label = '', color = '#c62828', scale = 'y', fwd = identity} = {}) {
   return {
     hooks: {
       draw: [
@@ -205,7 +268,7 @@ export function thresholdPlugin({value, label = '', color = '#c62828', scale = '
           if (value === null || value === undefined) return;
           const r = pxr();
           withClip(u, (ctx, bb) => {
-            const y = Math.round(u.valToPos(value, scale, true)) + 0.5;
+            const y = Math.round(u.valToPos(fwd(value), scale, true)) + 0.5;
             ctx.strokeStyle = color;
             ctx.lineWidth = 1 * r;
             ctx.setLineDash([2 * r, 3 * r]);
@@ -230,7 +293,7 @@ export function thresholdPlugin({value, label = '', color = '#c62828', scale = '
 }
 
 /** A shaded horizontal band between two values (e.g. the healthy update-ratio range). */
-export function hbandPlugin({lo, hi, fill = 'rgba(46, 125, 50, 0.08)', edge = 'rgba(46, 125, 50, 0.35)', scale = 'y'} = {}) {
+export function hbandPlugin({lo, hi, fill = 'rgba(46, 125, 50, 0.08)', edge = 'rgba(46, 125, 50, 0.35)', scale = 'y', fwd = identity} = {}) {
   return {
     hooks: {
       drawAxes: [
@@ -239,8 +302,8 @@ export function hbandPlugin({lo, hi, fill = 'rgba(46, 125, 50, 0.08)', edge = 'r
           const r = pxr();
           withClip(u, (ctx, bb) => {
             // a one-sided band (only a low or only a high limit) runs to the plot's edge
-            const y0 = hi == null ? bb.top : u.valToPos(hi, scale, true);
-            const y1 = lo == null ? bb.top + bb.height : u.valToPos(lo, scale, true);
+            const y0 = hi == null ? bb.top : u.valToPos(fwd(hi), scale, true);
+            const y1 = lo == null ? bb.top + bb.height : u.valToPos(fwd(lo), scale, true);
             ctx.fillStyle = fill;
             ctx.fillRect(bb.left, y0, bb.width, y1 - y0);
             ctx.strokeStyle = edge;

@@ -49,16 +49,10 @@ export function runListItem(entry, {selected, onSelect}) {
       on: {
         click: () => onSelect(entry.run),
         keydown: (e) => {
-          if (e.key === 'Enter' || e.key === ' ') {
+          // ↑/↓, j/k and Enter: the app's keyboard triage (index.js onKey)
+          if (e.key === ' ') {
             e.preventDefault();
             onSelect(entry.run);
-          } else if (e.key === 'ArrowDown' || e.key === 'ArrowUp') {
-            e.preventDefault();
-            const next = e.key === 'ArrowDown' ? e.currentTarget.nextElementSibling : e.currentTarget.previousElementSibling;
-            if (next && next.hasAttribute('data-run')) {
-              next.focus();
-              onSelect(next.getAttribute('data-run'));
-            }
           }
         },
       },
@@ -81,7 +75,7 @@ export function banner(kind, text, extra = null) {
 }
 
 /** Title, health, one-sentence headline and a line of facts. */
-export function runHeader(analysis, runEntry) {
+export function runHeader(analysis, runEntry, link = null) {
   const c = countsOf(runEntry && runEntry.counts ? runEntry : analysis);
   const s = analysis.summary || {};
   const facts = [];
@@ -100,6 +94,7 @@ export function runHeader(analysis, runEntry) {
     el('div', {class: 'cs-title-row'}, [
       el('h2', {class: 'cs-run-title', text: analysis.run, title: analysis.run}),
       healthBadge(analysis.health),
+      link,
     ]),
     el('p', {class: 'cs-headline', text: headlineOf({...runEntry, ...analysis, headline: (runEntry && runEntry.headline) || analysis.headline})}),
     facts.length ? el('p', {class: 'cs-meta', text: facts.join(' · '), title: sigs.join('\n')}) : null,
@@ -129,8 +124,71 @@ export function noSignalsView(analysis) {
   ]);
 }
 
-/** Findings table; rows carry data-finding (episode index). */
-export function findingsTable(episodes, {rules, onZoom, onReset}) {
+/** "Time Series ↗": TensorBoard's own dashboard on these runs and tags (a new tab; see links.js). */
+export function timeSeriesLink(href, title, text = 'Time Series ↗') {
+  return el('a', {
+    class: 'cs-tslink',
+    text,
+    title,
+    attrs: {href, target: '_blank', rel: 'noopener', 'data-timeseries-link': '1'},
+    on: {click: (e) => e.stopPropagation(), keydown: (e) => e.stopPropagation()},
+  });
+}
+
+const MANY_EPISODES = 4; // an incident with more episodes than this starts collapsed
+
+function episodeRow(ep, index, {rules, onZoom, onReset, linkFor}) {
+  const sev = ['critical', 'warning', 'info'].includes(ep.severity) ? ep.severity : 'warning';
+  const desc = rules && rules[ep.code] ? rules[ep.code].description : null;
+  return el(
+    'tr',
+    {
+      class: `cs-finding cs-sev-${sev}`,
+      attrs: {'data-finding': String(index), tabindex: '0', 'data-code': ep.code},
+      title: 'click: zoom all charts to this finding · double-click: reset zoom',
+      on: {
+        click: () => onZoom(index),
+        dblclick: () => onReset(),
+        // a double-click resets the zoom; it should not also select the row's text
+        mousedown: (e) => e.detail > 1 && e.preventDefault(),
+        keydown: (e) => {
+          if (e.key === 'Enter') onZoom(index);
+          if (e.key === 'Escape') onReset();
+        },
+      },
+    },
+    [
+      el('td', {class: 'cs-sev'}, [
+        el('span', {class: `cs-sev-glyph cs-sev-${sev}`, text: sev === 'info' ? 'i' : severityOf(sev).glyph, attrs: {'aria-hidden': 'true'}}),
+        el('span', {class: 'cs-sev-word', text: sev}),
+      ]),
+      el('td', {class: 'cs-code', text: ep.code, title: desc}),
+      el('td', {class: 'cs-rule', text: ep.rule, title: desc}),
+      el('td', {class: 'cs-signal', text: SIGNAL_LABEL[ep.signal] || ep.signal || ''}),
+      el('td', {class: 'cs-steps', text: fmtSpan(ep.start_step, ep.end_step, ep.open)}),
+      el('td', {
+        class: 'cs-peak',
+        text: ep.peak_value === null || ep.peak_value === undefined ? (ep.family === 'nonfinite' ? 'NaN/Inf' : '–') : fmtNum(ep.peak_value),
+        title: ep.peak_step !== null && ep.peak_step !== undefined ? `at step ${fmtStep(ep.peak_step)}` : null,
+      }),
+      el('td', {class: 'cs-msg'}, [
+        el('div', {class: 'cs-message', text: ep.message || ''}),
+        ep.advice ? el('div', {class: 'cs-advice', text: `→ ${ep.advice}`}) : null,
+        linkFor ? linkFor({signal: ep.signal, episodes: []}) : null,
+      ]),
+    ],
+  );
+}
+
+/**
+ * Findings grouped by incident: a headline row per incident (severity, kind, steps, lead, advice,
+ * a Time Series link), its episodes beneath (collapsed when many). Rows carry data-incident /
+ * data-finding (indices into the run's incidents / episodes). Episodes no incident claims (a report
+ * without incidents) are listed alone.
+ */
+export function findingsTable(analysis, {rules, onZoom, onZoomIncident, onReset, linkFor}) {
+  const episodes = analysis.episodes || [];
+  const incidents = analysis.incidents || [];
   if (!episodes.length) {
     return el('section', {class: 'cs-card cs-findings'}, [
       el('div', {class: 'cs-card-head'}, [el('span', {class: 'cs-card-title', text: 'Findings'})]),
@@ -138,55 +196,75 @@ export function findingsTable(episodes, {rules, onZoom, onReset}) {
     ]);
   }
   const head = el('tr', {}, ['', 'code', 'rule', 'signal', 'steps', 'peak', 'what happened · what to do'].map((h) => el('th', {text: h})));
-  const order = episodes
-    .map((ep, index) => ({ep, index}))
-    .sort((a, b) => (a.ep.severity === b.ep.severity ? 0 : a.ep.severity === 'critical' ? -1 : 1) || a.ep.start_step - b.ep.start_step);
-  const rows = order.map(({ep, index}) => {
-    const sev = ep.severity === 'critical' ? 'critical' : 'warning';
-    const desc = rules && rules[ep.code] ? rules[ep.code].description : null;
-    return el(
+  const bodies = [];
+  const claimed = new Set();
+  incidents.forEach((inc, k) => {
+    const sev = ['critical', 'warning', 'info'].includes(inc.severity) ? inc.severity : 'warning';
+    const mine = (inc.episodes || []).filter((i) => i >= 0 && i < episodes.length);
+    mine.forEach((i) => claimed.add(i));
+    // one episode says what its incident's headline says: folded too
+    const collapsed = mine.length > MANY_EPISODES || mine.length === 1;
+    const tbody = el('tbody', {class: `cs-incident-group${collapsed ? ' cs-collapsed' : ''}`, attrs: {'data-incident-group': String(k)}});
+    const toggle = mine.length
+      ? el('button', {
+          class: 'cs-button cs-expand',
+          text: collapsed ? `${plural(mine.length, 'episode')} ▸` : `${plural(mine.length, 'episode')} ▾`,
+          attrs: {type: 'button', 'aria-expanded': collapsed ? 'false' : 'true'},
+          on: {
+            click: (e) => {
+              e.stopPropagation();
+              const now = !tbody.classList.contains('cs-collapsed');
+              tbody.classList.toggle('cs-collapsed', now);
+              toggle.setAttribute('aria-expanded', now ? 'false' : 'true');
+              toggle.textContent = `${plural(mine.length, 'episode')} ${now ? '▸' : '▾'}`;
+            },
+          },
+        })
+      : null;
+    const lead = inc.lead_steps && !String(inc.headline || '').includes('predicted') ? `predicted ${plural(inc.lead_steps, 'step')} early` : null;
+    const link = linkFor ? linkFor(inc) : null;
+    tbody.appendChild(el(
       'tr',
       {
-        class: `cs-finding cs-sev-${sev}`,
-        attrs: {'data-finding': String(index), tabindex: '0', 'data-code': ep.code},
-        title: 'click: zoom all charts to this finding · double-click: reset zoom',
+        class: `cs-incident cs-sev-${sev}`,
+        attrs: {'data-incident': String(k), 'data-kind': inc.kind, tabindex: '0'},
+        title: 'click: zoom all charts to this incident · double-click: reset zoom',
         on: {
-          click: () => onZoom(index),
+          click: () => onZoomIncident(k),
           dblclick: () => onReset(),
-          // a double-click resets the zoom; it should not also select the row's text
           mousedown: (e) => e.detail > 1 && e.preventDefault(),
           keydown: (e) => {
-            if (e.key === 'Enter') onZoom(index);
+            if (e.key === 'Enter') onZoomIncident(k);
             if (e.key === 'Escape') onReset();
           },
         },
       },
       [
         el('td', {class: 'cs-sev'}, [
-          el('span', {class: `cs-sev-glyph cs-sev-${sev}`, text: severityOf(sev).glyph, attrs: {'aria-hidden': 'true'}}),
+          el('span', {class: `cs-sev-glyph cs-sev-${sev}`, text: sev === 'info' ? 'i' : severityOf(sev).glyph, attrs: {'aria-hidden': 'true'}}),
           el('span', {class: 'cs-sev-word', text: sev}),
         ]),
-        el('td', {class: 'cs-code', text: ep.code, title: desc}),
-        el('td', {class: 'cs-rule', text: ep.rule, title: desc}),
-        el('td', {class: 'cs-signal', text: SIGNAL_LABEL[ep.signal] || ep.signal || ''}),
-        el('td', {class: 'cs-steps', text: fmtSpan(ep.start_step, ep.end_step, ep.open)}),
-        el('td', {
-          class: 'cs-peak',
-          text: ep.peak_value === null || ep.peak_value === undefined ? (ep.family === 'nonfinite' ? 'NaN/Inf' : '–') : fmtNum(ep.peak_value),
-          title: ep.peak_step !== null && ep.peak_step !== undefined ? `at step ${fmtStep(ep.peak_step)}` : null,
-        }),
+        el('td', {class: 'cs-kind', text: inc.kind, attrs: {colspan: '3'}}),
+        el('td', {class: 'cs-steps', text: fmtSpan(inc.start_step, inc.end_step, inc.open)}),
+        el('td', {class: 'cs-peak', text: inc.occurrences > 1 ? `${inc.occurrences}×` : ''}),
         el('td', {class: 'cs-msg'}, [
-          el('div', {class: 'cs-message', text: ep.message || ''}),
-          ep.advice ? el('div', {class: 'cs-advice', text: `→ ${ep.advice}`}) : null,
+          el('div', {class: 'cs-headline-text', text: inc.headline || ''}),
+          lead ? el('div', {class: 'cs-lead', text: lead}) : null,
+          inc.advice ? el('div', {class: 'cs-advice', text: `→ ${inc.advice}`}) : null,
+          el('div', {class: 'cs-incident-tools'}, [toggle, link]),
         ]),
       ],
-    );
+    ));
+    for (const i of mine) tbody.appendChild(episodeRow(episodes[i], i, {rules, onZoom, onReset, linkFor}));
+    bodies.push(tbody);
   });
+  const rest = episodes.map((ep, i) => i).filter((i) => !claimed.has(i));
+  if (rest.length) bodies.push(el('tbody', {}, rest.map((i) => episodeRow(episodes[i], i, {rules, onZoom, onReset, linkFor}))));
   return el('section', {class: 'cs-card cs-findings'}, [
     el('div', {class: 'cs-card-head'}, [
-      el('span', {class: 'cs-card-title', text: 'Findings'}),
-      el('span', {class: 'cs-card-hint', text: 'click a row to zoom · double-click to reset'}),
+      el('span', {class: 'cs-card-title', text: incidents.length ? `Findings · ${plural(incidents.length, 'incident')}` : 'Findings'}),
+      el('span', {class: 'cs-card-hint', text: 'click a row to zoom · double-click to reset · ↑/↓ or j/k: runs · Enter: first incident'}),
     ]),
-    el('table', {class: 'cs-table'}, [el('thead', {}, [head]), el('tbody', {}, rows)]),
+    el('table', {class: 'cs-table'}, [el('thead', {}, [head]), ...bodies]),
   ]);
 }

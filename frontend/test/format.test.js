@@ -1,6 +1,6 @@
 import {test} from 'node:test';
 import assert from 'node:assert/strict';
-import {toNum, fmtNum, fmtStep, fmtSpan, fmtStepAxis, fmtTick, fmtTicks, fmtAxis, plural} from '../src/format.js';
+import {toNum, fmtNum, fmtStep, fmtSpan, fmtStepAxis, fmtTick, fmtTicks, fmtAxis, fmtLog, logSplits, plural, stepDecimals} from '../src/format.js';
 
 test('toNum', () => {
   assert.equal(toNum(1.5), 1.5);
@@ -26,7 +26,7 @@ test('fmtStep and fmtSpan', () => {
   assert.equal(fmtStep(null), '–');
   assert.equal(fmtSpan(4120, 4188), '4120–4188');
   assert.equal(fmtSpan(4120, 4120), '4120');
-  assert.equal(fmtSpan(4120, 4188, true), '4120–…');
+  assert.equal(fmtSpan(1137, 1199, true), 'from 1137, ongoing');
 });
 
 test('axis labels', () => {
@@ -55,4 +55,44 @@ test('fmtTicks: one notation per axis', () => {
   assert.deepEqual(fmtTicks([0, 0.5, 1, 1.5], 0.5), ['0', '0.5', '1.0', '1.5']);
   assert.deepEqual(fmtTicks([0, 2e22, 5e22], 2.5e22), ['0', '2e22', '5e22']);
   assert.deepEqual(fmtTicks([1e-5, 2e-5, null], 1e-5), ['1e-5', '2e-5', null]);
+});
+
+test('linear ticks carry the decimals of their step', () => {
+  assert.equal(stepDecimals(0.25), 2);
+  assert.equal(stepDecimals(0.00025), 5);
+  assert.equal(stepDecimals(2), 0);
+  assert.equal(stepDecimals(0.1 + 0.2), 1);
+  // a learning-rate axis in 0.25 steps, and lightning/plateau's 0.00025 steps
+  assert.deepEqual(fmtTicks([0, 0.25, 0.5, 0.75, 1], 0.25), ['0', '0.25', '0.50', '0.75', '1.00']);
+  assert.deepEqual(fmtTicks([0.00025, 0.0005, 0.00075], 0.00025), ['2.5e-4', '5e-4', '7.5e-4']);
+  assert.deepEqual(fmtTicks([0.0005, 0.00075, 0.001], 0.00025), ['0.00050', '0.00075', '0.00100']);
+  assert.deepEqual(fmtTicks([0, 2.5e22, 5e22, 7.5e22], 2.5e22), ['0', '2.5e22', '5e22', '7.5e22']);
+  assert.equal(fmtTick(0.3, 0.1), '0.3');
+  for (const inc of [0.25, 0.00025, 0.2, 5e-7, 2.5e30]) {
+    const ticks = [1, 2, 3, 4].map((i) => i * inc);
+    const labels = fmtTicks(ticks, inc);
+    assert.equal(new Set(labels).size, labels.length, `distinct labels for step ${inc}: ${labels}`);
+    labels.forEach((l, i) => assert.ok(Math.abs(Number(l) - ticks[i]) <= 1e-9 * ticks[i], `${l} != ${ticks[i]}`));
+  }
+});
+
+test('log axes label every range from 1e-12 to 1e38 with at least two ticks', () => {
+  assert.deepEqual([1e-12, 1e-6, 0.001, 1, 1000, 1e6, 1e36].map(fmtLog), ['1e-12', '1e-6', '0.001', '1', '1000', '1e6', '1e36']);
+  assert.deepEqual(logSplits(1e25, 3e36, 6), [1e26, 1e28, 1e30, 1e32, 1e34, 1e36]);
+  assert.deepEqual(logSplits(0.5, 20, 6), [1, 10]);
+  assert.deepEqual(logSplits(0.3, 0.9, 6), [0.335, 0.52, 0.806]);
+  assert.deepEqual(logSplits(0.15, 0.6, 6), [0.2, 0.5]);
+  for (let lo = -12; lo <= 37; lo += 1) {
+    for (const width of [0.2, 1, 3, 10, 50]) {
+      const min = 1.3 * 10 ** lo;
+      const max = Math.min(min * 10 ** width, 1e38);
+      if (!(max > min)) continue;
+      const splits = logSplits(min, max, 6);
+      assert.ok(splits.length >= 2 && splits.length <= 8, `${min}..${max}: ${splits}`);
+      for (const v of splits) assert.ok(v >= min * 0.999 && v <= max * 1.001, `${v} outside ${min}..${max}`);
+      const labels = splits.map(fmtLog);
+      assert.equal(new Set(labels).size, labels.length, `${min}..${max}: ${labels}`);
+      for (const l of labels) assert.ok(l.length <= 8, l);
+    }
+  }
 });

@@ -275,3 +275,23 @@ test('wideRange: more than 3 decades of positive values', () => {
   assert.equal(wideRange([[1], [900]], 3), false);
   assert.equal(wideRange([[1], [2e3]], 3), true);
 });
+
+test('storyRange: fits the data before the crash, marks what lies beyond', async () => {
+  const {storyRange, clippedPoints, crashStepOf} = await import('../src/model.js');
+  const steps = Array.from({length: 200}, (_, i) => i);
+  const values = steps.map((s) => (s < 150 ? 1 + 0.1 * Math.sin(s) : 10 ** ((s - 150) / 2)));
+  const series = [{steps, values}];
+  assert.equal(crashStepOf({incidents: [{crash_step: null}, {crash_step: 160}, {crash_step: 150}]}), 150);
+  assert.equal(crashStepOf({}), null);
+  const r = storyRange(series, 150, [100], true);
+  assert.ok(r && r.max >= 100 && r.max < 1e3 && r.min < 0.9 && r.min > 0.5, JSON.stringify(r));
+  const lin = storyRange(series, 150, [], false);
+  assert.ok(lin.max > 1.1 && lin.max < 1.5 && lin.min >= 0.7 && lin.min < 0.95, JSON.stringify(lin));
+  const {points, peak} = clippedPoints(series, r.min, r.max);
+  assert.equal(peak.step, 199);
+  assert.ok(points.length > 0 && points.every((p) => p.edge === 'top' && p.step >= 150));
+  assert.equal(storyRange(series, null, [], true), null); // no crash: the full range
+  assert.equal(storyRange([{steps, values: steps.map(() => 1)}], 150, [], false), null); // nothing cut
+  const ramp = steps.map((s) => s / 100);
+  assert.equal(storyRange([{steps, values: ramp}], 150, [], false), null); // a ramp a little past the crash: not worth it
+});

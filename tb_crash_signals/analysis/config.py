@@ -163,6 +163,8 @@ def _coerce(key: str, value, default, bounds=None):
 
 # Point counts beyond this are no window any run has (and overflow C sizes).
 _MAX_INT_PARAM = 10**9
+
+
 def article_config(with_defaults: bool = False) -> Config:
     """The `article` preset: the source article's four rules, as the article states them.
 

@@ -133,6 +133,13 @@ def build_incidents(episodes: list[Episode], run_steps: int = 0) -> list[Inciden
             # a learning rate (or update size) out of band still going on: the cause
             or (episodes[i].family == "optimizer" and episodes[i].start_step <= first <= episodes[i].end_step)
         ]
+        # What too large a step does meanwhile (a stall, spikes) is the same story.
+        high = [i for i in members if episodes[i].code in _OPTIMIZER_HIGH]
+        members += [
+            i for i in order if i not in members and episodes[i].code in _PLATEAU + _STAGNATION + _SPIKES
+            and any(_overlap(episodes[i], episodes[j]) for j in high)
+        ]
+        members.sort()
         taken.update(members)
         groups.append(("divergence", members))
 
@@ -140,17 +147,20 @@ def build_incidents(episodes: list[Episode], run_steps: int = 0) -> list[Inciden
     optimizer = [i for i in order if i not in taken and episodes[i].family == "optimizer"]
     plateau = [i for i in order if i not in taken and episodes[i].code in _PLATEAU + _STAGNATION]
     if optimizer:
-        high = any(episodes[i].code in _OPTIMIZER_HIGH for i in optimizer)
-        folded = plateau if high else []
+        high = [i for i in optimizer if episodes[i].code in _OPTIMIZER_HIGH]
+        # Too large a step also shakes the loss: spikes while it lasts are its symptom.
+        shaken = [i for i in order if i not in taken and episodes[i].code in _SPIKES
+                  and any(_overlap(episodes[i], episodes[j]) for j in high)]
+        folded = plateau + shaken if high else []
         taken.update(optimizer + folded)
         groups.append(("optimizer", sorted(optimizer + folded)))
         plateau = [i for i in plateau if i not in taken]
     for kind, codes in (("plateau", _PLATEAU), ("stagnation", _STAGNATION), ("overfit", _OVERFIT),
                         ("spikes", _SPIKES), ("overflow", _OVERFLOW)):
         members = [i for i in order if i not in taken and episodes[i].code in codes]
-        if kind == "plateau":  # a stuck validation loss during a plateau is the same story
+        if kind == "plateau":  # a stuck validation loss during or after a plateau is the same story
             members += [i for i in order if i not in taken and episodes[i].code in _STAGNATION
-                        and any(_overlap(episodes[i], episodes[j]) for j in members)]
+                        and any(episodes[i].end_step >= episodes[j].start_step for j in members)]
         if members:
             taken.update(members)
             groups.append((kind, sorted(members)))
@@ -250,7 +260,7 @@ def _headline(kind, eps, alarm: Episode, crash: Episode | None, lead, start, fit
     if kind == "spikes":
         spikes = [e for e in eps if e.code in _SPIKES]
         n = _occurrences("spikes", eps)
-        recovered = [int(m.group(1)) for e in spikes for m in [re.search(r"recovery in (\d+) steps", e.message)] if m]
+        recovered = [int(m.group(1)) for e in spikes for m in [re.search(r"recovery in (\d+) steps?", e.message)] if m]
         unrecovered = any("not recovered" in e.message for e in spikes)
         if n == 1:
             return alarm.message
@@ -268,6 +278,8 @@ def _headline(kind, eps, alarm: Episode, crash: Episode | None, lead, start, fit
             return burst[0].message
         return (f"{n} step{'s' if n != 1 else ''} skipped by the loss scaler from step {alarm.start_step} "
                 "(grad norm Inf/NaN while the loss is finite)")
+    if kind == "plateau" and any(e.code in _STAGNATION for e in eps):
+        return alarm.message + "; the validation loss is stuck too"
     if kind == "optimizer":
         if any(e.code in _PRECURSOR for e in eps):
             return alarm.message + "; the train loss climbs away from its best with it"
@@ -275,6 +287,10 @@ def _headline(kind, eps, alarm: Episode, crash: Episode | None, lead, start, fit
             return alarm.message + "; the train loss stalls with it"
         return alarm.message
     return alarm.message
+
+
+def _steps(n: int) -> str:
+    return f"{n} step{'s' if n != 1 else ''}"
 
 
 def _divergence_headline(kind, eps, alarm, crash, lead, start, fit) -> str:
@@ -298,9 +314,9 @@ def _divergence_headline(kind, eps, alarm, crash, lead, start, fit) -> str:
     if kind == "nonfinite":
         return f"{at} with no warning sign before"
     if alarm.code == "CS201" and lead:
-        return f"grad norm grew exponentially from step {start}; {at} (predicted {lead} steps early)"
+        return f"grad norm grew exponentially from step {start}; {at} (predicted {_steps(lead)} early)"
     if alarm.code == "CS202" and lead:
-        return f"train loss climbed from step {start}; {at} (flagged {lead} steps early)"
+        return f"train loss climbed from step {start}; {at} (flagged {_steps(lead)} early)"
     if lead:
-        return f"{at} (flagged {lead} steps early by {alarm.rule})"
+        return f"{at} (flagged {_steps(lead)} early by {alarm.rule})"
     return at

@@ -193,6 +193,16 @@ def _override(dimension, members, wanted: Sequence[str]) -> TagRef | None:
     return None
 
 
+def family(run: str) -> str:
+    """The logical run that `run` may belong to: its parent directory for a train or
+    validation split, else itself.
+
+    `group_runs` only groups runs of one family (a parent and its splits), so the runs
+    of a logdir can be grouped family by family, apart, with the same result.
+    """
+    return (posixpath.dirname(run) or ".") if _split_of(run) is not None else run
+
+
 def group_runs(
     run_tags: Mapping[str, Iterable[str]],
     overrides: Mapping[str, Sequence[str]] | None = None,

@@ -1,4 +1,4 @@
-"""`tb-crash-signals`: scan a logdir headless, list the rules, write demo logs.
+"""`tb-crash-signals`: scan a logdir headless, compact it, list the rules, write demo logs.
 
 Exit codes (like ruff): 0 nothing at or above --fail-on, 1 found, 2 usage,
 configuration or I/O error (one line on stderr, never a traceback). Each
@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import sys
 
-from tb_crash_signals.cli import demo, rules, scan
+from tb_crash_signals.cli import compact, demo, rules, scan
 from tb_crash_signals.cli.common import EXIT_ERROR, EXIT_OK, Parser, fail
 
-COMMANDS = {"scan": scan, "rules": rules, "demo": demo}
+COMMANDS = {"scan": scan, "compact": compact, "rules": rules, "demo": demo}
 
 
 def parser() -> Parser:

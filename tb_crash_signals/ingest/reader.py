@@ -5,6 +5,10 @@ reservoir sampling), incrementally: each :meth:`RunReader.reload` parses only
 the bytes appended since the previous call. Nothing in the logdir is ever
 written or modified.
 
+Files are reached through an `ingest.storage.Storage`: the local filesystem by default,
+or any fsspec URL (``s3://bucket/logs``), where only the appended byte ranges are fetched
+and listings are shared by every run of the logdir (`ingest.remote`).
+
 Run discovery follows TensorBoard: every directory under the logdir (walked
 without following symlinks) that holds a file whose name contains
 ``tfevents`` is a run, named by its path relative to the logdir with ``/``
@@ -28,28 +32,23 @@ import os
 import numpy as np
 
 from tb_crash_signals.ingest import records, scalars
+from tb_crash_signals.ingest.redact import redact
 from tb_crash_signals.ingest.series import Series
+from tb_crash_signals.ingest.storage import Storage, StorageError, local_path, storage_for
 
 __all__ = ["discover_runs", "RunReader", "ReaderStats", "LogdirSource"]
 
 _CHUNK_BYTES = records.MAX_RECORD_LEN + 16  # one read always holds a whole record
 _MAX_CHUNKS = 64  # per-tag append chunks before they are consolidated
+# A file's unparsed tail (a record still being written) is kept between reloads up to
+# this size, so the next reload fetches only the bytes appended after it.
+_MAX_TAIL = 1 << 20
 
 
-def _is_event_file(name: str) -> bool:
-    return "tfevents" in name
-
-
-def discover_runs(logdir: str) -> list[str]:
+def discover_runs(logdir, storage: Storage | None = None) -> list[str]:
     """Names of the runs under `logdir` (sorted), TensorBoard-style."""
-    runs = []
-    logdir = os.fspath(logdir)
-    for dirpath, dirnames, filenames in os.walk(logdir, followlinks=False):
-        dirnames.sort()
-        if any(_is_event_file(f) for f in filenames):
-            rel = os.path.relpath(dirpath, logdir)
-            runs.append("." if rel == "." else rel.replace(os.sep, "/"))
-    return sorted(runs)
+    storage = storage or storage_for(os.fspath(logdir))
+    return storage.run_dirs(storage.normpath(local_path(logdir)))
 
 
 @dataclasses.dataclass
@@ -62,7 +61,8 @@ class ReaderStats:
         corrupt_records: corrupt records skipped (bad CRC, bad length,
             unparsable payload).
         files: event files known.
-        bytes_read: bytes read from disk.
+        bytes_read: bytes read from the files (each byte once: a partial record
+            at the end of a file is kept, not read again).
         truncated_tail: some file currently ends inside a record (its writer
             is presumably still writing; the rest is read on a later reload).
         purges: restart purges applied.
@@ -78,12 +78,13 @@ class ReaderStats:
 
 
 class _FileState:
-    __slots__ = ("name", "offset", "size", "resyncing", "corrupt", "truncated", "error", "shrunk")
+    __slots__ = ("name", "offset", "size", "tail", "resyncing", "corrupt", "truncated", "error", "shrunk")
 
     def __init__(self, name):
         self.name = name
-        self.offset = 0  # where the next read starts
-        self.size = 0  # file size when last read
+        self.offset = 0  # where the next parse starts
+        self.size = 0  # bytes of the file read so far
+        self.tail = b""  # the bytes from `offset` to `size`, when kept
         self.resyncing = False
         self.corrupt = 0
         self.truncated = False
@@ -224,10 +225,14 @@ class RunReader:
     Args:
         run_dir: directory holding the run's event files.
         purge: apply the restart purge (see module docstring).
+        storage: where `run_dir` is (default: the local filesystem, or the fsspec
+            storage of a URL).
     """
 
-    def __init__(self, run_dir, purge: bool = True):
-        self.run_dir = os.fspath(run_dir)
+    def __init__(self, run_dir, purge: bool = True, storage: Storage | None = None):
+        run_dir = local_path(run_dir)
+        self.storage = storage or storage_for(os.fspath(run_dir))
+        self.run_dir = self.storage.normpath(run_dir)
         self.purge = purge
         self.stats = ReaderStats()
         self._files: dict[str, _FileState] = {}
@@ -273,12 +278,10 @@ class RunReader:
         """Reads what was appended since the last call; True if any tag changed."""
         changed = False
         try:
-            names = sorted(
-                e.name for e in os.scandir(self.run_dir) if _is_event_file(e.name) and _is_file(e)
-            )
+            names = self.storage.event_files(self.run_dir)
             self._list_error = None
         except OSError as e:
-            self._list_error = e.strerror or str(e)
+            self._list_error = _message(e)
             names = []
         for name in names:
             if name not in self._files:
@@ -292,10 +295,11 @@ class RunReader:
     # -- reading ------------------------------------------------------------
 
     def _read_file(self, fs: _FileState) -> bool:
-        path = os.path.join(self.run_dir, fs.name)
+        storage = self.storage
+        path = storage.join(self.run_dir, fs.name)
         changed = False
         try:
-            size = os.stat(path).st_size
+            size = storage.size(path)
             if size < fs.size:
                 fs.shrunk = (fs.size, size)
                 return False
@@ -303,41 +307,43 @@ class RunReader:
             if size == fs.size:  # nothing appended (a pending tail is not re-read)
                 fs.error = None
                 return False
-            with open(path, "rb") as f:
-                want = _CHUNK_BYTES
-                while True:
-                    f.seek(fs.offset)
-                    # Never ask for more than the file holds: read(n) allocates n bytes
-                    # up front, and `want` can be the 64 MiB record bound.
-                    data = f.read(max(0, min(want, size - fs.offset)))
-                    if not data:
+            want = _CHUNK_BYTES
+            tail = fs.tail
+            pos = fs.offset + len(tail)  # the next byte to fetch
+            while True:
+                # Never ask for more than the file holds: a read of n bytes allocates n
+                # up front, and `want` can be the 64 MiB record bound.
+                n = max(0, min(want - len(tail), size - pos))
+                new = storage.read(path, pos, n) if n else b""
+                self.stats.bytes_read += len(new)
+                pos += len(new)
+                data = tail + new if tail else new
+                if not data:
+                    break
+                res = records.scan_records(data, 0, resyncing=fs.resyncing, verify_data=False)
+                fs.corrupt += res.n_corrupt
+                self.stats.corrupt_records += res.n_corrupt
+                fs.truncated = res.truncated
+                fs.resyncing = res.resyncing
+                if res.offsets.shape[0]:
+                    dec = scalars.decode_scalars(data, res.offsets, res.lengths, verify=True)
+                    fs.corrupt += dec.n_corrupt
+                    self.stats.corrupt_records += dec.n_corrupt
+                    changed |= self._apply(dec)
+                fs.offset += res.end
+                tail = data[res.end:] if res.end < len(data) else b""
+                fs.size = max(fs.size, pos)
+                if len(new) < n or pos >= size:
+                    break  # all the file holds now
+                if res.end == 0:  # a record longer than the chunk: read more at once
+                    if want >= records.MAX_RECORD_LEN + 16:
                         break
-                    self.stats.bytes_read += len(data)
-                    res = records.scan_records(
-                        data, 0, resyncing=fs.resyncing, verify_data=False
-                    )
-                    fs.corrupt += res.n_corrupt
-                    self.stats.corrupt_records += res.n_corrupt
-                    fs.truncated = res.truncated
-                    fs.resyncing = res.resyncing
-                    if res.offsets.shape[0]:
-                        dec = scalars.decode_scalars(
-                            data, res.offsets, res.lengths, verify=True
-                        )
-                        fs.corrupt += dec.n_corrupt
-                        self.stats.corrupt_records += dec.n_corrupt
-                        changed |= self._apply(dec)
-                    fs.offset += res.end
-                    fs.size = max(fs.size, fs.offset + len(data) - res.end)
-                    if len(data) < want:
-                        break  # end of file
-                    if res.end == 0:  # a record longer than the chunk: read more at once
-                        if want >= records.MAX_RECORD_LEN + 16:
-                            break
-                        want = min(2 * want, records.MAX_RECORD_LEN + 16)
+                    want = min(2 * want, records.MAX_RECORD_LEN + 16)
+            # A tail too big to keep is read again from `offset` next time.
+            fs.tail = tail if len(tail) <= _MAX_TAIL else b""
             fs.error = None
         except OSError as e:
-            fs.error = e.strerror or str(e)
+            fs.error = _message(e)
         return changed
 
     def _apply(self, dec: scalars.DecodedBatch) -> bool:
@@ -383,42 +389,55 @@ class RunReader:
         return True
 
 
-def _is_file(entry) -> bool:
-    try:
-        return entry.is_file()
-    except OSError:
-        return False
+def _message(e: OSError) -> str:
+    """An OSError as a problem line: a storage's own message, else the system's."""
+    if isinstance(e, StorageError):
+        return str(e)
+    return redact(e.strerror or str(e))
 
 
 class LogdirSource:
     """Every run under a logdir, read at full resolution.
 
     Args:
-        logdir: the TensorBoard logdir.
+        logdir: the TensorBoard logdir (a local path or an fsspec URL).
         purge: apply the restart purge in every run.
+        storage: where the logdir is (default: from `logdir`, see `storage.storage_for`).
     """
 
-    def __init__(self, logdir, purge: bool = True):
-        self.logdir = os.fspath(logdir)
+    def __init__(self, logdir, purge: bool = True, storage: Storage | None = None):
+        logdir = local_path(logdir)
+        self.storage = storage or storage_for(os.fspath(logdir))
+        self.logdir = self.storage.normpath(logdir)
         self.purge = purge
         self._readers: dict[str, RunReader] = {}
         self._error = None
 
-    def reload(self) -> bool:
-        """Discovers new runs and reads what was appended; True if anything changed."""
-        if not os.path.isdir(self.logdir):
-            self._error = f"logdir {self.logdir} is not a readable directory"
-        else:
-            self._error = None
+    def discover(self) -> list[str]:
+        """The runs under the logdir now (a reader is made for each new one, nothing is read)."""
         try:
-            runs = discover_runs(self.logdir)
-        except OSError as e:  # os.walk swallows most errors; be safe anyway
-            self._error = f"cannot list logdir: {e.strerror or e}"
+            if not self.storage.isdir(self.logdir):
+                self._error = f"logdir {redact(self.logdir)} is not a readable directory"
+                runs = []
+            else:
+                self._error = None
+                runs = self.storage.run_dirs(self.logdir)
+        except OSError as e:  # os.walk swallows most errors; a remote listing does not
+            self._error = f"cannot list logdir: {_message(e)}"
             runs = []
         for run in runs:
             if run not in self._readers:
-                path = self.logdir if run == "." else os.path.join(self.logdir, *run.split("/"))
-                self._readers[run] = RunReader(path, purge=self.purge)
+                path = self.storage.run_path(self.logdir, run)
+                self._readers[run] = RunReader(path, purge=self.purge, storage=self.storage)
+        return runs
+
+    def error(self) -> str | None:
+        """Why the logdir itself could not be listed at the last discovery, or None."""
+        return self._error
+
+    def reload(self) -> bool:
+        """Discovers new runs and reads what was appended; True if anything changed."""
+        self.discover()
         changed = False
         for run in sorted(self._readers):
             changed |= self._readers[run].reload()

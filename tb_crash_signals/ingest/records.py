@@ -42,6 +42,7 @@ __all__ = [
     "iter_records",
     "crc32c_fixed_rows",
     "crc32c_ranges",
+    "crc32c_long",
     "gather_rows",
     "mask_crcs",
     "u32_at",
@@ -191,10 +192,23 @@ def gather_rows(arr: np.ndarray, starts: np.ndarray, width: int) -> np.ndarray:
 
 
 def crc32c_ranges(arr: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """CRC-32C of arr[starts[i]:starts[i]+lengths[i]] for every i (vectorised)."""
+    """CRC-32C of arr[starts[i]:starts[i]+lengths[i]] for every i (vectorised).
+
+    Ranges longer than :data:`LONG_RANGE` go through :func:`crc32c_long`,
+    whose number of numpy passes does not grow with the longest range.
+    """
     n = starts.shape[0]
     out = np.zeros(n, dtype=np.uint32)
     if n == 0:
+        return out
+    starts = np.asarray(starts, dtype=np.int64)
+    lengths = np.asarray(lengths, dtype=np.int64)
+    long = lengths > LONG_RANGE
+    if long.any():
+        out[long] = crc32c_long(arr, starts[long], lengths[long])
+        short = np.flatnonzero(~long)
+        if short.shape[0]:
+            out[short] = crc32c_ranges(arr, starts[short], lengths[short])
         return out
     zs = _zero_states(int(lengths.max()))
     # Exact-length groups (the common case) need no padding.
@@ -242,6 +256,114 @@ def _crc32c_padded(arr, starts, lengths, zs):
             rows[np.arange(width)[None, :] < pad[:, None]] = 0
             out[part] = _raw_crc_rows(rows) ^ zs[lengths[part]]
     return out ^ np.uint32(_U32)
+
+
+# ---------------------------------------------------------------------------
+# Long ranges: blocks, combined.
+#
+# A raw register (init 0) satisfies raw(A + B) = Z_|B|(raw(A)) ^ raw(B), where
+# Z_n (feeding n zero bytes) is a linear map of the 32-bit register. A long
+# range is cut into blocks aligned on its end (the first one short, implicitly
+# left-padded with zeros, which a raw register ignores); the blocks' raw CRCs
+# are one matrix computation, and pairs of neighbours are combined level by
+# level with Z of the right neighbour's width. Z_n of any n is a product of
+# the Z_(2^b), each kept as four byte tables.
+
+LONG_RANGE = 128
+_BLOCK_BITS = 6  # 64-byte blocks: few numpy passes per call, whatever the lengths
+_POW_TABLES: list = []  # _POW_TABLES[b]: byte tables (4, 256) of Z_(2^b)
+
+
+def _tables(columns: np.ndarray) -> np.ndarray:
+    """Byte tables (4, 256) of the linear map whose image of bit i is columns[i]."""
+    idx = np.arange(256, dtype=np.uint32)
+    out = np.zeros((4, 256), dtype=np.uint32)
+    for k in range(4):
+        for j in range(8):
+            out[k] ^= np.where((idx >> np.uint32(j)) & np.uint32(1), columns[8 * k + j], np.uint32(0))
+    return out
+
+
+def _apply(tables: np.ndarray, x: np.ndarray) -> np.ndarray:
+    x = x.astype(np.uint32, copy=False)
+    m = np.uint32(0xFF)
+    return (
+        tables[0][x & m]
+        ^ tables[1][(x >> np.uint32(8)) & m]
+        ^ tables[2][(x >> np.uint32(16)) & m]
+        ^ tables[3][x >> np.uint32(24)]
+    )
+
+
+def _pow_tables(b: int) -> np.ndarray:
+    """Byte tables of Z_(2^b)."""
+    if not _POW_TABLES:
+        bits = np.uint32(1) << np.arange(32, dtype=np.uint32)
+        one_zero_byte = _NP_TABLE[bits & np.uint32(0xFF)] ^ (bits >> np.uint32(8))
+        _POW_TABLES.append(_tables(one_zero_byte))
+    while len(_POW_TABLES) <= b:
+        prev = _POW_TABLES[-1]
+        bits = np.uint32(1) << np.arange(32, dtype=np.uint32)
+        _POW_TABLES.append(_tables(_apply(prev, _apply(prev, bits))))
+    return _POW_TABLES[b]
+
+
+def _zeros_after(x: np.ndarray, n: np.ndarray) -> np.ndarray:
+    """Z_n[i](x[i]) for every i: registers x after n[i] zero bytes."""
+    x = x.astype(np.uint32).copy()
+    n = n.astype(np.int64)
+    b = 0
+    while True:
+        sel = np.flatnonzero((n >> b) & 1)
+        if sel.shape[0]:
+            x[sel] = _apply(_pow_tables(b), x[sel])
+        b += 1
+        if not (n >> b).any():
+            return x
+
+
+def crc32c_long(arr: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """CRC-32C of arr[starts[i]:starts[i]+lengths[i]] for ranges of any length."""
+    starts = np.asarray(starts, dtype=np.int64)
+    lengths = np.asarray(lengths, dtype=np.int64)
+    n = starts.shape[0]
+    width = 1 << _BLOCK_BITS
+    nblocks = -(-lengths // width)
+    raw = np.zeros(n, dtype=np.uint32)
+    if n == 0:
+        return raw
+    # Ranges with a similar number of blocks share a (ranges, power of two) matrix.
+    level = np.ceil(np.log2(np.maximum(nblocks, 1))).astype(np.int64)
+    for lv in np.unique(level).tolist():
+        sel = np.flatnonzero(level == lv)
+        cap = 1 << lv
+        nb = nblocks[sel]
+        total = int(nb.sum())
+        owner = np.repeat(np.arange(sel.shape[0]), nb)
+        first = np.cumsum(nb) - nb
+        j = np.arange(total) - np.repeat(first, nb)
+        end = np.repeat(starts[sel] + lengths[sel], nb) - (np.repeat(nb, nb) - 1 - j) * width
+        begin = np.maximum(end - width, np.repeat(starts[sel], nb))
+        regs = np.zeros(total, dtype=np.uint32)
+        full = np.flatnonzero(end - begin == width)
+        step = max(1, GATHER_CELLS // width)
+        for lo in range(0, full.shape[0], step):
+            part = full[lo : lo + step]
+            regs[part] = _raw_crc_rows(gather_rows(arr, begin[part], width))
+        short = np.flatnonzero(end - begin < width)
+        if short.shape[0]:
+            sl = end[short] - begin[short]
+            regs[short] = crc32c_ranges(arr, begin[short], sl) ^ _zero_states(width)[sl] ^ np.uint32(_U32)
+        # Right-aligned: the leading zero registers are neutral.
+        mat = np.zeros((sel.shape[0], cap), dtype=np.uint32)
+        mat[owner, cap - np.repeat(nb, nb) + j] = regs
+        b = _BLOCK_BITS
+        while mat.shape[1] > 1:
+            mat = _apply(_pow_tables(b), mat[:, 0::2]) ^ mat[:, 1::2]
+            b += 1
+        raw[sel] = mat[:, 0]
+    init = _zeros_after(np.full(n, _U32, dtype=np.uint32), lengths)
+    return raw ^ init ^ np.uint32(_U32)
 
 
 def stable_order(keys: np.ndarray) -> np.ndarray:

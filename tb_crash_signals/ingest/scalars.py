@@ -74,6 +74,18 @@ class DecodedBatch:
             tag's plugin: kept only for "scalars" or no plugin).
         tags: tag names referenced by point_tag.
         plugins: [(tag, plugin_name)] from summary metadata, in record order.
+        point_index: int64 position of each point's value in its event's
+            summary (0 for the one-value layouts).
+        point_meta: bool, True for points whose value carries summary metadata.
+        parsed_rec: int64 records parsed with protobuf (every layout other
+            than the one-value ones), with parsed_values: how many summary
+            values each holds (0 without a summary).
+        bad_rec: int64 records skipped: their data CRC failed (with verify)
+            or they did not parse as an Event (sorted).
+
+    A record in neither parsed_rec nor bad_rec is a one-value event whose
+    value is its point. point_index, point_meta, parsed_* and bad_rec say
+    where a point lives inside its record, for tools that rewrite records.
     """
 
     n_records: int
@@ -88,6 +100,11 @@ class DecodedBatch:
     point_tensor: np.ndarray
     tags: list
     plugins: list
+    point_index: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, np.int64))
+    point_meta: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, bool))
+    parsed_rec: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, np.int64))
+    parsed_values: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, np.int64))
+    bad_rec: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, np.int64))
 
 
 def _varint(buf, pos: int, end: int):
@@ -251,6 +268,7 @@ def decode_scalars(buf, offsets: np.ndarray, lengths: np.ndarray, *, verify: boo
         return i
 
     fast_parts = []  # (rec, tag, step, wall, value, tensor) arrays
+    bad_rec = []  # arrays of records that failed their CRC or to parse
     fallback = []  # record indices for protobuf
     by_len = stable_order(lengths)
     sorted_len = lengths[by_len]
@@ -273,6 +291,7 @@ def decode_scalars(buf, offsets: np.ndarray, lengths: np.ndarray, *, verify: boo
                 ok = crc == stored
                 if not ok.all():
                     n_bad += int((~ok).sum())
+                    bad_rec.append(part[~ok])
                     part, rows = part[ok], rows[ok]
             else:
                 rows = gather_rows(arr, offsets[part], length)
@@ -332,7 +351,9 @@ def decode_scalars(buf, offsets: np.ndarray, lengths: np.ndarray, *, verify: boo
 
     # Protobuf fallback for everything else.
     fb_rec, fb_tag, fb_step, fb_wall, fb_val, fb_tensor = [], [], [], [], [], []
+    fb_index, fb_meta = [], []
     sum_rec, sum_step = [], []
+    parsed_rec, parsed_values, unparsable = [], [], []
     plugins = []
     fb = np.sort(np.concatenate(fallback)) if fallback else np.zeros(0, np.int64)
     if verify and fb.shape[0]:
@@ -342,6 +363,7 @@ def decode_scalars(buf, offsets: np.ndarray, lengths: np.ndarray, *, verify: boo
             bad = check[crc != u32_at(arr, offsets[check] + lengths[check])]
             if bad.shape[0]:
                 n_bad += int(bad.shape[0])
+                bad_rec.append(bad)
                 fb = np.setdiff1d(fb, bad)
     from_string = event_pb2.Event.FromString
     for r, o, n in zip(fb.tolist(), offsets[fb].tolist(), lengths[fb].tolist()):
@@ -349,14 +371,18 @@ def decode_scalars(buf, offsets: np.ndarray, lengths: np.ndarray, *, verify: boo
             ev = from_string(mv[o : o + n].tobytes())
         except (DecodeError, RuntimeError, ValueError):
             n_bad += 1
+            unparsable.append(r)
             continue
+        parsed_rec.append(r)
         if not ev.HasField("summary"):
+            parsed_values.append(0)
             continue
+        parsed_values.append(len(ev.summary.value))
         step = ev.step
         wall = ev.wall_time
         sum_rec.append(r)
         sum_step.append(step)
-        for v in ev.summary.value:
+        for index, v in enumerate(ev.summary.value):
             kind = v.WhichOneof("value")
             own_plugin = None
             if v.HasField("metadata"):
@@ -382,6 +408,8 @@ def decode_scalars(buf, offsets: np.ndarray, lengths: np.ndarray, *, verify: boo
             fb_wall.append(wall)
             fb_val.append(val)
             fb_tensor.append(tensor)
+            fb_index.append(index)
+            fb_meta.append(own_plugin is not None)
 
     # Every fast record carries a summary and yields one point.
     cols = list(zip(*fast_parts)) if fast_parts else [[] for _ in range(6)]
@@ -398,6 +426,9 @@ def decode_scalars(buf, offsets: np.ndarray, lengths: np.ndarray, *, verify: boo
     p_wall = np.concatenate(list(cols[3]) + [np.array(fb_wall, dtype=np.float64)])[porder]
     p_val = np.concatenate(list(cols[4]) + [np.array(fb_val, dtype=np.float64)])[porder]
     p_ten = np.concatenate(list(cols[5]) + [np.array(fb_tensor, dtype=bool)])[porder]
+    nf = f_rec.shape[0]
+    p_index = np.concatenate([np.zeros(nf, np.int64), np.array(fb_index, dtype=np.int64)])[porder]
+    p_meta = np.concatenate([np.zeros(nf, bool), np.array(fb_meta, dtype=bool)])[porder]
     return DecodedBatch(
         n_records=nrec,
         n_corrupt=n_bad,
@@ -411,4 +442,9 @@ def decode_scalars(buf, offsets: np.ndarray, lengths: np.ndarray, *, verify: boo
         point_tensor=p_ten,
         tags=tags,
         plugins=plugins,
+        point_index=p_index,
+        point_meta=p_meta,
+        parsed_rec=np.array(parsed_rec, dtype=np.int64),
+        parsed_values=np.array(parsed_values, dtype=np.int64),
+        bad_rec=np.sort(np.concatenate(bad_rec + [np.array(unparsable, dtype=np.int64)])),
     )

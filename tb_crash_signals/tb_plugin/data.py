@@ -1,12 +1,13 @@
 """Every point of a run's mapped signals: from its event files, else from TensorBoard.
 
-Where the run's directory is on the local filesystem, its event files are read
-at full resolution by one incremental `RunReader` per run (cached, bounded by
+Where the run's directory can be reached -- on the local filesystem, or in
+object storage through fsspec (`ingest.remote`) -- its event files are read at
+full resolution by one incremental `RunReader` per run (cached, bounded by
 points held): TensorBoard itself keeps only a random reservoir of 1000 points
 per tag, which almost surely misses a one-step spike. Where the files cannot
-be reached (a remote logdir, a run whose directory is gone), what TensorBoard
-holds is read through its data provider and the result says `sampled` when
-the reservoir of a tag is full.
+be reached (no fsspec backend or credentials for a remote logdir, a run whose
+directory is gone), what TensorBoard holds is read through its data provider
+and the result says `sampled` when the reservoir of a tag is full.
 """
 
 from __future__ import annotations
@@ -54,8 +55,10 @@ class Loaded:
 class RunData:
     """Loads runs' data through cached readers, or TensorBoard's data provider."""
 
-    def __init__(self, provider, capacity: int, max_readers: int, point_budget: int, count):
+    def __init__(self, provider, capacity: int, max_readers: int, point_budget: int, count,
+                 storage_of=None):
         self._provider = provider
+        self._storage_of = storage_of  # directory -> its Storage (default: from the path)
         self._capacity = capacity
         self._count = count  # count(what): the service's statistics
         self._lock = threading.Lock()
@@ -70,7 +73,8 @@ class RunData:
         with self._lock:
             slot = self.readers.get(run)
             if slot is None or slot.directory != directory:
-                slot = ReaderSlot(RunReader(directory), next(self._tokens), directory)
+                storage = self._storage_of(directory) if self._storage_of is not None else None
+                slot = ReaderSlot(RunReader(directory, storage=storage), next(self._tokens), directory)
                 self.readers.put(run, slot)
                 self._count("readers_created")
             return slot
@@ -79,7 +83,7 @@ class RunData:
         """Every point of each signal of `refs` (signal -> TagRef).
 
         Args:
-            dirs: member run -> its local directory, or None.
+            dirs: member run -> its directory (local path or URL), or None.
             listing: TensorBoard's `list_scalars` (run -> tag -> metadata).
             ctx, eid: TensorBoard's request context and experiment id.
         """

@@ -1,9 +1,11 @@
-"""Where a TensorBoard run's event files are: run name -> directory.
+"""Where a TensorBoard run's event files are: run name -> directory (and its storage).
 
 With ``--logdir`` a run's name is its path relative to the logdir (``.`` for
 the logdir itself); with ``--logdir_spec name:path,...`` runs are prefixed by
-the group name. Remote logdirs (``gs://``...) have no local directory: the
-plugin then analyses what TensorBoard holds.
+the group name. Remote logdirs (``s3://``, ``gs://``...) map to URLs read through
+fsspec (`ingest.remote`), listed at most once per TensorBoard reload interval;
+when their backend or credentials are missing, runs map to nothing and the
+plugin analyses what TensorBoard holds, saying why (`storage_error`).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import os
 import re
 
 from tb_crash_signals.analysis.config import CONFIG_FILENAME
+from tb_crash_signals.ingest.storage import LOCAL, Storage, storage_for
 
 _URI = re.compile(r"[a-zA-Z][0-9a-zA-Z.]*://.*")
 
@@ -65,35 +68,42 @@ def _join_run(root: str, rel: str) -> str | None:
 
 
 class RunLocator:
-    """Maps TensorBoard run names to local run directories.
+    """Maps TensorBoard run names to run directories (local paths or URLs).
 
     With ``--logdir L`` a run is named by its path relative to L (``.`` for L
     itself). With ``--logdir_spec name:path,...`` runs under a named group are
     named ``name/<relative path>`` (TensorBoard joins them with
     ``os.path.join``, so the group's own directory is ``name/.``); unnamed
-    groups add no prefix. Remote paths (``gs://``...) map to nothing.
+    groups add no prefix. Remote roots are read through an fsspec storage each.
+
+    Args:
+        listing_interval: seconds between listings of a remote root
+            (TensorBoard's ``--reload_interval``; 0: list once).
     """
 
-    def __init__(self, logdir: str | None = None, logdir_spec: str | None = None):
-        self.roots: list[tuple[str | None, str]] = []
+    def __init__(self, logdir: str | None = None, logdir_spec: str | None = None,
+                 listing_interval: float = 5.0):
+        self.roots: list[tuple[str | None, str, Storage]] = []
         self.remote = False
         if logdir:
             if _URI.match(logdir) or "://" in logdir:
                 self.remote = True
+                self.roots.append((None, logdir.rstrip("/"), storage_for(logdir, listing_interval)))
             else:
-                self.roots.append((None, os.path.expanduser(logdir)))
+                self.roots.append((None, os.path.expanduser(logdir), LOCAL))
         elif logdir_spec:
             for path, name in parse_logdir_spec(logdir_spec).items():
                 if _URI.match(path):
                     self.remote = True
-                    continue
-                self.roots.append((name, path))
+                    self.roots.append((name, path.rstrip("/"), storage_for(path, listing_interval)))
+                else:
+                    self.roots.append((name, path, LOCAL))
 
-    def candidates(self, run: str) -> list[str]:
+    def _candidates(self, run: str) -> list[tuple[str, Storage]]:
         out = []
         if os.sep != "/":
             run = run.replace(os.sep, "/")
-        for name, root in self.roots:
+        for name, root, storage in self.roots:
             if name is None:
                 rel = run
             elif run == name:
@@ -102,44 +112,68 @@ class RunLocator:
                 rel = run[len(name) + 1 :]
             else:
                 continue
-            path = _join_run(root, rel)
+            if storage.remote:
+                path = _join_url(root, rel)
+            else:
+                path = _join_run(root, rel)
             if path is not None:
-                out.append(path)
+                out.append((path, storage))
         return out
 
+    def candidates(self, run: str) -> list[str]:
+        return [path for path, _ in self._candidates(run)]
+
     def directory(self, run: str) -> str | None:
-        """The existing local directory holding `run`'s event files, or None."""
-        for path in self.candidates(run):
-            if os.path.isdir(path):
+        """The directory holding `run`'s event files (a URL on a remote root), or None."""
+        for path, storage in self._candidates(run):
+            if storage.has_run(path):
                 return path
+        return None
+
+    def storage_of(self, path: str) -> Storage:
+        """The storage that reads `path` (a directory `directory` returned)."""
+        for _, root, storage in self.roots:
+            if storage.remote and (path == root or path.startswith(root + "/")):
+                return storage
+        return LOCAL
+
+    def signature(self, directory: str | None):
+        """Something that changes when the event files of `directory` change (None: no directory)."""
+        if directory is None:
+            return None
+        return self.storage_of(directory).signature(directory)
+
+    def storage_error(self) -> str | None:
+        """Why a remote root cannot be read at all (backend, credentials, bucket), else None."""
+        for _, _, storage in self.roots:
+            err = storage.error() if storage.remote else None
+            if err is not None:
+                return str(err)
         return None
 
     def config_root(self) -> str | None:
         """Where `crash_signals.toml` is looked up: the logdir, or the first spec
-        directory that holds one (else the first spec directory)."""
-        for _, root in self.roots:
+        directory that holds one (else the first spec directory); local roots only."""
+        local = [root for _, root, storage in self.roots if not storage.remote]
+        for root in local:
             if os.path.isfile(os.path.join(root, CONFIG_FILENAME)):
                 return root
-        return self.roots[0][1] if self.roots else None
+        return local[0] if local else None
+
+
+def _join_url(root: str, rel: str) -> str | None:
+    """root / rel for a run under a remote root, refusing anything escaping it."""
+    if rel in ("", "."):
+        return root
+    parts = rel.split("/")
+    if any(p in ("", "..") for p in parts):
+        return None
+    parts = [p for p in parts if p != "."]
+    return f"{root}/{'/'.join(parts)}" if parts else root
 
 
 def file_signature(directory: str | None):
-    """(name, size, mtime) of the event files in a directory: changes when they grow."""
+    """(name, size, mtime) of the event files in a local directory: changes when they grow."""
     if directory is None:
         return None
-    try:
-        out = []
-        with os.scandir(directory) as it:
-            for e in it:
-                if "tfevents" not in e.name:
-                    continue
-                try:
-                    if not e.is_file():
-                        continue
-                    st = e.stat()
-                except OSError:
-                    continue
-                out.append((e.name, st.st_size, st.st_mtime_ns))
-        return tuple(sorted(out))
-    except OSError as e:
-        return ("error", e.strerror or str(e))
+    return LOCAL.signature(directory)

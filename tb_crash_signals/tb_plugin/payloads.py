@@ -8,6 +8,7 @@ from tb_crash_signals.analysis.catalogue import catalogue_json
 from tb_crash_signals.analysis.config import Config
 from tb_crash_signals.analysis.overlays import chart_overlays
 from tb_crash_signals.analysis.signals import SIGNALS
+from tb_crash_signals.analysis.sweep import run_outcome
 from tb_crash_signals.report.document import SCHEMA_VERSION
 from tb_crash_signals.tb_plugin import decimate
 from tb_crash_signals.tb_plugin.state import dumps
@@ -69,6 +70,7 @@ def runs_item(report: dict, result) -> dict:
         "signals": report["signals"],
         "sampled": report["sampled"],
         "headline": report["summary"].get("headline"),
+        "kinds": run_outcome(report)["kinds"],  # incident kinds, for the sweep view
     }
 
 
@@ -84,6 +86,7 @@ def unanalysed_item(logical, health: str, headline: str, **extra) -> dict:
         },
         "sampled": False,
         "headline": headline,
+        "kinds": {},
         **extra,
     }
 

@@ -5,7 +5,7 @@ Each route checks its query, calls the `AnalysisService` with plain values
 analysis and caching live in the service, the tab's assets in `static/`.
 
 Routes (under ``/data/plugin/crash_signals/``, see docs/http_api.md): ``runs``,
-``analysis?run=R``, ``rules``, ``index.js``, ``index.css``.
+``analysis?run=R``, ``rules``, ``sweep``, ``index.js``, ``index.css``.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from tb_crash_signals.tb_plugin.locator import RunLocator
 from tb_crash_signals.tb_plugin.metadata import CONFIG_FLAG, PLUGIN_NAME, SCALARS_PLUGIN, TAB_NAME
 from tb_crash_signals.tb_plugin.service import AnalysisService, Limits
 from tb_crash_signals.tb_plugin.state import ConfigState, dumps
+from tb_crash_signals.tb_plugin.sweep import SweepAnswers, failed_sweep
 
 STATIC_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "static")
 
@@ -40,7 +41,8 @@ class CrashSignalsPlugin(base_plugin.TBPlugin):
         logdir = getattr(flags, "logdir", None) if flags is not None else None
         logdir = logdir or getattr(context, "logdir", None)
         spec = getattr(flags, "logdir_spec", None) if flags is not None else None
-        locator = RunLocator(logdir, spec)
+        reload_interval = getattr(flags, "reload_interval", 5.0) if flags is not None else 5.0
+        locator = RunLocator(logdir, spec, listing_interval=float(reload_interval or 0))
         explicit = getattr(flags, CONFIG_FLAG, None) if flags is not None else None
         hints = context.sampling_hints
         if hints is None and flags is not None:
@@ -49,6 +51,7 @@ class CrashSignalsPlugin(base_plugin.TBPlugin):
         self.service = AnalysisService(
             context.data_provider, locator, ConfigState(locator, explicit), capacity, self.limits
         )
+        self.sweeps = SweepAnswers(context.data_provider, locator)
         self._assets: dict[str, tuple] = {}
 
     # -- TBPlugin -----------------------------------------------------------
@@ -65,6 +68,7 @@ class CrashSignalsPlugin(base_plugin.TBPlugin):
             "/rules": self._json_route(
                 self._rules, (), lambda request, message: self.service.rules_failed(message)
             ),
+            "/sweep": self._json_route(self._sweep, (), lambda request, message: failed_sweep(message)),
             "/index.js": self._asset_route("index.js", "text/javascript"),
             "/index.css": self._asset_route("index.css", "text/css"),
         }
@@ -90,6 +94,11 @@ class CrashSignalsPlugin(base_plugin.TBPlugin):
             raise errors.InvalidArgumentError("missing required parameter 'run' (a run name from ./runs)")
         with self.service.worker.foreground():
             return self.service.analysis(ctx, eid, name)
+
+    def _sweep(self, request, ctx, eid):
+        with self.service.worker.foreground():
+            listing = self.service.runs(ctx, eid)
+            return self.sweeps.payload(ctx, eid, listing, self.service.logical_runs(ctx, eid))
 
     def _rules(self, request, ctx, eid):
         return self.service.rules()

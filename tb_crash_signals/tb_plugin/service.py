@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import itertools
 import logging
 import threading
 import time
@@ -24,11 +25,13 @@ from tensorboard import errors
 from tb_crash_signals.analysis.config import Config
 from tb_crash_signals.analysis.engine import analyze_run
 from tb_crash_signals.analysis.signals import SIGNALS, LogicalRun, group_runs
+from tb_crash_signals.executors import default_jobs
 from tb_crash_signals.report.document import run_to_json
 from tb_crash_signals.tb_plugin import payloads
 from tb_crash_signals.tb_plugin.data import RunData
-from tb_crash_signals.tb_plugin.locator import RunLocator, file_signature
+from tb_crash_signals.tb_plugin.locator import RunLocator
 from tb_crash_signals.tb_plugin.metadata import PENDING, SCALARS_PLUGIN
+from tb_crash_signals.tb_plugin.pool import AnalysisPool, RunTask
 from tb_crash_signals.tb_plugin.state import LRU, ConfigInForce, ConfigState, Entry, rank_entries
 from tb_crash_signals.tb_plugin.worker import BackgroundWorker
 
@@ -52,6 +55,8 @@ class Limits:
             the background worker analyses them in the same order.
         runs_budget: see `lazy_runs`.
         worker_patience: seconds the worker waits for requests to finish.
+        pool_processes: worker processes for the background pass (0: it runs
+            in a thread of TensorBoard's process, on one core).
     """
 
     max_readers: int = 256
@@ -62,6 +67,7 @@ class Limits:
     lazy_runs: int = 100
     runs_budget: float = 1.5
     worker_patience: float = 30.0
+    pool_processes: int = dataclasses.field(default_factory=default_jobs)
 
 
 class _Resume:
@@ -105,7 +111,9 @@ class AnalysisService:
         self.limits = limits
         self._lock = threading.Lock()
         self.stats = collections.Counter()  # analyses, readers_created, cache_hits (tests, debugging)
-        self.data = RunData(provider, capacity, limits.max_readers, limits.reader_points, self._count)
+        self.data = RunData(provider, capacity, limits.max_readers, limits.reader_points, self._count,
+                            storage_of=locator.storage_of)
+        self._storage_warned = None  # the storage error last logged
         self._run_locks: dict[str, threading.Lock] = {}
         self._summaries: dict[str, Entry] = {}
         self._analyses = LRU(limits.max_analyses)
@@ -113,10 +121,15 @@ class AnalysisService:
                            weight=lambda r: r.checkpoint.hits)
         self._failures: dict[str, Entry] = {}  # run -> failed entry, current while its key is
         self._grouping = None  # (key, logical runs) of the last `runs` request, see `_grouped`
+        self.pool = AnalysisPool(limits.pool_processes) if limits.pool_processes > 0 else None
+        self._pool_keys = itertools.count(1)
         self.worker = BackgroundWorker(
             lambda job, key: self._analyse_listed(job, key),
             limits.worker_patience,
             on_done=lambda: self._count("background_analyses"),
+            offload=self._offload if self.pool is not None else None,
+            landed=self._landed,
+            max_in_flight=2 * max(1, limits.pool_processes),
         )
 
     # -- the answers --------------------------------------------------------
@@ -158,7 +171,9 @@ class AnalysisService:
         self._forget({lr.name for lr in logical})
         problems = [p for e in entries for p in e.problems]
         pending = sum(1 for e in entries if e.summary.get("pending"))
-        return payloads.runs_listing(rank_entries(entries), problems, pending, cfg.error)
+        listing_payload = payloads.runs_listing(rank_entries(entries), problems, pending, cfg.error)
+        listing_payload["storage_error"] = self._storage_error()
+        return listing_payload
 
     def analysis(self, ctx, eid, name: str) -> str:
         """The `analysis` payload of run `name`, as JSON text.
@@ -181,6 +196,20 @@ class AnalysisService:
             logger.exception("crash_signals: analysing run %r failed", lr.name)
             return payloads.failed_analysis(lr, f"{type(e).__name__}: {e}", cfg.error)
         return text
+
+    def logical_runs(self, ctx, eid) -> list[LogicalRun]:
+        """The logical runs of TensorBoard's listing (as `runs` lists them)."""
+        return self._grouped(self._listing(ctx, eid), self._config.get())
+
+    def _storage_error(self) -> str | None:
+        """The remote logdir's fatal error (logged once per message), or None."""
+        message = self._locator.storage_error()
+        if message is not None:
+            message += "; the tab analyses TensorBoard's sampled points (not every step) until this is fixed"
+            if message != self._storage_warned:
+                logger.warning("crash_signals: %s", message)
+        self._storage_warned = message
+        return message
 
     def rules(self) -> dict:
         cfg = self._config.get()
@@ -258,7 +287,7 @@ class AnalysisService:
                 if dirs[m] is None
                 for t, ts in sorted((listing.get(m) or {}).items())
             )
-            fast_key = (cfg.key, lkey, tb_stats, tuple((m, file_signature(dirs[m])) for m in members))
+            fast_key = (cfg.key, lkey, tb_stats, tuple((m, self._locator.signature(dirs[m])) for m in members))
             if cheap:
                 return self._current(logical.name, fast_key)
             with self._lock:
@@ -349,6 +378,51 @@ class AnalysisService:
             with self._lock:
                 self._failures[job.logical.name] = entry
             return entry
+
+    # -- the background pass in worker processes (pool.py) ---------------------
+
+    def _offload(self, job: _Job, key):
+        """A future of the pool's analysis of a pending run, or None to analyse it here
+        (a member TensorBoard alone can read, or a summary that became current)."""
+        if key is None:
+            return None
+        members = sorted({ref.run for ref in job.logical.signals.values() if ref is not None})
+        dirs = {m: self._locator.directory(m) for m in members}
+        if not members or any(d is None for d in dirs.values()):
+            return None
+        with self._lock:
+            entry = self._summaries.get(job.logical.name)
+        if entry is not None and entry.fast_key == key:
+            return None
+        task = RunTask(
+            job.logical,
+            {m: (d, self._locator.storage_of(d).portable([d])) for m, d in dirs.items()},
+            job.cfg.config, job.cfg.error,
+        )
+        return self.pool.submit(task)
+
+    def _landed(self, future, job: _Job, key) -> bool:
+        """Stores the pool's analysis of a run under the fast key it was sent with
+        (files that grew since change that key: the run is analysed again)."""
+        name = job.logical.name
+        try:
+            outcome = future.result()
+        except Exception as e:
+            logger.warning("crash_signals: the analysis pool failed on run %r (%s: %s); analysing it here",
+                           name, type(e).__name__, e)
+            return False
+        if outcome.summary is None:
+            return False
+        # A data key no reader's ever equals: only the fast key can make this entry current.
+        entry = Entry(name, key, ("pool", next(self._pool_keys)), outcome.summary, outcome.problems)
+        with self._lock:
+            current = self._summaries.get(name)
+            if current is not None and current.fast_key == key:
+                return True  # a request analysed it meanwhile
+            self._summaries[name] = entry
+            self._analyses.put(name, (entry.data_key, outcome.text))
+        self._count("pool_analyses")
+        return True
 
     def _pending_entry(self, logical, key) -> Entry:
         """The `runs` line of a run whose analysis is not finished.

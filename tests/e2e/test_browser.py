@@ -92,20 +92,20 @@ def test_runs_ranked_sick_first(tab):
     assert tab.frame.locator(".cs-run-title").text_content() == "exploding"
 
 
-def test_episode_markers_match_analysis(tab):
+def test_incident_markers_match_analysis(tab):
     analysis = tab.analysis("exploding")
-    assert analysis["episodes"], "the exploding run should have episodes"
-    marks = tab.frame.locator("[data-episode]")
+    assert analysis["incidents"], "the exploding run should have incidents"
+    # one labelled span per incident (on the chart of its signal), not one per episode
+    labels = tab.frame.locator("[data-incident-label]")
+    drawn = sorted(int(labels.nth(i).get_attribute("data-incident-label")) for i in range(labels.count()))
+    assert drawn == list(range(len(analysis["incidents"])))
+    marks = tab.frame.locator("[data-chart='loss'] [data-incident]")
     drawn = sorted(
-        (
-            int(marks.nth(i).get_attribute("data-episode")),
-            marks.nth(i).get_attribute("data-code"),
-            marks.nth(i).get_attribute("data-severity"),
-            int(marks.nth(i).get_attribute("data-start-step")),
-        )
+        (int(marks.nth(i).get_attribute("data-incident")), marks.nth(i).get_attribute("data-kind"),
+         marks.nth(i).get_attribute("data-severity"), int(marks.nth(i).get_attribute("data-start-step")))
         for i in range(marks.count())
     )
-    expected = [(i, e["code"], e["severity"], e["start_step"]) for i, e in enumerate(analysis["episodes"])]
+    expected = [(k, i["kind"], i["severity"], i["start_step"]) for k, i in enumerate(analysis["incidents"])]
     assert drawn == expected
     fits = tab.frame.locator("[data-fit]")
     assert sorted(fits.nth(i).get_attribute("data-projected-step") for i in range(fits.count())) == sorted(
@@ -120,12 +120,15 @@ def test_clicking_a_finding_zooms_all_charts(tab):
     idx = max(range(len(analysis["episodes"])), key=lambda i: analysis["episodes"][i]["severity"] == "critical")
     ep = analysis["episodes"][idx]
     row = tab.frame.locator(f"[data-finding='{idx}']")
+    group = tab.frame.locator(f"[data-incident-group='{ep['incident']}']")
+    if not row.is_visible():
+        group.locator(".cs-expand").click()  # an incident's episodes start folded when many
     row.click()
     zoomed = (float(charts.get_attribute("data-x-min")), float(charts.get_attribute("data-x-max")))
     assert zoomed[1] - zoomed[0] < full[1] - full[0]
     assert zoomed[0] <= ep["start_step"] and zoomed[1] >= ep["end_step"]
-    marker = tab.frame.locator(f"[data-episode='{idx}']")
-    assert marker.is_visible() or marker.locator(".cs-ep-glyph").is_visible()
+    marker = tab.frame.locator(f"[data-chart='loss'] [data-incident='{ep['incident']}']")
+    assert marker.is_visible() and "cs-focus" in marker.get_attribute("class")
     row.dblclick()
     reset = (float(charts.get_attribute("data-x-min")), float(charts.get_attribute("data-x-max")))
     assert math.isclose(reset[0], full[0]) and math.isclose(reset[1], full[1])

@@ -1,4 +1,5 @@
-"""The tab on the demo logs in a real TensorBoard and headless Chromium; saves the screenshots.
+"""The tab on the demo logs in a real TensorBoard and headless Chromium, light and dark; saves the
+screenshots.
 
 Screenshots go to $SCREENSHOT_DIR (default: a temp dir); `scripts/screenshots.sh`
 points it at docs/img, where the README takes them from.
@@ -17,9 +18,10 @@ from support.tbserver import running_tensorboard
 DEMO = DEMO_LOGS
 SHOTS = {
     # run to select -> (file name, what must be drawn)
-    "lightning/grad-explosion": ("tab.png", "[data-fit]"),
-    "keras/overfit": ("overfit.png", "[data-gap-band]"),
-    "pytorch/loss-spikes": ("spikes.png", "[data-episode][data-code='CS112']"),
+    "lightning/grad-explosion": ("tab", "[data-fit]"),
+    "keras/overfit": ("overfit", "[data-gap-band]"),
+    "pytorch/loss-spikes": ("spikes", "[data-incident][data-kind='spikes']"),
+    "hf/healthy": ("healthy", "[data-chart='loss'] canvas"),
 }
 
 
@@ -29,23 +31,41 @@ def demo_tensorboard():
         yield base
 
 
+def choose_theme(tab, label):
+    """TensorBoard's own header menu: Browser default / Light / Dark."""
+    tab.page.locator("app-header-dark-mode-toggle button").first.click()
+    tab.page.locator("button.mat-mdc-menu-item", has_text=label).first.click()
+    tab.frame.locator(f"html[data-theme='{label.lower()}']").wait_for(timeout=5000)
+
+
 def test_demo_runs_render_and_are_screenshotted(browser, demo_tensorboard, tmp_path):
     out = os.environ.get("SCREENSHOT_DIR") or str(tmp_path)
     os.makedirs(out, exist_ok=True)
     tab = Tab(browser, demo_tensorboard)
+    names = []
     try:
         ranked = [tab.frame.locator("[data-run]").nth(i).get_attribute("data-health") for i in range(8)]
-        assert ranked[:2] == ["critical", "critical"] and "critical" not in ranked[2:]
-        for run, (name, drawn) in SHOTS.items():
-            tab.frame.locator(f"[data-run='{run}']").click()
-            tab.settle()
-            tab.frame.locator(drawn).first.wait_for(timeout=15000)
-            episodes = tab.analysis(run)["episodes"]
-            assert tab.frame.locator("[data-episode]").count() >= len(episodes) > 0
+        assert ranked[:3] == ["critical"] * 3 and "critical" not in ranked[3:]
+        for theme, suffix in (("Light", ""), ("Dark", "-dark")):
+            choose_theme(tab, theme)
+            for run, (name, drawn) in SHOTS.items():
+                tab.frame.locator(f"[data-run='{run}']").click()
+                tab.settle()
+                tab.frame.locator(drawn).first.wait_for(timeout=15000)
+                incidents = tab.analysis(run)["incidents"]
+                assert tab.frame.locator("[data-incident-label]").count() == len(incidents)
+                tab.page.mouse.move(0, 0)  # no hover state in the picture
+                tab.page.wait_for_timeout(300)
+                tab.page.screenshot(path=os.path.join(out, f"{name}{suffix}.png"))
+                names.append(f"{name}{suffix}.png")
+            tab.frame.locator("[data-sweep-toggle]").click()
+            tab.frame.locator("[data-sweep]").first.wait_for(timeout=15000)
             tab.page.wait_for_timeout(300)
-            tab.page.screenshot(path=os.path.join(out, name))
+            tab.page.screenshot(path=os.path.join(out, f"sweep{suffix}.png"))
+            names.append(f"sweep{suffix}.png")
+            tab.frame.locator("[data-sweep-toggle]").click()
         assert tab.errors == [] and tab.dialogs == []
     finally:
         tab.close()
-    for name, _ in SHOTS.values():
+    for name in names:
         assert os.path.getsize(os.path.join(out, name)) > 10_000

@@ -120,7 +120,7 @@ def test_hostile_tag_names_are_text(browser, tensorboard):
         _select(tab, "mapped")  # the hostile tag drives train_loss via the config
         meta = tab.frame.locator(".cs-meta").get_attribute("title")
         assert MAPPED_TAG in meta
-        assert tab.frame.locator("[data-episode]").count() >= 1
+        assert tab.frame.locator("[data-incident]").count() >= 1
         _assert_clean(tab)
     finally:
         tab.close()

@@ -110,11 +110,75 @@ def test_bad_logdir_config_is_exit_2_naming_the_key(logdir, capsys):
 def test_text_report_is_readable_and_escapes_names(tmp_path, capsys):
     hostile = "evil\x1b[31m\nname"
     write_scalars(tmp_path / hostile, {"loss": points(np.where(np.arange(100) == 60, 50.0, 1.0))})
-    code, out, _ = run_cli("scan", str(tmp_path), "--fail-on", "warning", capsys=capsys)
+    code, out, _ = run_cli("scan", str(tmp_path), "--fail-on", "warning", "--verbose", capsys=capsys)
     assert code == 1
     assert "\x1b" not in out and "evil\\x1b[31m\\nname" in out
-    assert "CS112 loss-spike" in out and out.rstrip().endswith("0 ok, 0 without signals")
+    assert "CS112 loss-spike" in out and out.rstrip().endswith("1 run: 0 critical, 1 warning, 0 ok, 0 without signals")
     assert safe("a\u202eb") == "a\\u202eb"
+
+
+def test_text_leads_each_run_with_its_incidents(logdir, capsys):
+    code, out, _ = run_cli("scan", str(logdir), capsys=capsys)
+    report = json.loads(run_cli("scan", str(logdir), "--format", "json", capsys=capsys)[1])
+    sick = report["runs"][0]
+    (crash,) = [i for i in sick["incidents"] if i["severity"] == "critical"]
+    lines = out.splitlines()
+    head = lines.index(next(line for line in lines if line.startswith("CRITICAL   sick")))
+    assert "1 critical" in lines[head] and "episode" not in lines[head]
+    assert crash["headline"] in lines[head + 1] and lines[head + 1].lstrip().startswith("C ")
+    assert "advice: " + crash["advice"] in lines[head + 2]
+    # One line of rule codes per incident, not one per episode, unless --verbose.
+    assert "CS201" in lines[head + 3] and sum("CS001" in line for line in lines) == 1
+    verbose = run_cli("scan", str(logdir), "--verbose", capsys=capsys)[1]
+    assert sum(" CS001 nonfinite" in line for line in verbose.splitlines()) == sum(
+        e["code"] == "CS001" for e in sick["episodes"])
+    assert lines[-1] == "4 runs: 1 critical, 1 warning, 1 ok, 1 without signals"
+
+
+def test_open_episodes_read_as_ongoing(tmp_path, capsys):
+    write_scalars(tmp_path / "r", {"loss": points(np.where(np.arange(100) >= 80, np.nan, healthy(100)))})
+    out = run_cli("scan", str(tmp_path), "-v", capsys=capsys)[1]
+    assert "from 80, ongoing" in out and "80-…" not in out
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda d: None, "no TensorBoard event files under {d}"),
+    (lambda d: (d / "run1").mkdir(), "no TensorBoard event files under {d}"),
+    (lambda d: write_scalars(d / "run1", {"loss": points(healthy(50))}), "no run under {d} matches --run 'zzz'"),
+])
+def test_no_runs_is_exit_2_not_a_silent_pass(tmp_path, capsys, make, message):
+    make(tmp_path)
+    args = ["scan", str(tmp_path)] + (["--run", "zzz"] if "--run" in message else [])
+    for fmt in ("text", "github", "json"):
+        code, out, err = run_cli(*args, "--format", fmt, capsys=capsys)
+        assert (code, out) == (2, "")
+        assert err == f"tb-crash-signals: error: {message.format(d=tmp_path)}\n"
+
+
+def test_github_format_is_one_annotation_per_incident(logdir, capsys):
+    report = json.loads(run_cli("scan", str(logdir), "--format", "json", capsys=capsys)[1])
+    code, out, err = run_cli("scan", str(logdir), "--format", "github", capsys=capsys)
+    assert code == 1 and err == ""
+    annotations = [line for line in out.splitlines() if line.startswith("::")]
+    expected = [(r["run"], i) for r in report["runs"] for i in r["incidents"]]
+    assert len(annotations) == len(expected)
+    for line, (run, inc) in zip(annotations, expected):
+        command = {"critical": "error", "warning": "warning", "info": "notice"}[inc["severity"]]
+        assert line.startswith(f"::{command} title=Crash Signals%3A {inc['kind']} in {run}::run {run}, ")
+        assert f"step {inc['start_step']}" in line
+    assert out.splitlines()[-1] == "4 runs: 1 critical, 1 warning"
+    assert run_cli("scan", str(logdir), "--format", "github", "--fail-on", "never", capsys=capsys)[0] == 0
+
+
+def test_github_annotations_escape_names_per_workflow_command_rules(tmp_path, capsys):
+    name = "lr=1%,b:2\n::error::forged"
+    write_scalars(tmp_path / name, {"loss": points(np.where(np.arange(100) == 60, 50.0, healthy(100)))})
+    code, out, _ = run_cli("scan", str(tmp_path), "--format", "github", capsys=capsys)
+    (annotation,) = [line for line in out.splitlines() if line.startswith("::")]
+    title, message = annotation.split("::")[1], annotation.split("::", 2)[2]
+    assert title == "warning title=Crash Signals%3A spikes in lr=1%25%2Cb%3A2%0A%3A%3Aerror%3A%3Aforged"
+    assert message.startswith("run lr=1%25,b:2%0A::error::forged, step 60: ")
+    assert code == 0 and out.count("\n") == 2
 
 
 def test_both_scalar_encodings_give_the_same_report(tmp_path, capsys):

@@ -234,10 +234,13 @@ def test_remote_logdir_uses_tensorboard_data_and_says_sampled(tmp_path, kind):
     _run(root, "small", n=400)
     ref = {e["run"]: e for e in scan_logdir(root)["runs"]}
     with backend(kind, tb_flags(logdir=root), expect_runs={"big": 2999, "small": 399}) as s:
-        # The same provider, but the plugin believes the logdir is remote.
-        remote = make_plugin(tb_flags(logdir="gs://bucket/logs"), s.provider)
+        # The same provider, but the plugin believes the logdir is remote, on a
+        # protocol no fsspec backend reads: it cannot reach the files itself.
+        remote = make_plugin(tb_flags(logdir="nosuchproto://bucket/logs"), s.provider)
         r = Served(remote, s.provider)
-        runs = {e["run"]: e for e in r.get("runs").get_json()["runs"]}
+        listing = r.get("runs").get_json()
+        assert "no fsspec backend is installed for nosuchproto://" in listing["storage_error"]
+        runs = {e["run"]: e for e in listing["runs"]}
         assert runs["big"]["sampled"] is True
         assert runs["small"]["sampled"] is False
         big = r.get("analysis", run="big").get_json()
@@ -269,7 +272,7 @@ def test_locator_refuses_escapes(tmp_path):
     assert loc.directory(".") == str(tmp_path)
     for bad in ("..", "../x", "r/../..", "/etc", "r//x", ""):
         assert loc.directory(bad) in (None, str(tmp_path)) and ".." not in (loc.directory(bad) or "")
-    assert RunLocator("gs://bucket/x").directory("r") is None
+    assert RunLocator("nosuchproto://bucket/x").directory("r") is None
 
 
 def test_logdir_spec_runs_read_from_files(tmp_path):
@@ -305,11 +308,11 @@ def test_plugin_metadata(tmp_path):
         assert tuple(p.data_plugin_names()) == ("scalars",)
         md = p.frontend_metadata()
         assert md.es_module_path == "/index.js" and md.tab_name == "Crash Signals"
-        assert set(p.get_plugin_apps()) == {"/runs", "/analysis", "/rules", "/index.js", "/index.css"}
+        assert set(p.get_plugin_apps()) == {"/runs", "/analysis", "/rules", "/sweep", "/index.js", "/index.css"}
         payload = s.get("runs").get_json()
         assert payload == {
             "schema": 1, "config_error": None, "problems": [],
-            "progress": {"analysed": 0, "pending": 0, "total": 0}, "runs": [],
+            "progress": {"analysed": 0, "pending": 0, "total": 0}, "runs": [], "storage_error": None,
         }
 
 

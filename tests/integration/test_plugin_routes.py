@@ -11,6 +11,7 @@ import pytest
 
 from support.eventwriters import write_scalars
 from support.plugin_harness import PREFIX, backend, simple_events, tb_flags, write_records
+from tb_crash_signals.analysis.sweep import run_outcome
 from tb_crash_signals.scan import scan_logdir
 from tb_crash_signals.tb_plugin import plugin as plugin_mod
 
@@ -108,7 +109,7 @@ def test_runs_payload_matches_scan(served, scan_report):
     by_name = {e["run"]: e for e in scan_report["runs"]}
     for entry in runs:
         assert set(entry) == {
-            "run", "health", "counts", "first_critical_step", "signals", "sampled", "headline",
+            "run", "health", "counts", "first_critical_step", "signals", "sampled", "headline", "kinds",
         }
         ref = by_name[entry["run"]]
         assert entry["health"] == ref["health"]
@@ -116,6 +117,7 @@ def test_runs_payload_matches_scan(served, scan_report):
         assert entry["sampled"] is False
         assert entry["headline"] == ref["summary"]["headline"]
         assert entry["first_critical_step"] == ref["summary"]["first_critical_step"]
+        assert entry["kinds"] == run_outcome(ref)["kinds"]
         assert entry["counts"] == {
             sev: sum(1 for e in ref["episodes"] if e["severity"] == sev)
             for sev in ("warning", "critical")

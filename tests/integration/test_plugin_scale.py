@@ -25,7 +25,12 @@ class _Lazy(CrashSignalsPlugin):
     limits = Limits(lazy_runs=1, runs_budget=0.0)
 
 
-class _Paused(_Lazy):
+class _Threaded(CrashSignalsPlugin):
+    # The background pass in a thread of this process (no worker processes).
+    limits = Limits(lazy_runs=1, runs_budget=0.0, pool_processes=0)
+
+
+class _Paused(_Threaded):
     """Queues the pending runs but starts no worker (the test starts it: `start_worker`)."""
 
     def __init__(self, context):
@@ -78,7 +83,8 @@ def test_runs_over_budget_are_pending_then_analysed_at_full_resolution(tmp_path,
         assert _by_run(second)["a"]["counts"]["warning"] >= 1  # the spike, seen at full resolution
         a = served.get("analysis", run="a").get_json()
         assert a["sampled"] is False and a["health"] == ref["a"]["health"]
-        assert served.plugin.service.stats["analyses"] == 2  # the worker's analyses serve both routes
+        stats = served.plugin.service.stats  # the background pass's analyses serve both routes
+        assert stats["analyses"] + stats["pool_analyses"] == 2
 
 
 def test_analysis_of_a_pending_run_is_done_on_demand(tmp_path):
@@ -188,7 +194,7 @@ def test_failed_background_analysis_is_listed_and_not_retried(tmp_path, monkeypa
         return real(logical, *args, **kwargs)
 
     monkeypatch.setattr(service_mod, "analyze_run", flaky)
-    with backend("python", tb_flags(logdir=str(tmp_path)), plugin_cls=_Lazy) as served:
+    with backend("python", tb_flags(logdir=str(tmp_path)), plugin_cls=_Threaded) as served:
         served.get("runs")
         _wait_idle(served.plugin)
         for _ in range(2):
@@ -206,8 +212,8 @@ def test_remote_runs_are_pending_too(tmp_path, kind):
     write_records(str(tmp_path / "a"), simple_events({"train/loss": _spiky()}))
     write_records(str(tmp_path / "b"), simple_events({"train/loss": [1.0 / (i + 1) for i in range(300)]}))
     with backend(kind, tb_flags(logdir=str(tmp_path)), expect_runs={"a": 1499, "b": 299}) as s:
-        # The same provider, but the plugin believes the logdir is remote.
-        remote = make_plugin(tb_flags(logdir="gs://bucket/logs"), s.provider, plugin_cls=_Lazy)
+        # The same provider, but the plugin believes the logdir is remote (and cannot read it).
+        remote = make_plugin(tb_flags(logdir="nosuchproto://bucket/logs"), s.provider, plugin_cls=_Lazy)
         served = Served(remote, s.provider)
         first = served.get("runs").get_json()
         assert first["progress"] == {"analysed": 0, "pending": 2, "total": 2}

@@ -40,24 +40,30 @@ def runs_listed(count: int | None = None):
 
 
 @contextlib.contextmanager
-def running_tensorboard(logdir, *args, ready=None, timeout: float = 90.0, python: str | None = None):
+def running_tensorboard(logdir, *args, ready=None, timeout: float = 90.0, env=None, log_path=None,
+                        python: str | None = None):
     """Starts `python -m tensorboard.main --logdir LOGDIR *args`; yields its base URL.
 
-    `python` is the interpreter to run it with (default: this one).
+    LOGDIR may be a URL (``s3://bucket/logs``); `env` replaces the environment;
+    `log_path` names the file its output goes to (default: a temp file); `python`
+    is the interpreter to run it with (default: this one).
 
     Waits until `ready(base)` is true (default: our `runs` route answers), and
-    always stops the whole process group afterwards. Its log goes to a temp
-    file (never into the logdir, which may be the repository's demo_logs) and
-    is named in any failure.
+    always stops the whole process group afterwards. Its log goes to
+    `log_path`, or to a temp file (never into the logdir, which may be the
+    repository's demo_logs), and is named in any failure.
     """
     ready = ready or runs_listed()
     port = free_port()
-    logdir = os.path.abspath(str(logdir))
-    log = tempfile.NamedTemporaryFile(prefix=f"tensorboard-{port}-", suffix=".log", delete=False)
+    logdir = str(logdir) if "://" in str(logdir) else os.path.abspath(str(logdir))
+    if log_path is not None:
+        log = open(log_path, "wb")
+    else:
+        log = tempfile.NamedTemporaryFile(prefix=f"tensorboard-{port}-", suffix=".log", delete=False)
     proc = subprocess.Popen(
         [python or sys.executable, "-m", "tensorboard.main", "--logdir", logdir,
          "--port", str(port), "--host", "127.0.0.1", *args],
-        stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env,
     )
     base = f"http://127.0.0.1:{port}"
     try:

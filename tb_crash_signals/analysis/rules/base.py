@@ -75,6 +75,28 @@ def param(default, doc: str, *, at_least=None, above=None, at_most=None):
     return dataclasses.field(default=default, metadata={"doc": doc, "bounds": bounds})
 
 
+def noise_window_param(from_recent: bool = False):
+    """The window of the noise gate several rules share (see `max_noise_param`).
+
+    `from_recent`: the rule's stream reads it from the monitor's last 256 points of
+    the signal, so it can be at most 255.
+    """
+    doc = "trailing points whose quartiles tell whether the series is pure noise"
+    if from_recent:
+        return param(200, doc + " (at most 255: the monitor keeps the last 256 points of each signal)",
+                     at_least=2, at_most=255)
+    return param(200, doc, at_least=2)
+
+
+def max_noise_param(what: str = "alarm"):
+    """The noise gate: no `what` on a series whose quartiles over `noise_window` are this many
+    decades apart (per-step losses of tiny batches, where 10x jumps between batches are ordinary)."""
+    return param(
+        0.5, f"no {what} on a series whose quartiles over `noise_window` are this many decades apart or "
+        "more (per-step losses of tiny batches, where 10x jumps are ordinary)"
+    )
+
+
 def param_doc(params_cls, name: str) -> str:
     field = next((f for f in dataclasses.fields(params_cls) if f.name == name), None)
     return "" if field is None else field.metadata.get("doc", "")

@@ -15,7 +15,15 @@ from itertools import islice
 
 import numpy as np
 
-from tb_crash_signals.analysis.rules.base import Hits, fmt, param, rule, since_index
+from tb_crash_signals.analysis.rules.base import (
+    Hits,
+    fmt,
+    max_noise_param,
+    noise_window_param,
+    param,
+    rule,
+    since_index,
+)
 from tb_crash_signals.analysis.stats import (
     initial_level,
     noise_decades,
@@ -45,10 +53,8 @@ class BlowupParams:
         0.05, "the loss must rise above its median by at least this share of the run's initial level "
         "(the median of its first 10 points): jumps between losses near zero are no crash"
     )
-    noise_window: int = param(200, "trailing points whose quartiles tell whether the loss is pure noise", at_least=2)
-    max_noise: float = param(
-        0.5, "no alarm on a loss whose quartiles over `noise_window` are this many decades apart (tiny batches)"
-    )
+    noise_window: int = noise_window_param()
+    max_noise: float = max_noise_param("alarm")
     cooldown: int = param(20, "points after which a new episode starts")
 
 
@@ -209,13 +215,8 @@ class JumpTogetherParams:
         0.05, "the loss must rise above its median by at least this share of the run's initial level "
         "(the median of its first 10 points): jumps between losses near zero are no crash"
     )
-    noise_window: int = param(
-        200, "trailing points whose quartiles tell whether the loss or the grad norm is pure noise (at "
-        "most 255: the monitor keeps the last 256 points of each signal)", at_least=2, at_most=255,
-    )
-    max_noise: float = param(
-        0.5, "no alarm on a loss whose quartiles over `noise_window` are this many decades apart (tiny batches)"
-    )
+    noise_window: int = noise_window_param(from_recent=True)
+    max_noise: float = max_noise_param("alarm")
     cooldown: int = param(20, "points after which a new episode starts")
 
 

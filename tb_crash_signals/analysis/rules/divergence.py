@@ -8,7 +8,15 @@ import math
 
 import numpy as np
 
-from tb_crash_signals.analysis.rules.base import Hits, fmt, param, rule, since_index
+from tb_crash_signals.analysis.rules.base import (
+    Hits,
+    fmt,
+    max_noise_param,
+    noise_window_param,
+    param,
+    rule,
+    since_index,
+)
 from tb_crash_signals.analysis.signals import SIGNAL_LABELS
 from tb_crash_signals.analysis.stats import initial_level, noise_decades, run_lengths, smoothed_level
 from tb_crash_signals.analysis.streaming import InitialLevel, Level, Stream, StreamHit
@@ -26,10 +34,8 @@ class DivergenceParams:
         "median of the first 10 points) to the best"
     )
     consecutive: int = param(5, "points in a row at that level before the rule fires", at_least=1)
-    noise_window: int = param(200, "trailing points whose quartiles tell whether the loss is pure noise", at_least=2)
-    max_noise: float = param(
-        0.5, "no alarm on a loss whose quartiles over `noise_window` are this many decades apart (tiny batches)"
-    )
+    noise_window: int = noise_window_param()
+    max_noise: float = max_noise_param("alarm")
     min_points: int = param(31, "points needed before the rule can fire")
     cooldown: int = param(20, "points back under that level after which a new episode starts")
 

@@ -8,7 +8,16 @@ import math
 
 import numpy as np
 
-from tb_crash_signals.analysis.rules.base import Fit, Hits, fmt, param, rule, since_index
+from tb_crash_signals.analysis.rules.base import (
+    Fit,
+    Hits,
+    fmt,
+    max_noise_param,
+    noise_window_param,
+    param,
+    rule,
+    since_index,
+)
 from tb_crash_signals.analysis.stats import (
     initial_level,
     linear_fit,
@@ -20,6 +29,8 @@ from tb_crash_signals.analysis.stats import (
 from tb_crash_signals.analysis.streaming import InitialLevel, Level, Stream, StreamHit
 
 _GRAD = "loss-growth: grad norm trend"  # Channel.shared key of the grad-norm side
+_LR = "loss-growth: learning-rate trend"  # ... and of the learning rate's
+_CORROBORATED = ("with grad", "slow with grad")  # decisions that need `consecutive` points, not `consecutive_alone`
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,20 +48,33 @@ class LossGrowthParams:
         1.25, "... or, while the grad norm climbs too (see `grad_rise`), at least this multiple ..."
     )
     z_with_grad: float = param(3.5, "... and this many noise units above it")
+    ratio_with_lr: float = param(
+        1.15, "... or, while the learning rate is still rising (see `lr_up`), at least this multiple"
+    )
+    max_ratio: float = param(
+        3.0, "the rule tells the climb only below this multiple of the best level: beyond it the run "
+        "has diverged, and re-opening at every further rise would repeat the story", above=1.0,
+    )
+    slow_ratio: float = param(
+        1.5, "... or, with the grad norm or the learning rate rising, the slow level (the trailing median "
+        "of `best_smooth` points) at least this multiple of the best, `z` noise units above it (over the "
+        "square root of `best_smooth`) and rising: a per-step loss too noisy for the short level"
+    )
     lost: float = param(
         0.1, "and the level must have lost at least this share of the progress from the initial level "
         "(the median of the first 10 points) to the best"
     )
     spread_window: int = param(50, "trailing points whose log spread is the loss's noise", at_least=2)
-    noise_window: int = param(200, "trailing points whose quartiles tell whether the loss is pure noise", at_least=2)
-    max_noise: float = param(
-        0.5, "no alarm on a loss whose quartiles over `noise_window` are this many decades apart (tiny batches)"
-    )
+    noise_window: int = noise_window_param()
+    max_noise: float = max_noise_param("alarm")
     grad_smooth: int = param(9, "trailing grad-norm points whose median is its level", at_least=1)
     grad_warmup: int = param(20, "grad-norm points before its level's minimum is tracked (its early transient)")
     grad_rise: float = param(2.0, "the grad norm climbs when its level is this multiple of that minimum ...")
     grad_back: int = param(10, "... and `grad_up` x its level this many grad-norm points before", at_least=1)
     grad_up: float = param(1.1, "see `grad_back`")
+    lr_back: int = param(10, "the learning rate is rising when it is `lr_up` x its value this many LR points "
+                         "before (a ramp, a range test, a warm-up that overshoots)", at_least=1)
+    lr_up: float = param(1.2, "see `lr_back`", above=1.0)
     fit_window: int = param(10, "level points in the log-linear fit drawn and projected", at_least=3)
     target: float = param(2.0, "the fit projects when the level reaches this multiple of the best", above=0.0)
     consecutive: int = param(
@@ -64,18 +88,34 @@ class LossGrowthParams:
     cooldown: int = param(20, "points without a climb after which a new episode starts")
 
 
-def climbing(level, before, best, init, spread, noise, grad_rising, p: LossGrowthParams):
-    """The decision at one loss point, from its level now and `smooth` points before: "with
-    grad", "alone" or False (shared by the batch rule and its stream)."""
-    if not (best > 0 and level > 0 and level > before) or noise >= p.max_noise:
+def climbing(level, before, slow, slow_before, best, init, spread, noise, grad_rising, lr_rising,
+             p: LossGrowthParams):
+    """The decision at one loss point, from its level now and `smooth` points before, and its slow
+    level (`best_smooth` points) now and `smooth` points before: "with grad" (the grad norm
+    climbing or the learning rate rising with it), "slow with grad" (the slow level climbing,
+    with one of them), "alone" or False (shared by the batch rule and its
+    stream)."""
+    if not best > 0 or noise >= p.max_noise:
         return False
-    if init > best and level - best < p.lost * (init - best):
-        return False
-    r = level / best
-    sd = 1.25 * spread / math.sqrt(p.smooth) if spread == spread else 0.0
-    if bool(grad_rising) and r >= p.ratio_with_grad and math.log(r) > p.z_with_grad * sd:
-        return "with grad"
-    return "alone" if r >= p.ratio and math.log(r) > p.z * sd else False
+    progress = p.lost * (init - best) if init > best else 0.0
+    if level > 0 and level > before and level - best >= progress:
+        r = level / best
+        if r < p.max_ratio:  # beyond it the run has diverged: the sustained divergence (CS113) tells the rest
+            sd = 1.25 * spread / math.sqrt(p.smooth) if spread == spread else 0.0
+            if bool(grad_rising) and r >= p.ratio_with_grad and math.log(r) > p.z_with_grad * sd:
+                return "with grad"
+            if bool(lr_rising) and r >= p.ratio_with_lr and math.log(r) > p.z_with_grad * sd:
+                return "with grad"
+            if r >= p.ratio and math.log(r) > p.z * sd:
+                return "alone"
+    # A per-step loss too noisy for the short level still shows its climb in the long one; alone
+    # that is also how a spike's slow recovery looks, so it needs the grad norm or the LR with it.
+    if (grad_rising or lr_rising) and slow > 0 and slow > slow_before and slow - best >= progress:
+        r = slow / best
+        sd = 1.25 * spread / math.sqrt(p.best_smooth) if spread == spread else 0.0
+        if p.slow_ratio <= r < p.max_ratio and math.log(r) > p.z * sd:
+            return "slow with grad"
+    return False
 
 
 def projection(steps, levels, best, p: LossGrowthParams) -> Fit | None:
@@ -112,8 +152,34 @@ def _describe(ep, p):
     return f"{head}; doubling every {fmt(f.doubling_steps)} steps, {when}"
 
 
-def _note(level, best, grad_rising) -> str:
-    return f"{fmt(level / best)}x its best level {fmt(best)}" + (", with the grad norm" if grad_rising else "")
+def _note(level, best, grad_rising, lr_rising) -> str:
+    why = ", with the grad norm" if grad_rising else ", with the learning rate still rising" if lr_rising else ""
+    return f"{fmt(level / best)}x its best level {fmt(best)}{why}"
+
+
+def _lr_rising(lr, p: LossGrowthParams) -> np.ndarray:
+    """For each learning-rate point: whether it is `lr_up` x its value `lr_back` points before."""
+    v = lr.values
+    out = np.zeros(v.shape[0], bool)
+    k = p.lr_back
+    if k < v.shape[0]:
+        with np.errstate(invalid="ignore"):
+            out[k:] = (v[k:] >= p.lr_up * v[:-k]) & (v[:-k] > 0)
+    return out
+
+
+class _LrTrend:
+    """The learning rate's side of the rule: whether it is rising, as of its last point."""
+
+    def __init__(self, p: LossGrowthParams):
+        self.p = p
+        self.values = collections.deque(maxlen=p.lr_back + 1)
+        self.rising = False
+
+    def push(self, v):
+        self.values.append(v)
+        back = self.values[0]
+        self.rising = bool(len(self.values) > self.p.lr_back and v >= self.p.lr_up * back and back > 0)
 
 
 def _grad_rising(g, p: LossGrowthParams) -> np.ndarray:
@@ -157,14 +223,18 @@ class _GradTrend:
 
 
 class LossGrowthStream(Stream):
-    hits = ("train_loss", "grad_norm")  # checked on the loss; the grad-norm side only follows
+    hits = ("train_loss", "grad_norm", "lr")  # checked on the loss; the other sides only follow
 
     def __init__(self, p, signal, channels):
         self.p = p
         self.signal = signal
         self.grad = channels["grad_norm"]
+        self.lr = channels["lr"]
         if signal == "grad_norm":
             self.trend = self.grad.shared.setdefault(_GRAD, _GradTrend(p))
+            return
+        if signal == "lr":
+            self.trend = self.lr.shared.setdefault(_LR, _LrTrend(p))
             return
         self.level = Level(p.smooth)
         self.best_level = Level(p.best_smooth)
@@ -172,12 +242,13 @@ class LossGrowthStream(Stream):
         self.initial = InitialLevel()
         self.recent = collections.deque(maxlen=max(p.spread_window, p.noise_window))
         self.levels = collections.deque(maxlen=max(p.fit_window, p.smooth + 1))
+        self.slow_levels = collections.deque(maxlen=p.smooth + 1)
         self.steps = collections.deque(maxlen=p.fit_window)
         self.run = 0  # points in a row that climbed, ending at the last one
         self.run_with_grad = 0  # ... with the grad norm climbing too
 
     def check(self, i, step, v):
-        if self.signal == "grad_norm":
+        if self.signal != "train_loss":
             self.trend.push(v)
             return None
         p = self.p
@@ -187,21 +258,30 @@ class LossGrowthStream(Stream):
             self.best = b
         init = self.initial.value
         self.levels.append(level)
+        self.slow_levels.append(b)
         self.steps.append(step)
         hit = None
-        if i >= p.min_points and v - v == 0.0 and level >= p.ratio_with_grad * self.best and self.best > 0:
+        low = min(p.ratio_with_grad, p.ratio_with_lr)
+        if (i >= p.min_points and v - v == 0.0 and self.best > 0
+                and (level >= low * self.best or b >= p.slow_ratio * self.best)):
             recent = list(self.recent)
             trend = self.grad.shared.get(_GRAD)
             rising = trend is not None and trend.rising
+            lr_trend = self.lr.shared.get(_LR)
+            lr_rising = lr_trend is not None and lr_trend.rising
             levels = self.levels
             before = levels[-1 - p.smooth] if len(levels) > p.smooth else math.nan
-            how = climbing(level, before, self.best, init, log_spread(recent[-p.spread_window:]),
-                           noise_decades(recent[-p.noise_window:]), rising, p)
+            slow_before = self.slow_levels[0] if len(self.slow_levels) > p.smooth else math.nan
+            how = climbing(level, before, b, slow_before, self.best, init,
+                           log_spread(recent[-p.spread_window:]), noise_decades(recent[-p.noise_window:]),
+                           rising, lr_rising, p)
             self.run = self.run + 1 if how else 0
-            self.run_with_grad = self.run_with_grad + 1 if how == "with grad" else 0
+            self.run_with_grad = self.run_with_grad + 1 if how in _CORROBORATED else 0
             if self.run >= p.consecutive_alone or self.run_with_grad >= p.consecutive:
                 fit = projection(list(self.steps), list(levels)[-p.fit_window:], self.best, p)
-                hit = StreamHit(note=_note(level, self.best, how == "with grad"), fit=fit)
+                told = b if how.startswith("slow") else level
+                hit = StreamHit(note=_note(told, self.best, how in _CORROBORATED and rising,
+                                           how in _CORROBORATED and lr_rising), fit=fit)
         else:
             self.run = self.run_with_grad = 0
         self.initial.push(v)
@@ -211,7 +291,7 @@ class LossGrowthStream(Stream):
 
 @rule(
     code="CS202", symbol="loss-growth", family="growth", severity="critical",
-    signals=("train_loss", "grad_norm"), params=LossGrowthParams, describe=_describe, stream=LossGrowthStream,
+    signals=("train_loss", "grad_norm", "lr"), params=LossGrowthParams, describe=_describe, stream=LossGrowthStream,
     advice="the run is diverging before it crashes: lower the learning rate now (or stop the LR "
     "ramp), enable gradient clipping, and keep the checkpoint from before the climb",
 )
@@ -223,7 +303,13 @@ def loss_growth(data, p: LossGrowthParams, since=None):
     level's noise (`z`); or, while the grad norm climbs too (its level
     `grad_rise` x its minimum and still rising), `ratio_with_grad` x and
     `z_with_grad` units: the loss and the grad norm rising together is a
-    divergence, not a noisy batch. The level must be rising (above its value
+    divergence, not a noisy batch; so is the loss climbing while the learning
+    rate still rises (`lr_up` x over `lr_back` points: a ramp or range test
+    left running, a warm-up that overshoots). With one of those, a per-step loss
+    too noisy for the short level may show the climb in its slow level (the
+    trailing median of `best_smooth` points, `slow_ratio` x the best). Beyond
+    `max_ratio` x the best the run has diverged: the rule stops there, and the
+    sustained divergence (CS113) tells the rest. The level must be rising (above its value
     `smooth` points before: the slow recovery of a spike falls) for
     `consecutive` points in a row. The level must also have lost `lost` of
     the progress from the initial level, and the loss must not be pure noise
@@ -236,14 +322,16 @@ def loss_growth(data, p: LossGrowthParams, since=None):
         return
     v = s.values
     level = smoothed_level(v, p.smooth)
-    best = np.fmin.accumulate(smoothed_level(v, p.best_smooth))
+    slow = smoothed_level(v, p.best_smooth)
+    best = np.fmin.accumulate(slow)
     init, known_after = initial_level(v)
     first = since_index(s, since)
     # A hit at i needs the points before it to have climbed too.
     i0 = max(first - (max(p.consecutive, p.consecutive_alone) - 1), p.min_points)
     with np.errstate(invalid="ignore"):
         cand = np.flatnonzero(
-            (level[i0:] >= p.ratio_with_grad * best[i0:]) & (best[i0:] > 0) & np.isfinite(v[i0:])
+            ((level[i0:] >= min(p.ratio_with_grad, p.ratio_with_lr) * best[i0:])
+             | (slow[i0:] >= p.slow_ratio * best[i0:])) & (best[i0:] > 0) & np.isfinite(v[i0:])
         ) + i0
     if cand.size == 0:
         return
@@ -252,29 +340,37 @@ def loss_growth(data, p: LossGrowthParams, since=None):
     if g is not None and len(g):
         # The grad norm's last point before the loss's step (the monitor sees no later one).
         rising = value_at_or_before(g.steps, _grad_rising(g, p).astype(np.float64), s.steps[cand] - 1) > 0
+    lr = data.get("lr")
+    lr_rising = np.zeros(cand.size, bool)
+    if lr is not None and len(lr):
+        # The learning rate is logged before the loss at a step (the monitor's order): its point at the step counts.
+        lr_rising = value_at_or_before(lr.steps, _lr_rising(lr, p).astype(np.float64), s.steps[cand]) > 0
     hits, fits, notes = [], {}, {}
     w = p.fit_window
     run = run_with_grad = 0  # climbing points in a row (with the grad norm), ending at point `last`
     last = -2
-    for i, grad_up in zip(cand.tolist(), rising.tolist()):
+    for i, grad_up, lr_up in zip(cand.tolist(), rising.tolist(), lr_rising.tolist()):
         before = v[max(i - max(p.spread_window, p.noise_window), 0) : i]
         spread = log_spread(before[-p.spread_window:])
         noise = noise_decades(before[-p.noise_window:])
         init_i = init if i > known_after else math.nan
         before_level = float(level[i - p.smooth]) if i >= p.smooth else math.nan
-        how = climbing(float(level[i]), before_level, float(best[i]), init_i, spread, noise, grad_up, p)
+        slow_before = float(slow[i - p.smooth]) if i >= p.smooth else math.nan
+        how = climbing(float(level[i]), before_level, float(slow[i]), slow_before, float(best[i]), init_i,
+                       spread, noise, grad_up, lr_up, p)
         if last != i - 1:
             run = run_with_grad = 0
         last = i
         run = run + 1 if how else 0
-        run_with_grad = run_with_grad + 1 if how == "with grad" else 0
+        run_with_grad = run_with_grad + 1 if how in _CORROBORATED else 0
         if how:
             if not (run >= p.consecutive_alone or run_with_grad >= p.consecutive) or i < first:
                 continue
             lo = max(i - w + 1, 0)
             fit = projection(s.steps[lo : i + 1], level[lo : i + 1], float(best[i]), p)
             hits.append(i)
-            notes[i] = _note(float(level[i]), float(best[i]), how == "with grad")
+            told = float(slow[i] if how.startswith("slow") else level[i])
+            notes[i] = _note(told, float(best[i]), how in _CORROBORATED and grad_up, how in _CORROBORATED and lr_up)
             if fit is not None:
                 fits[i] = fit
     if hits:

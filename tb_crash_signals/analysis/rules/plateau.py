@@ -10,7 +10,15 @@ import math
 import numpy as np
 
 from tb_crash_signals.analysis import stats
-from tb_crash_signals.analysis.rules.base import Hits, fmt, param, rule, since_index
+from tb_crash_signals.analysis.rules.base import (
+    Hits,
+    fmt,
+    max_noise_param,
+    noise_window_param,
+    param,
+    rule,
+    since_index,
+)
 from tb_crash_signals.analysis.stats import (
     chunks,
     finite_anchor,
@@ -48,10 +56,8 @@ class PlateauParams:
         0.01, "... or while the learning rate is at most this share of its peak so far (it decayed to ~0); "
         "a run that learnt and slows down under a working learning rate is converging, not stuck"
     )
-    noise_window: int = param(200, "trailing points whose quartiles tell whether the loss is pure noise", at_least=2)
-    max_noise: float = param(
-        0.5, "no plateau on a loss whose quartiles over `noise_window` are this many decades apart (tiny batches)"
-    )
+    noise_window: int = noise_window_param()
+    max_noise: float = max_noise_param("plateau")
     cooldown: int = param(50, "points after which a new episode starts")
 
 

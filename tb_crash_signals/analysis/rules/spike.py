@@ -8,7 +8,15 @@ from itertools import islice
 
 import numpy as np
 
-from tb_crash_signals.analysis.rules.base import Hits, fmt, param, rule, since_index
+from tb_crash_signals.analysis.rules.base import (
+    Hits,
+    fmt,
+    max_noise_param,
+    noise_window_param,
+    param,
+    rule,
+    since_index,
+)
 from tb_crash_signals.analysis.signals import SIGNAL_LABELS
 from tb_crash_signals.analysis.stats import (
     finite_anchor,
@@ -35,14 +43,8 @@ class SpikeParams:
         0.05, "... and above the median by at least this share of the run's initial level (the median "
         "of its first 10 points), so a jump between two losses near zero is no spike"
     )
-    noise_window: int = param(
-        200, "trailing points whose spread tells whether the series is noise (at most 255: the monitor "
-        "keeps the last 256 points of each signal)", at_least=2, at_most=255,
-    )
-    max_noise: float = param(
-        0.5, "no spike in a series whose quartiles over `noise_window` are this many decades apart or "
-        "more (per-step losses of tiny batches, where 10x jumps are ordinary)"
-    )
+    noise_window: int = noise_window_param(from_recent=True)
+    max_noise: float = max_noise_param("spike")
     cooldown: int = param(10, "quiet points after which a new episode starts")
 
 
@@ -116,7 +118,8 @@ class Recovery:
         self.seen += 1
         if v <= self.level and math.isfinite(v):
             kind = "fast" if self.seen - 1 < _FAST else "slow"
-            self.note = f"{kind} recovery in {int(step) - int(self.start_step)} steps"
+            took = int(step) - int(self.start_step)
+            self.note = f"{kind} recovery in {took} step{'s' if took != 1 else ''}"
             self.done = True
             return self.note
         if self.seen >= _RECOVERY_LIMIT:

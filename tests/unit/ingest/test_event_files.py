@@ -16,6 +16,7 @@ from tensorboard.util import tensor_util
 from support import eventwriters as ew
 from tb_crash_signals.ingest import reader as source
 from tb_crash_signals.ingest import records as eventfile
+from tb_crash_signals.ingest import storage as storage_module
 from tb_crash_signals.ingest.reader import LogdirSource, RunReader, discover_runs
 from tb_crash_signals.ingest.series import Series
 
@@ -285,7 +286,8 @@ def test_truncated_last_record_then_completed_append(tmp_path):
     with open(path, "ab") as f:
         f.write(blob[last_start + 7 : last_end - 3])
     assert not r.reload()
-    assert r.stats.bytes_read == first_read + (last_end - 3 - last_start)
+    # Only the appended bytes are read: the partial record was kept.
+    assert r.stats.bytes_read == last_end - 3
     assert r.stats.truncated_tail
     before = r.stats.bytes_read
     more = ew.write_scalars(tmp_path / "src2", {"loss": pts(5, start=20)})
@@ -294,7 +296,7 @@ def test_truncated_last_record_then_completed_append(tmp_path):
     with open(path, "ab") as f:
         f.write(blob[last_end - 3 :] + extra)
     assert r.reload()
-    assert r.stats.bytes_read - before == len(blob) + len(extra) - last_start  # only the new part
+    assert r.stats.bytes_read - before == 3 + len(extra)  # only the new part
     assert not r.stats.truncated_tail and r.stats.corrupt_records == 0
     assert_series(r.series("loss"), range(25), [i * 0.5 for i in range(25)])
     assert r.stats.records == 26
@@ -466,7 +468,7 @@ def test_vanished_and_unreadable_files_do_not_raise(tmp_path, monkeypatch):
             raise PermissionError(13, "Permission denied")
         return real_open(path, *a, **k)
 
-    monkeypatch.setattr(source, "open", deny, raising=False)
+    monkeypatch.setattr(storage_module, "open", deny, raising=False)  # where files are opened
     src.reload()
     assert "run a: cannot read %s: Permission denied" % os.path.basename(keep) in src.problems()
     monkeypatch.undo()

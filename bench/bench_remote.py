@@ -1,0 +1,175 @@
+"""Beyond one core and one disk: `scan --jobs`, a local S3 server, a 2-worker Dask cluster.
+
+    python bench/bench_remote.py [--runs 1000 --steps 10000 --dir /tmp]
+
+On one logdir of ``--runs`` runs x ``--steps`` steps (bench/_synth.py, fixed seeds):
+
+* ``scan --jobs 1`` and ``--jobs 2`` (the CLI, as users run it; JSON reports compared);
+* the same runs uploaded to moto's S3 server on 127.0.0.1 (``s3://…``), scanned with
+  ``--jobs 1`` and ``--jobs 2`` (reports compared with the local ones);
+* ``--executor dask://…``: a `distributed.LocalCluster` of 2 single-threaded worker
+  processes reading the local logdir (report compared);
+* a reload after appends over S3: a run read through `RunReader` on the S3 URL, 1 % more
+  steps appended (the object rewritten longer, as a sync tool does), reloaded: the bytes
+  requested (the storage's ranged reads) against the bytes appended;
+* what the cluster path costs per task: many tiny runs through Dask (tasks per second),
+  and the size of a report entry (what each run sends back).
+
+Every figure is printed with the 1-minute load average at its start and end (the machine
+is shared). Needs the [s3] and [dask] extras and moto[server].
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, ".."))
+sys.path.insert(0, os.path.join(HERE, "..", "tests"))
+
+import _synth
+
+from support.objectstores import s3_server
+
+EVENTS = "events.out.tfevents.1700000000.bench"
+
+
+def load() -> str:
+    return f"{os.getloadavg()[0]:.1f}"
+
+
+def scan(target, *args, env=None):
+    """(seconds, stdout) of `tb-crash-signals scan TARGET --format json` in a fresh process."""
+    cmd = [sys.executable, "-m", "tb_crash_signals", "scan", target, "--format", "json", "--fail-on", "never", *args]
+    l0 = load()
+    t0 = time.perf_counter()
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    dt = time.perf_counter() - t0
+    if r.returncode != 0:
+        raise RuntimeError(f"{cmd}: exit {r.returncode}: {r.stderr[-2000:]}")
+    return dt, r.stdout, f"load {l0}->{load()}"
+
+
+def write_logdir(root, runs, steps, seed):
+    total = 0
+    for i in range(runs):
+        run = _synth.make_run(steps, seed + i)
+        total += _synth.write_events(os.path.join(root, f"exp{i:04d}", EVENTS), _synth.run_columns(run))
+    return total
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--runs", type=int, default=1000)
+    ap.add_argument("--steps", type=int, default=10_000)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--dir", default="/tmp", help="where the temporary logdir goes")
+    ap.add_argument("--skip", default="", help="comma-separated parts to skip: jobs,s3,dask,append,tasks")
+    args = ap.parse_args(argv)
+    skip = set(filter(None, args.skip.split(",")))
+    print(f"machine: {_synth.machine()}; load average {load()}")
+    tmp = tempfile.mkdtemp(prefix="bench_remote_", dir=args.dir)
+    root = os.path.join(tmp, "logs")
+    try:
+        t0 = time.perf_counter()
+        total = write_logdir(root, args.runs, args.steps, args.seed)
+        size = sum(os.path.getsize(os.path.join(root, d, EVENTS)) for d in os.listdir(root))
+        print(f"logdir: {args.runs} runs x {args.steps} steps, {total} scalar events, {size / 1e9:.2f} GB, "
+              f"written in {time.perf_counter() - t0:.0f} s")
+        reports = {}
+        if "jobs" not in skip:
+            for jobs in (1, 2, 1, 2):
+                dt, out, ld = scan(root, "--jobs", str(jobs))
+                reports.setdefault(("local", jobs), out)
+                assert out == reports[("local", jobs)]
+                print(f"scan --jobs {jobs} (local): {dt:.1f} s ({ld})")
+            print(f"  --jobs 2 report == --jobs 1 report: {reports[('local', 1)] == reports[('local', 2)]}")
+        if "dask" not in skip:
+            import distributed
+
+            with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+                                          dashboard_address=None) as cluster:
+                address = cluster.scheduler_address.replace("tcp://", "dask://")
+                for _ in range(2):
+                    dt, out, ld = scan(root, "--executor", address)
+                    print(f"scan --executor dask (LocalCluster, 2 workers x 1 thread): {dt:.1f} s ({ld})")
+                ref = reports.get(("local", 1)) or scan(root, "--jobs", "1")[1]
+                print(f"  Dask report == --jobs 1 report: {out == ref}")
+                entry = max(len(json.dumps(r)) for r in json.loads(out)["runs"])
+                print(f"  largest report entry: {entry} bytes")
+                if "tasks" not in skip:
+                    tiny = os.path.join(tmp, "tiny")
+                    write_logdir(tiny, 2000, 500, args.seed)
+                    dt, out, ld = scan(tiny, "--executor", address)
+                    dt1, _, ld1 = scan(tiny, "--jobs", "1")
+                    print(f"  2000 runs x 500 steps: Dask {dt:.1f} s ({ld}), --jobs 1 {dt1:.1f} s ({ld1})")
+        if "s3" not in skip or "append" not in skip:
+            with s3_server() as server:
+                server.create_bucket("bench")
+                t0 = time.perf_counter()
+                n = server.upload_tree(root, "bench", "logs")
+                print(f"uploaded {n} objects to the local S3 server in {time.perf_counter() - t0:.0f} s "
+                      f"(load {load()})")
+                env = server.env()
+                url = "s3://bench/logs"
+                if "s3" not in skip:
+                    for jobs in (1, 2, 1, 2):
+                        dt, out, ld = scan(url, "--jobs", str(jobs), env=env)
+                        print(f"scan --jobs {jobs} s3://: {dt:.1f} s ({ld})")
+                        if ("local", jobs) in reports:
+                            assert out == reports[("local", jobs)], "S3 report differs from the local one"
+                    print("  s3:// reports == local reports: True")
+                if "append" not in skip:
+                    bench_append(server, env, args.steps)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return 0
+
+
+def bench_append(server, env, steps):
+    """A run read from S3, 1 % appended, reloaded: bytes requested vs appended."""
+    saved = dict(os.environ)
+    os.environ.clear()
+    os.environ.update(env)
+    try:
+        from tb_crash_signals.ingest.reader import RunReader
+        from tb_crash_signals.ingest.storage import storage_for
+
+        run = _synth.run_columns(_synth.make_run(steps + steps // 100, 123))
+        full = _synth.encode_events(run)
+        # The first `steps` steps: cut at a record boundary (re-encode the prefix).
+        head = _synth.encode_events({t: (s[s < steps], v[s < steps]) for t, (s, v) in run.items()})
+        assert full.startswith(head)
+        server.put("bench", "grow/r/" + EVENTS, head)
+        storage = storage_for("s3://bench/grow", listing_interval=0.001)
+        reader = RunReader("s3://bench/grow/r", storage=storage)
+        l0 = load()
+        t0 = time.perf_counter()
+        reader.reload()
+        cold = time.perf_counter() - t0
+        before = dict(storage.counters)
+        server.put("bench", "grow/r/" + EVENTS, full)
+        time.sleep(0.01)
+        t0 = time.perf_counter()
+        reader.reload()
+        warm = time.perf_counter() - t0
+        got = storage.counters["bytes_requested"] - before["bytes_requested"]
+        reads = storage.counters["reads"] - before["reads"]
+        print(f"reload after +1 % over S3: {got} bytes requested in {reads} ranged read(s) for "
+              f"{len(full) - len(head)} bytes appended (cold read {len(head)} bytes); reload {warm * 1e3:.0f} ms, "
+              f"cold {cold * 1e3:.0f} ms (load {l0}->{load()})")
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
