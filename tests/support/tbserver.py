@@ -40,11 +40,13 @@ def runs_listed(count: int | None = None):
 
 
 @contextlib.contextmanager
-def running_tensorboard(logdir, *args, ready=None, timeout: float = 90.0, env=None, log_path=None):
+def running_tensorboard(logdir, *args, ready=None, timeout: float = 90.0, env=None, log_path=None,
+                        python: str | None = None):
     """Starts `python -m tensorboard.main --logdir LOGDIR *args`; yields its base URL.
 
     LOGDIR may be a URL (``s3://bucket/logs``); `env` replaces the environment;
-    `log_path` names the file its output goes to (default: a temp file).
+    `log_path` names the file its output goes to (default: a temp file); `python`
+    is the interpreter to run it with (default: this one).
 
     Waits until `ready(base)` is true (default: our `runs` route answers), and
     always stops the whole process group afterwards. Its log goes to
@@ -59,7 +61,7 @@ def running_tensorboard(logdir, *args, ready=None, timeout: float = 90.0, env=No
     else:
         log = tempfile.NamedTemporaryFile(prefix=f"tensorboard-{port}-", suffix=".log", delete=False)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tensorboard.main", "--logdir", logdir,
+        [python or sys.executable, "-m", "tensorboard.main", "--logdir", logdir,
          "--port", str(port), "--host", "127.0.0.1", *args],
         stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env,
     )

@@ -82,3 +82,35 @@ def test_forward_filling_from_the_anchor_fills_as_from_the_start(x, i, positive)
     y = np.where(x > 0, x, np.nan) if positive else x
     filled = stats.ffill_nonfinite(y)
     assert np.array_equal(stats.ffill_nonfinite(y[j:]), filled[j:], equal_nan=True)
+
+
+def _numpy_noise_decades(window):
+    x = np.asarray(window, dtype=np.float64)
+    x = x[np.isfinite(x) & (x > 0)]
+    if x.size < 10:
+        return float("nan")
+    q75, q25 = np.percentile(np.log10(x), [75, 25])
+    return float(q75 - q25)
+
+
+def _numpy_log_spread(window):
+    x = np.asarray(window, dtype=np.float64)
+    x = x[np.isfinite(x) & (x > 0)]
+    if x.size < 10:
+        return float("nan")
+    lg = np.log(x)
+    return float(stats.MAD_TO_SIGMA * np.median(np.abs(lg - np.median(lg))))
+
+
+_window_values = st.one_of(
+    st.floats(min_value=1e-300, max_value=1e300),
+    st.sampled_from([0.0, -1.0, float("nan"), float("inf"), -float("inf"), 1.0, 2.5]),
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(_window_values, max_size=130))
+def test_noise_decades_and_log_spread_are_numpys_bit_for_bit(window):
+    for ours, theirs in ((stats.noise_decades, _numpy_noise_decades), (stats.log_spread, _numpy_log_spread)):
+        got, want = ours(window), theirs(window)
+        assert (got != got and want != want) or got == want, (ours.__name__, got, want)

@@ -1,0 +1,120 @@
+"""The framework callbacks' cost next to the tiny models' training step.
+
+    KERAS_BACKEND=torch python bench/bench_callbacks.py [--repeats 3]
+
+Trains the healthy runs of tests/integration/frameworks (a tiny GPT-2 under the
+HuggingFace Trainer, a tiny MLP under Lightning and under Keras 3 on torch, CPU)
+with the callback (Lightning logging every 50 steps, its default), timing the
+time spent inside its hooks (Monitor updates, gradient norm, update ratio,
+logging) against the run's wall time per step, warm-up included. The best of
+--repeats runs is printed (least disturbed by other jobs), with the median.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import logging
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+import warnings
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, ".."))
+sys.path.insert(0, os.path.join(HERE, "..", "tests"))
+sys.path.insert(0, os.path.join(HERE, "..", "tests", "integration", "frameworks"))
+os.environ.setdefault("KERAS_BACKEND", "torch")
+warnings.filterwarnings("ignore")
+
+# Lightning's default log_every_n_steps: the callback writes its signals to the loggers then.
+LIGHTNING_LOG_EVERY = 50
+HOOKS = ("on_log", "on_before_optimizer_step", "on_train_batch_begin", "on_train_batch_end",
+         "on_validation_end", "on_epoch_end")
+
+
+def timed(callback):
+    """Wraps the callback's hooks with a clock; returns the list the time goes into."""
+    spent = [0.0]
+    for name in HOOKS:
+        hook = getattr(callback, name, None)
+        if hook is None:
+            continue
+
+        @functools.wraps(hook)
+        def wrapper(*args, _hook=hook, **kwargs):
+            t0 = time.perf_counter()
+            try:
+                return _hook(*args, **kwargs)
+            finally:
+                spent[0] += time.perf_counter() - t0
+
+        setattr(callback, name, wrapper)
+    return spent
+
+
+def hf(out):
+    import test_hf
+
+    from tb_crash_signals.integrations.hf import CrashSignalsCallback
+
+    cb = CrashSignalsCallback()
+    spent = timed(cb)
+    t0 = time.perf_counter()
+    trainer = test_hf.train(out, cb, lr=0.5, steps=120, eval_steps=40)
+    return time.perf_counter() - t0, spent[0], trainer.state.global_step
+
+
+def lightning(out):
+    import test_lightning
+
+    from tb_crash_signals.integrations.lightning import CrashSignals
+
+    cb = CrashSignals()
+    spent = timed(cb)
+    t0 = time.perf_counter()
+    trainer = test_lightning.fit(out, cb, peak_lr=0.1, ramp=20, steps=300, log_every=LIGHTNING_LOG_EVERY)
+    return time.perf_counter() - t0, spent[0], trainer.global_step
+
+
+def keras(out):
+    import test_keras
+
+    from tb_crash_signals.integrations.keras import CrashSignals
+
+    cb = CrashSignals()
+    spent = timed(cb)
+    t0 = time.perf_counter()
+    model, _ = test_keras.fit(out, cb, lr=0.05)
+    return time.perf_counter() - t0, spent[0], int(model.optimizer.iterations.value)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeats", type=int, default=3)
+    args = ap.parse_args(argv)
+    logging.disable(logging.WARNING)
+    import numpy as np
+    import torch
+
+    torch.set_num_threads(1)
+    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+          f"Python {platform.python_version()}, torch {torch.__version__} (1 thread), numpy {np.__version__}, "
+          f"load average {os.getloadavg()[0]:.1f}")
+    print("framework   steps   step (wall)   callback per step   share   (best of runs; median share)")
+    for name, run in (("HuggingFace", hf), ("Lightning", lightning), ("Keras 3", keras)):
+        results = []
+        for _ in range(args.repeats):
+            with tempfile.TemporaryDirectory() as out:
+                wall, spent, steps = run(out)
+            results.append((spent / wall, wall / steps, spent / steps, steps))
+        share, step, cost, steps = min(results)
+        print(f"{name:<11} {steps:>5}   {step * 1e3:8.2f} ms   {cost * 1e6:10.1f} us       {share:6.2%}   "
+              f"({statistics.median(r[0] for r in results):.2%})")
+
+
+if __name__ == "__main__":
+    main()

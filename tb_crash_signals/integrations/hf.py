@@ -1,0 +1,82 @@
+"""HuggingFace `Trainer` callback.
+
+    from tb_crash_signals.integrations.hf import CrashSignalsCallback
+    trainer = Trainer(model, args, train_dataset=..., callbacks=[CrashSignalsCallback()])
+    trainer.train()
+
+Feeds what the Trainer logs (`loss`, `grad_norm`, `learning_rate` every
+`logging_steps`, `eval_loss` at each evaluation) into a Monitor at the step the
+Trainer numbers them (`state.global_step`, which its TensorBoard callback
+writes too), so `scan` finds the same incidents in the run's logs later. On a
+critical incident it sets `control.should_training_stop`, and with
+`save_checkpoint=True` also `control.should_save`, so the Trainer writes a
+checkpoint at that step before it stops.
+
+Under distributed training the logged values are the same on every process
+(the Trainer gathers the loss; the gradient norm is of the synchronised
+gradients), so every process reaches the same decision at the same step and
+they all stop together; only the main process reports. Note that the
+Trainer's default `logging_nan_inf_filter=True` replaces a NaN or infinite
+loss by the window's mean in its logs: the gradient norm still shows it.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from tb_crash_signals.integrations._watch import Watch, require
+
+_transformers = require("transformers", "hf", "transformers")
+TrainerCallback = _transformers.TrainerCallback
+_logger = _transformers.utils.logging.get_logger("tb_crash_signals.integrations.hf")
+
+# Trainer log keys -> Monitor signals.
+_KEYS = (("loss", "train_loss"), ("grad_norm", "grad_norm"), ("learning_rate", "lr"), ("eval_loss", "val_loss"))
+
+
+class CrashSignalsCallback(TrainerCallback):
+    """Watches a Trainer's logs for the signals of a crash; stops it on a critical incident.
+
+    Args:
+        config: a `Config`, a path to a TOML config, or None for the defaults.
+        stop_on: rule codes whose critical episodes stop training (default: every critical).
+        stop: False only reports incidents, never stops.
+        save_checkpoint: save a checkpoint at the step training is stopped.
+
+    Attributes:
+        monitor: the `Monitor` fed with the logs.
+        stopped_step: the global step training was stopped at, else None.
+        incidents: the incidents reported so far, in the order they opened.
+    """
+
+    def __init__(self, config=None, stop_on: Iterable[str] | None = None, stop: bool = True,
+                 save_checkpoint: bool = False):
+        self._main = True
+        self._watch = Watch(config, stop_on, stop, self._report)
+        self.save_checkpoint = save_checkpoint
+
+    @property
+    def monitor(self):
+        return self._watch.monitor
+
+    @property
+    def stopped_step(self) -> int | None:
+        return self._watch.stopped_step
+
+    @property
+    def incidents(self):
+        return self._watch.reported
+
+    def _report(self, severity: str, line: str):
+        if self._main:
+            (_logger.info if severity == "info" else _logger.warning)(line)
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if not logs:
+            return
+        self._main = state.is_world_process_zero
+        values = {signal: logs[key] for key, signal in _KEYS if key in logs}
+        if self._watch.update(state.global_step, **values):
+            control.should_training_stop = True
+            if self.save_checkpoint:
+                control.should_save = True

@@ -1,0 +1,144 @@
+"""Keras 3 callback.
+
+    from tb_crash_signals.integrations.keras import CrashSignals
+    model.fit(x, y, validation_data=(xv, yv), callbacks=[CrashSignals()])
+
+Feeds the training loss after every batch, every `lr_every` steps the learning
+rate (a schedule costs a computation per read), every `ratio_every` steps the
+update ratio, and `val_loss` at the end of each epoch
+into a Monitor; on the torch backend also the global gradient norm (the
+gradients are still on the weights when the batch ends). Steps are the
+optimizer's iteration count after the batch, which is what Keras' TensorBoard
+callback writes batch summaries at; the validation loss is fed at the step its
+epoch ended. On a critical incident it sets `model.stop_training`.
+
+Keras reports, as `logs["loss"]`, the mean loss of the epoch so far rather than
+the batch's: a spike looks smaller than it was, a divergence or a NaN does not.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Iterable
+
+import numpy as np
+
+from tb_crash_signals.integrations._watch import Watch, require
+
+_keras = require("keras", "keras", "Keras 3 (with KERAS_BACKEND set to an installed backend, e.g. torch)")
+if int(_keras.__version__.split(".")[0]) < 3:
+    raise ImportError(f"tb_crash_signals.integrations.keras needs Keras 3, found {_keras.__version__}: "
+                      'pip install "tb-crash-signals[keras]"')
+
+
+def _numpy(x) -> np.ndarray:
+    """A backend tensor or variable as numpy (torch tensors directly: Keras' convert_to_numpy
+    goes through torch's __array__, which warns under numpy 2)."""
+    x = getattr(x, "value", x)
+    if hasattr(x, "detach"):
+        return x.detach().cpu().numpy()
+    return np.asarray(_keras.ops.convert_to_numpy(x))
+
+
+def _print(line: str):
+    # Keras' own callbacks (EarlyStopping, TerminateOnNaN) report through io_utils.print_msg,
+    # which follows keras.config.disable_interactive_logging(); it is not public, hence the fallback.
+    try:
+        from keras.src.utils import io_utils
+    except ImportError:
+        print(line)
+    else:
+        io_utils.print_msg(line)
+
+
+class CrashSignals(_keras.callbacks.Callback):
+    """Watches `model.fit` for the signals of a crash; stops it on a critical incident.
+
+    Args:
+        config: a `Config`, a path to a TOML config, or None for the defaults.
+        stop_on: rule codes whose critical episodes stop training (default: every critical).
+        stop: False only reports incidents, never stops.
+        ratio_every: measure the update ratio every this many steps (it copies the
+            weights once); 0 never.
+        lr_every: read the learning rate every this many steps; 0 never.
+        grad_norm: feed the gradient norm (torch backend only).
+
+    Attributes:
+        monitor: the `Monitor` fed after each batch.
+        stopped_step: the optimizer step training was stopped at, else None.
+        incidents: the incidents reported so far, in the order they opened.
+        last: the values fed at the last step (what a TensorBoard writer may log alongside).
+    """
+
+    def __init__(self, config=None, stop_on: Iterable[str] | None = None, stop: bool = True,
+                 ratio_every: int = 10, lr_every: int = 10, grad_norm: bool = True):
+        super().__init__()
+        self._watch = Watch(config, stop_on, stop, lambda severity, line: _print(line))
+        self.ratio_every = max(int(ratio_every), 0)
+        self.lr_every = max(int(lr_every), 0)
+        self.grad_norm = grad_norm and _keras.backend.backend() == "torch"
+        self._before = None
+        self._step = 0
+        self.last: dict = {}
+
+    @property
+    def monitor(self):
+        return self._watch.monitor
+
+    @property
+    def stopped_step(self) -> int | None:
+        return self._watch.stopped_step
+
+    @property
+    def incidents(self):
+        return self._watch.reported
+
+    def _iterations(self) -> int:
+        return int(_numpy(self.model.optimizer.iterations))
+
+    def on_train_batch_begin(self, batch, logs=None):
+        if self.ratio_every and self._iterations() % self.ratio_every == 0:
+            self._before = [_numpy(v).astype(np.float64)
+                            for v in self.model.trainable_variables]
+
+    def on_train_batch_end(self, batch, logs=None):
+        logs = logs or {}
+        step = self._step = self._iterations()
+        values = {"train_loss": logs.get("loss")}
+        if self.lr_every and step % self.lr_every == 0:
+            values["lr"] = self._lr()
+        if self.grad_norm:
+            values["grad_norm"] = self._grad_norm()
+        if self._before is not None:
+            values["update_ratio"] = self._update_ratio()
+            self._before = None
+        self.last = {k: v for k, v in values.items() if v is not None}
+        if self._watch.update(step, **values):
+            self.model.stop_training = True
+
+    def on_epoch_end(self, epoch, logs=None):
+        value = (logs or {}).get("val_loss")
+        if value is not None and self._watch.update(self._step, val_loss=value):
+            self.model.stop_training = True
+
+    def _lr(self):
+        try:
+            return float(_numpy(self.model.optimizer.learning_rate))
+        except (AttributeError, TypeError, ValueError):
+            return None
+
+    def _grad_norm(self):
+        from tb_crash_signals.torch_utils import global_grad_norm
+
+        params = [v.value for v in self.model.trainable_variables]
+        if not any(getattr(p, "grad", None) is not None for p in params):
+            return None
+        return global_grad_norm(params)
+
+    def _update_ratio(self):
+        delta = base = 0.0
+        for v, b in zip(self.model.trainable_variables, self._before):
+            a = _numpy(v).astype(np.float64)
+            delta += float(np.sum((a - b) ** 2))
+            base += float(np.sum(b * b))
+        return math.sqrt(delta) / math.sqrt(base) if base > 0 else math.inf

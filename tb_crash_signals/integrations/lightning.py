@@ -1,0 +1,150 @@
+"""Lightning callback.
+
+    from tb_crash_signals.integrations.lightning import CrashSignals
+    trainer = lightning.Trainer(callbacks=[CrashSignals()])
+    trainer.fit(model)
+
+Feeds the training loss (what `training_step` returns), the global gradient
+norm (before each optimizer step), the learning rate, every `ratio_every`
+steps the update ratio, and the validation loss (`val_key` of the logged
+metrics, at the end of each validation) into a Monitor, at the step Lightning's
+loggers write (the count of optimizer steps before the batch), so `scan` finds
+the same incidents in the run's TensorBoard logs. What it measures itself
+(gradient norm, learning rate, update ratio) it also writes to the trainer's
+loggers as `train/grad_norm`, `train/learning_rate` and `train/update_ratio`
+at the trainer's `log_every_n_steps` cadence (`log_signals=False` to not), so
+those logs hold what the Monitor saw. On a
+critical incident it sets `trainer.should_stop`.
+
+Under DDP the rank-zero process feeds the Monitor and decides; the decision is
+broadcast to every rank each step, so all ranks stop at the same step.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Iterable
+
+from tb_crash_signals.integrations._watch import Watch, require
+
+_pl = require("lightning.pytorch", "lightning", "lightning")
+from tb_crash_signals.torch_utils import global_grad_norm, update_ratio  # noqa: E402
+
+_logger = logging.getLogger("lightning.pytorch.callbacks.crash_signals")
+# Names the scan recognises (analysis/signals.py), HuggingFace's.
+_TAGS = {"grad_norm": "train/grad_norm", "lr": "train/learning_rate", "update_ratio": "train/update_ratio"}
+
+
+def _logged_step(trainer) -> int:
+    """The step Lightning's loggers write the current batch's metrics at."""
+    loop = getattr(getattr(trainer, "fit_loop", None), "epoch_loop", None)
+    stepped = getattr(loop, "_batches_that_stepped", None)
+    return int(stepped) if stepped is not None else max(trainer.global_step - 1, 0)
+
+
+def _logs_now(trainer, step: int) -> bool:
+    """Whether Lightning logs this batch's step metrics (its logger connector's rule)."""
+    every = trainer.log_every_n_steps
+    return bool(every) and ((step + 1) % every == 0 or trainer.should_stop)
+
+
+def _loss_of(outputs):
+    if isinstance(outputs, dict):
+        outputs = outputs.get("loss")
+    if outputs is None:
+        return None
+    try:
+        return float(outputs)
+    except (TypeError, ValueError, RuntimeError):  # not a scalar
+        return None
+
+
+class CrashSignals(_pl.Callback):
+    """Watches a Lightning training for the signals of a crash; stops it on a critical incident.
+
+    Args:
+        config: a `Config`, a path to a TOML config, or None for the defaults.
+        stop_on: rule codes whose critical episodes stop training (default: every critical).
+        stop: False only reports incidents, never stops.
+        val_key: the logged metric holding the validation loss.
+        ratio_every: measure the update ratio every this many steps (it copies the
+            weights once); 0 never.
+        log_signals: write the gradient norm, learning rate and update ratio to the
+            trainer's loggers.
+
+    Attributes:
+        monitor: the `Monitor` fed on rank zero.
+        stopped_step: the step training was stopped at, else None.
+        incidents: the incidents reported so far (rank zero), in the order they opened.
+    """
+
+    def __init__(self, config=None, stop_on: Iterable[str] | None = None, stop: bool = True,
+                 val_key: str = "val_loss", ratio_every: int = 10, log_signals: bool = True):
+        self._watch = Watch(config, stop_on, stop, self._report)
+        self.val_key = val_key
+        self.ratio_every = max(int(ratio_every), 0)
+        self.log_signals = log_signals
+        self._pending: dict = {}
+        self._ratio = None
+        self._stopped_step: int | None = None
+
+    @property
+    def monitor(self):
+        return self._watch.monitor
+
+    @property
+    def stopped_step(self) -> int | None:
+        return self._stopped_step
+
+    @property
+    def incidents(self):
+        return self._watch.reported
+
+    @staticmethod
+    def _report(severity: str, line: str):
+        (_logger.info if severity == "info" else _logger.warning)(line)
+
+    def on_before_optimizer_step(self, trainer, pl_module, optimizer):
+        if not trainer.is_global_zero:
+            return
+        self._pending["grad_norm"] = global_grad_norm(pl_module)
+        groups = getattr(optimizer, "param_groups", None)
+        if groups:
+            self._pending["lr"] = groups[0].get("lr")
+        step = _logged_step(trainer)
+        if self.ratio_every and step % self.ratio_every == 0:
+            self._ratio = update_ratio(pl_module).__enter__()
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        step = _logged_step(trainer)
+        stop = False
+        if trainer.is_global_zero:
+            values, self._pending = self._pending, {}
+            if self._ratio is not None:
+                self._ratio.__exit__(None, None, None)
+                values["update_ratio"] = self._ratio.value
+                self._ratio = None
+            if self.log_signals and values and _logs_now(trainer, step):
+                measured = {_TAGS[k]: v for k, v in values.items() if v is not None}
+                for logger in trainer.loggers:
+                    logger.log_metrics(measured, step=step)
+            values["train_loss"] = _loss_of(outputs)
+            stop = self._watch.update(step, **values)
+        self._decide(trainer, stop, step)
+
+    def on_validation_end(self, trainer, pl_module):
+        if trainer.sanity_checking:
+            return
+        step = _logged_step(trainer)
+        stop = False
+        if trainer.is_global_zero:
+            value = trainer.callback_metrics.get(self.val_key)
+            stop = value is not None and self._watch.update(step, val_loss=_loss_of(value))
+        self._decide(trainer, stop, step)
+
+    def _decide(self, trainer, stop: bool, step: int):
+        if trainer.world_size > 1:
+            stop = trainer.strategy.broadcast(stop, src=0)
+        if stop and self._stopped_step is None:
+            self._stopped_step = step
+            trainer.should_stop = True

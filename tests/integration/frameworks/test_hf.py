@@ -1,0 +1,91 @@
+"""The HuggingFace callback inside a real `Trainer`: a tiny GPT-2 built from a config, CPU, no downloads.
+
+The data are sequences counting up modulo the vocabulary, so a sane learning
+rate learns them; SGD warmed up to a learning rate of 20 is far too high, and
+its loss grows until it turns NaN a few steps later.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+pytest.importorskip("transformers")
+import torch
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
+
+from support.frameworks import critical, first_nonfinite, scanned_incidents
+from tb_crash_signals.integrations.hf import CrashSignalsCallback
+
+pytestmark = pytest.mark.slow
+
+VOCAB, LENGTH, SAMPLES = 32, 8, 512
+
+
+def counting_data(seed=0):
+    g = torch.Generator().manual_seed(seed)
+    starts = torch.randint(0, VOCAB, (SAMPLES, 1), generator=g)
+    ids = (starts + torch.arange(LENGTH)) % VOCAB
+    return [{"input_ids": row, "labels": row} for row in ids]
+
+
+def train(out, callback, lr, steps, warmup=0, eval_steps=None):
+    torch.manual_seed(0)
+    config = GPT2Config(vocab_size=VOCAB, n_positions=LENGTH, n_embd=16, n_layer=2, n_head=2)
+    data = counting_data()
+    args = TrainingArguments(
+        output_dir=str(out), max_steps=steps, per_device_train_batch_size=16, learning_rate=lr,
+        optim="sgd", lr_scheduler_type="constant_with_warmup", warmup_steps=warmup,
+        # No clipping, but the norm is still computed and logged.
+        max_grad_norm=1e30, logging_steps=1, logging_nan_inf_filter=False,
+        eval_strategy="steps" if eval_steps else "no", eval_steps=eval_steps, per_device_eval_batch_size=64,
+        report_to=["tensorboard"], save_strategy="no", use_cpu=True, disable_tqdm=True, seed=0,
+    )
+    trainer = Trainer(model=GPT2LMHeadModel(config), args=args, train_dataset=data,
+                      eval_dataset=data[:64] if eval_steps else None, callbacks=[callback])
+    trainer.train()
+    return trainer
+
+
+def logged(out, tag):
+    """(step, value) of one tag, read back from the event files the Trainer wrote."""
+    runs = [os.path.join(root) for root, _, files in os.walk(out) if any("tfevents" in f for f in files)]
+    assert len(runs) == 1, runs
+    acc = EventAccumulator(runs[0], size_guidance={"scalars": 0})
+    acc.Reload()
+    return [(e.step, e.value) for e in acc.Scalars(tag)]
+
+
+def test_a_healthy_run_trains_to_the_end_untouched(tmp_path):
+    cb = CrashSignalsCallback()
+    trainer = train(tmp_path, cb, lr=0.5, steps=120, eval_steps=40)
+    assert trainer.state.global_step == 120
+    assert cb.stopped_step is None and not cb.monitor.should_stop
+    assert critical(cb.incidents) == []
+    loss = logged(tmp_path, "train/loss")
+    assert loss[-1][1] < loss[0][1] * 0.8, "the healthy run should learn"
+    assert cb.monitor.report()["points"]["val_loss"] == 3
+
+
+def test_a_learning_rate_far_too_high_is_stopped_before_nan(tmp_path):
+    free = CrashSignalsCallback(stop=False)
+    train(tmp_path / "free", free, lr=20.0, warmup=200, steps=120)
+    nan_step = first_nonfinite(logged(tmp_path / "free", "train/loss"))
+    assert nan_step is not None, "without the callback this run turns NaN"
+
+    cb = CrashSignalsCallback(save_checkpoint=True)
+    trainer = train(tmp_path / "stopped", cb, lr=20.0, warmup=200, steps=120)
+    print(f"\nHF: stopped at step {cb.stopped_step}; left alone, the loss turns NaN at step {nan_step}")
+    assert cb.stopped_step is not None and cb.stopped_step < nan_step
+    assert trainer.state.global_step == cb.stopped_step
+    loss = logged(tmp_path / "stopped", "train/loss")
+    assert max(s for s, _ in loss) == cb.stopped_step and first_nonfinite(loss) is None
+    assert os.path.isdir(tmp_path / "stopped" / f"checkpoint-{cb.stopped_step}")
+
+    ours = critical(cb.incidents)
+    assert ours and ours[0][0] == "divergence"
+    # scan over the logs the Trainer wrote finds the same incident at the same step.
+    assert critical(scanned_incidents(str(tmp_path / "stopped")))[:1] == ours[:1]
+    assert ours[0] in critical(scanned_incidents(str(tmp_path / "free")))

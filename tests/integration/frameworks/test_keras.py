@@ -1,0 +1,108 @@
+"""The Keras 3 callback inside a real `model.fit`, on the torch backend (no TensorFlow), CPU.
+
+Keras' own TensorBoard callback needs TensorFlow, so the run's logs are written
+here the way it writes batch summaries (at the optimizer's iteration count),
+through torch's SummaryWriter.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+os.environ.setdefault("KERAS_BACKEND", "torch")
+keras = pytest.importorskip("keras")
+if keras.backend.backend() != "torch":
+    pytest.skip("these tests run Keras on the torch backend", allow_module_level=True)
+import numpy as np  # noqa: E402
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator  # noqa: E402
+from torch.utils.tensorboard import SummaryWriter  # noqa: E402
+
+from support.frameworks import critical, first_nonfinite, scanned_incidents  # noqa: E402
+from tb_crash_signals.integrations.keras import CrashSignals  # noqa: E402
+
+pytestmark = [
+    pytest.mark.slow,
+    # Keras' torch backend converting its own logs under numpy 2; nothing of ours.
+    pytest.mark.filterwarnings("ignore:__array__ implementation doesn't accept a copy keyword:DeprecationWarning"),
+]
+
+
+class Writer(keras.callbacks.Callback):
+    """Batch summaries at the optimizer's iteration, as keras.callbacks.TensorBoard(update_freq=1) writes them."""
+
+    def __init__(self, logdir, watcher):
+        super().__init__()
+        self.writer, self.watcher = SummaryWriter(logdir), watcher
+
+    def on_train_batch_end(self, batch, logs=None):
+        step = int(self.model.optimizer.iterations.value)
+        self.writer.add_scalar("train/loss", logs["loss"], step)
+        for signal, tag in (("grad_norm", "train/grad_norm"), ("lr", "train/learning_rate")):
+            if signal in self.watcher.last:
+                self.writer.add_scalar(tag, self.watcher.last[signal], step)
+
+    def on_epoch_end(self, epoch, logs=None):
+        step = int(self.model.optimizer.iterations.value)
+        if "val_loss" in logs:
+            self.writer.add_scalar("val/loss", logs["val_loss"], step)
+
+    def on_train_end(self, logs=None):
+        self.writer.close()
+
+
+def data(seed=0):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((1024, 16)).astype("float32")
+    y = (np.sin(x[:, :4]).sum(axis=1, keepdims=True) + 0.1 * rng.standard_normal((1024, 1))).astype("float32")
+    return x[:896], y[:896], x[896:], y[896:]
+
+
+def fit(out, callback, lr, ramp=1, epochs=7):
+    """A tiny MLP regressor; SGD whose learning rate ramps linearly from lr/ramp to lr over 200 steps."""
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((16,)), keras.layers.Dense(32, activation="tanh"), keras.layers.Dense(1)])
+    schedule = keras.optimizers.schedules.PolynomialDecay(lr / ramp, 200, end_learning_rate=lr, power=1.0)
+    model.compile(optimizer=keras.optimizers.SGD(schedule), loss="mse")
+    x, y, xv, yv = data()
+    history = model.fit(x, y, batch_size=32, epochs=epochs, validation_data=(xv, yv), verbose=0,
+                        callbacks=[callback, Writer(str(out), callback)])
+    return model, history
+
+
+def logged(out, tag):
+    acc = EventAccumulator(str(out), size_guidance={"scalars": 0})
+    acc.Reload()
+    return [(e.step, e.value) for e in acc.Scalars(tag)]
+
+
+def test_a_healthy_run_trains_to_the_end_untouched(tmp_path):
+    cb = CrashSignals()
+    model, history = fit(tmp_path, cb, lr=0.05)
+    assert len(history.history["loss"]) == 7 and int(model.optimizer.iterations) == 7 * 28
+    assert cb.stopped_step is None and not cb.monitor.should_stop
+    assert critical(cb.incidents) == []
+    points = cb.monitor.report()["points"]
+    assert points["train_loss"] == 7 * 28 and points["grad_norm"] == 7 * 28 and points["val_loss"] == 7
+    assert history.history["loss"][-1] < history.history["loss"][0]
+
+
+def test_a_learning_rate_far_too_high_is_stopped_before_nan(tmp_path):
+    free = CrashSignals(stop=False)
+    fit(tmp_path / "free", free, lr=3.0, ramp=100)
+    nan_step = first_nonfinite(logged(tmp_path / "free", "train/loss"))
+    assert nan_step is not None, "without the callback this run turns NaN"
+
+    cb = CrashSignals()
+    model, _ = fit(tmp_path / "stopped", cb, lr=3.0, ramp=100)
+    print(f"\nKeras: stopped at step {cb.stopped_step}; left alone, the loss turns NaN at step {nan_step}")
+    assert cb.stopped_step is not None and cb.stopped_step < nan_step
+    assert int(model.optimizer.iterations) == cb.stopped_step
+    loss = logged(tmp_path / "stopped", "train/loss")
+    assert max(s for s, _ in loss) == cb.stopped_step and first_nonfinite(loss) is None
+
+    ours = critical(cb.incidents)
+    assert ours and ours[0][0] == "divergence"
+    assert critical(scanned_incidents(str(tmp_path / "stopped")))[:1] == ours[:1]
+    assert ours[0] in critical(scanned_incidents(str(tmp_path / "free")))

@@ -1,0 +1,77 @@
+"""The part the three callbacks share, and their imports without their frameworks."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import pytest
+
+from tb_crash_signals.integrations._watch import Watch
+
+
+def diverging(watch, steps=200):
+    """A healthy loss, then one growing by 30% a step: a critical divergence long before overflow."""
+    for step in range(steps):
+        loss = 1.0 / (1 + 0.01 * step) if step < 120 else 0.5 * 1.3 ** (step - 120)
+        if watch.update(step, train_loss=loss, grad_norm=loss * 2):
+            return step
+    return None
+
+
+def test_stops_once_at_the_first_critical_step_and_reports_each_incident_once():
+    lines = []
+    watch = Watch(report=lambda severity, line: lines.append((severity, line)))
+    step = diverging(watch)
+    assert step is not None and 120 < step < 160
+    assert watch.stopped_step == step
+    assert [i.kind for i in watch.reported if i.severity == "critical"] == ["divergence"]
+    assert len(lines) == len(watch.reported)
+    stops = [line for _, line in lines if "Training stopped at step" in line]
+    assert len(stops) == 1 and stops[0].endswith(f"Training stopped at step {step}.")
+    # Fed on after the stop (a loop that does not stop at once): no second stop, no repeat.
+    assert not watch.update(step + 1, train_loss=1e6) and watch.stopped_step == step
+
+
+def test_stop_false_reports_but_never_stops():
+    lines = []
+    watch = Watch(stop=False, report=lambda severity, line: lines.append(line))
+    assert diverging(watch) is None
+    assert watch.stopped_step is None and watch.monitor.should_stop
+    assert lines and not any("Training stopped" in line for line in lines)
+
+
+def test_stop_on_limits_the_codes_that_stop():
+    watch = Watch(stop_on=["cs301"])  # a plateau code: the divergence does not stop training
+    assert diverging(watch) is None and watch.stopped_step is None
+    assert any(i.kind == "divergence" for i in watch.reported)
+
+
+def test_an_unknown_stop_on_code_is_a_clear_error():
+    with pytest.raises(ValueError, match="unknown rule code.*CS999"):
+        Watch(stop_on=["CS999"])
+
+
+def test_steps_without_values_are_skipped():
+    watch = Watch()
+    assert watch.update(0, train_loss=None, grad_norm=None) is False
+    assert watch.monitor.report()["points"] == {}
+
+
+@pytest.mark.parametrize("module,framework,extra", [
+    ("hf", "transformers", "hf"), ("lightning", "lightning", "lightning"), ("keras", "keras", "keras"),
+])
+def test_importing_a_callback_without_its_framework_names_the_extra(monkeypatch, module, framework, extra):
+    name = f"tb_crash_signals.integrations.{module}"
+    monkeypatch.delitem(sys.modules, name, raising=False)
+    for loaded in [m for m in sys.modules if m == framework or m.startswith(framework + ".")]:
+        monkeypatch.delitem(sys.modules, loaded)
+    monkeypatch.setitem(sys.modules, framework, None)  # import of it raises ImportError
+    with pytest.raises(ImportError, match=rf'pip install "tb-crash-signals\[{extra}\]"'):
+        importlib.import_module(name)
+
+
+def test_the_package_imports_without_any_framework():
+    import tb_crash_signals.integrations as pkg
+
+    assert "CrashSignals" not in dir(pkg)
