@@ -254,6 +254,34 @@ class Level:
         return small_median(self.window)
 
 
+class SharedLevel:
+    """A `Level` of one channel read by several streams, pushed once per point, with its running
+    minimum (the "best level"). Only for streams checked on every point (no `quiet`)."""
+
+    __slots__ = ("level", "i", "value", "low")
+
+    def __init__(self, k):
+        self.level = Level(k)
+        self.i = -1
+        self.value = _nan
+        self.low = _nan
+
+    def at(self, i, v):
+        """The level at point `i` of the channel, whose value is `v`."""
+        if i != self.i:
+            self.i = i
+            b = self.value = self.level.push(v)
+            if b < self.low or (self.low != self.low and b == b):  # fmin
+                self.low = b
+        return self.value
+
+
+def shared_level(channel, k: int) -> SharedLevel:
+    """The channel's trailing median of `k` points, shared by every stream that asks for it."""
+    k = max(1, k)
+    return channel.shared.setdefault(("level", k), SharedLevel(k))
+
+
 class InitialLevel:
     """The median of the first 10 finite points (stats.initial_level), known after the 10th."""
 

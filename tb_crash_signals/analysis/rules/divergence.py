@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import math
 
 import numpy as np
 
@@ -19,7 +18,7 @@ from tb_crash_signals.analysis.rules.base import (
 )
 from tb_crash_signals.analysis.signals import SIGNAL_LABELS
 from tb_crash_signals.analysis.stats import initial_level, noise_decades, run_lengths, smoothed_level
-from tb_crash_signals.analysis.streaming import InitialLevel, Level, Stream, StreamHit
+from tb_crash_signals.analysis.streaming import InitialLevel, Stream, StreamHit, shared_level
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,27 +62,25 @@ class LossDivergenceStream(Stream):
 
     def __init__(self, p, signal, channels):
         self.p = p
-        self.level = Level(p.smooth)
-        self.best_level = Level(p.best_smooth)
-        self.best = math.nan
+        self.level = shared_level(channels["train_loss"], p.smooth)
+        self.best_level = shared_level(channels["train_loss"], p.best_smooth)
         self.initial = InitialLevel()
         self.recent = collections.deque(maxlen=p.noise_window)
         self.run = 0
 
     def check(self, i, step, v):
         p = self.p
-        level = self.level.push(v)
-        b = self.best_level.push(v)
-        if b < self.best or (self.best != self.best and b == b):  # fmin
-            self.best = b
+        level = self.level.at(i, v)
+        self.best_level.at(i, v)
+        best = self.best_level.low
         init = self.initial.value
         self.initial.push(v)
-        up = i >= p.min_points and bool(elevated(level, self.best, init, p)) and v - v == 0.0
+        up = i >= p.min_points and bool(elevated(level, best, init, p)) and v - v == 0.0
         up = up and not noise_decades(self.recent) >= p.max_noise
         self.recent.append(v)
         self.run = self.run + 1 if up else 0
         if up and self.run >= p.consecutive:
-            return StreamHit(note=_note(level, self.best))
+            return StreamHit(note=_note(level, best))
         return None
 
 

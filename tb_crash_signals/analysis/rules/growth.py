@@ -20,7 +20,7 @@ from tb_crash_signals.analysis.stats import (
     value_at_or_before,
     window_sums,
 )
-from tb_crash_signals.analysis.streaming import Level, Stream, StreamHit
+from tb_crash_signals.analysis.streaming import Stream, StreamHit, shared_level
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,7 +87,7 @@ class GradGrowthStream(Stream):
 
     def __init__(self, p, signal, channels):
         self.signal = signal
-        self.loss = channels["train_loss"].shared.setdefault(_LOSS, _LossRatio())
+        self.loss = channels["train_loss"].shared.setdefault(_LOSS, _LossRatio(channels["train_loss"]))
         if signal == "train_loss":
             return
         self.p = p
@@ -108,7 +108,7 @@ class GradGrowthStream(Stream):
 
     def check(self, i, step, v):
         if self.signal == "train_loss":
-            self.loss.push(v)
+            self.loss.push(i, v)
             return None
         logs = self.logs
         x = self.channel.log_value
@@ -237,18 +237,16 @@ def loss_ratio_at(train, steps) -> np.ndarray:
 class _LossRatio:
     """The train loss's side of the rule: its level over its best level at its last point."""
 
-    def __init__(self):
-        self.level = Level(LOSS_SMOOTH)
-        self.best_level = Level(LOSS_BEST_SMOOTH)
-        self.best = math.nan
+    def __init__(self, channel):
+        self.level = shared_level(channel, LOSS_SMOOTH)
+        self.best_level = shared_level(channel, LOSS_BEST_SMOOTH)
         self.ratio = math.nan
 
-    def push(self, v):
-        level = self.level.push(v)
-        b = self.best_level.push(v)
-        if b < self.best or (self.best != self.best and b == b):  # fmin
-            self.best = b
-        self.ratio = level / self.best if self.best > 0 else math.nan
+    def push(self, i, v):
+        level = self.level.at(i, v)
+        self.best_level.at(i, v)
+        best = self.best_level.low
+        self.ratio = level / best if best > 0 else math.nan
 
 
 _LOSS = "grad-norm-growth: loss level"  # Channel.shared key of the loss side

@@ -26,7 +26,7 @@ from tb_crash_signals.analysis.stats import (
     smoothed_level,
     value_at_or_before,
 )
-from tb_crash_signals.analysis.streaming import InitialLevel, Level, Stream, StreamHit
+from tb_crash_signals.analysis.streaming import InitialLevel, Level, Stream, StreamHit, shared_level
 
 _GRAD = "loss-growth: grad norm trend"  # Channel.shared key of the grad-norm side
 _LR = "loss-growth: learning-rate trend"  # ... and of the learning rate's
@@ -236,9 +236,8 @@ class LossGrowthStream(Stream):
         if signal == "lr":
             self.trend = self.lr.shared.setdefault(_LR, _LrTrend(p))
             return
-        self.level = Level(p.smooth)
-        self.best_level = Level(p.best_smooth)
-        self.best = math.nan
+        self.level = shared_level(channels["train_loss"], p.smooth)
+        self.best_level = shared_level(channels["train_loss"], p.best_smooth)
         self.initial = InitialLevel()
         self.recent = collections.deque(maxlen=max(p.spread_window, p.noise_window))
         self.levels = collections.deque(maxlen=max(p.fit_window, p.smooth + 1))
@@ -252,19 +251,17 @@ class LossGrowthStream(Stream):
             self.trend.push(v)
             return None
         p = self.p
-        level = self.level.push(v)
-        b = self.best_level.push(v)
-        if b < self.best or (self.best != self.best and b == b):  # fmin
-            self.best = b
+        level = self.level.at(i, v)
+        b = self.best_level.at(i, v)
+        best = self.best_level.low
         init = self.initial.value
         self.levels.append(level)
         self.slow_levels.append(b)
         self.steps.append(step)
         hit = None
         low = min(p.ratio_with_grad, p.ratio_with_lr)
-        if (i >= p.min_points and v - v == 0.0 and self.best > 0
-                and (level >= low * self.best or b >= p.slow_ratio * self.best)):
-            recent = list(self.recent)
+        if (i >= p.min_points and v - v == 0.0 and best > 0
+                and (level >= low * best or b >= p.slow_ratio * best)):
             trend = self.grad.shared.get(_GRAD)
             rising = trend is not None and trend.rising
             lr_trend = self.lr.shared.get(_LR)
@@ -272,15 +269,20 @@ class LossGrowthStream(Stream):
             levels = self.levels
             before = levels[-1 - p.smooth] if len(levels) > p.smooth else math.nan
             slow_before = self.slow_levels[0] if len(self.slow_levels) > p.smooth else math.nan
-            how = climbing(level, before, b, slow_before, self.best, init,
-                           log_spread(recent[-p.spread_window:]), noise_decades(recent[-p.noise_window:]),
-                           rising, lr_rising, p)
+            top = p.max_ratio * best
+            # What `climbing` needs before its noise estimates (which cost the most) can matter.
+            if (before < level < top) or ((rising or lr_rising) and slow_before < b < top):
+                recent = list(self.recent)
+                how = climbing(level, before, b, slow_before, best, init, log_spread(recent[-p.spread_window:]),
+                               noise_decades(recent[-p.noise_window:]), rising, lr_rising, p)
+            else:
+                how = False
             self.run = self.run + 1 if how else 0
             self.run_with_grad = self.run_with_grad + 1 if how in _CORROBORATED else 0
             if self.run >= p.consecutive_alone or self.run_with_grad >= p.consecutive:
-                fit = projection(list(self.steps), list(levels)[-p.fit_window:], self.best, p)
+                fit = projection(list(self.steps), list(levels)[-p.fit_window:], best, p)
                 told = b if how.startswith("slow") else level
-                hit = StreamHit(note=_note(told, self.best, how in _CORROBORATED and rising,
+                hit = StreamHit(note=_note(told, best, how in _CORROBORATED and rising,
                                            how in _CORROBORATED and lr_rising), fit=fit)
         else:
             self.run = self.run_with_grad = 0
