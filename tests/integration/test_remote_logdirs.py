@@ -14,7 +14,7 @@ import pytest
 from support import eventwriters as ew
 from support.objectstores import gcs_server, s3_server
 from tb_crash_signals.ingest.reader import LogdirSource, RunReader
-from tb_crash_signals.ingest.storage import storage_for
+from tb_crash_signals.ingest.storage import StorageError, storage_for
 
 pytestmark = pytest.mark.slow
 EVENTS = "events.out.tfevents.1700000000.host"
@@ -204,6 +204,11 @@ def test_a_prefetch_of_a_file_that_grew_since_is_not_used(s3, tmp_path, env_of):
     assert storage.read(path, 0, len(blob)) == blob  # another range: fetched now, the old one dropped
     assert storage.read(path, 0, 100) == blob[:100]
     assert storage.counters["prefetched"] == 0 and storage.counters["reads"] == 3
+    missing = f"s3://logs-bucket/stale/gone/{EVENTS}"
+    storage.prefetch([(missing, 0, 10)])
+    with pytest.raises(StorageError) as err:  # a failed prefetch fails the read, as a read would
+        storage.read(missing, 0, 10)
+    assert err.value.kind == "not_found" and s3.secret not in str(err.value)
 
 
 def test_remote_source_problems_are_safe(s3, env_of):
