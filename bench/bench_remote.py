@@ -1,6 +1,7 @@
 """Beyond one core and one disk: `scan --jobs`, a local S3 server, a 2-worker Dask cluster.
 
-    python bench/bench_remote.py [--runs 1000 --steps 10000 --dir /tmp]
+    python bench/bench_remote.py [--runs 1000 --steps 10000 --dir /tmp --jobs 1,2,1,2 --skip dask,tasks]
+    python bench/bench_remote.py --runs 200 --skip jobs,s3,dask,append --compare 3 [--before DIR]
 
 On one logdir of ``--runs`` runs x ``--steps`` steps (bench/_synth.py, fixed seeds):
 
@@ -12,6 +13,9 @@ On one logdir of ``--runs`` runs x ``--steps`` steps (bench/_synth.py, fixed see
 * a reload after appends over S3: a run read through `RunReader` on the S3 URL, 1 % more
   steps appended (the object rewritten longer, as a sync tool does), reloaded: the bytes
   requested (the storage's ranged reads) against the bytes appended;
+* with ``--compare ROUNDS``: local and S3 ``--jobs 1`` scans alternated, each with the CPU
+  seconds of the scan and of the S3 server (a shared machine's load moves wall times by 2x
+  between minutes; alternating keeps each ratio's two figures in the same minutes);
 * what the cluster path costs per task: many tiny runs through Dask (tasks per second),
   and the size of a report entry (what each run sends back).
 
@@ -24,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -46,16 +51,59 @@ def load() -> str:
     return f"{os.getloadavg()[0]:.1f}"
 
 
-def scan(target, *args, env=None):
-    """(seconds, stdout) of `tb-crash-signals scan TARGET --format json` in a fresh process."""
+def cpu_seconds(pid) -> float:
+    """User + system CPU time of process `pid` so far (Linux /proc; 0 elsewhere)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
+def scan(target, *args, env=None, with_cpu=False):
+    """(seconds, stdout, load note) of `tb-crash-signals scan TARGET --format json` in a fresh
+    process; with `with_cpu`, the note also gives the CPU seconds the scan (and its workers) used."""
     cmd = [sys.executable, "-m", "tb_crash_signals", "scan", target, "--format", "json", "--fail-on", "never", *args]
     l0 = load()
+    c0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     r = subprocess.run(cmd, capture_output=True, text=True, env=env)
     dt = time.perf_counter() - t0
+    c1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     if r.returncode != 0:
         raise RuntimeError(f"{cmd}: exit {r.returncode}: {r.stderr[-2000:]}")
-    return dt, r.stdout, f"load {l0}->{load()}"
+    note = f"load {l0}->{load()}"
+    if with_cpu:
+        note += f", scan CPU {c1.ru_utime + c1.ru_stime - c0.ru_utime - c0.ru_stime:.1f} s"
+    return dt, r.stdout, note
+
+
+def compare(root, url, env, server, rounds, before):
+    """`rounds` rounds of local, S3 (and S3 with the code in `before`) ``--jobs 1`` scans,
+    alternated so that each round's figures share the machine's load."""
+    legs = [("local", root, None), ("s3", url, env)]
+    if before:
+        legs.append(("s3 before", url, dict(env, PYTHONPATH=before)))
+    best, ratios, reference = {}, [], None
+    for i in range(rounds):
+        walls = {}
+        for name, target, leg_env in legs:
+            s0 = cpu_seconds(server.process.pid)
+            dt, out, note = scan(target, "--jobs", "1", env=leg_env, with_cpu=True)
+            if name != "local":
+                note += f", S3 server CPU {cpu_seconds(server.process.pid) - s0:.1f} s"
+            reference = reference or out
+            assert out == reference, f"{name} report differs from the local one"
+            walls[name] = dt
+            best[name] = min(best.get(name, dt), dt)
+            print(f"  round {i + 1}: scan --jobs 1 {name}: {dt:.1f} s ({note})")
+        ratios.append(walls["s3"] / walls["local"])
+        print(f"  round {i + 1}: s3 / local = {ratios[-1]:.2f}")
+    ratios.sort()
+    print(f"compare: best local {best['local']:.1f} s, best s3 {best['s3']:.1f} s "
+          f"(best/best {best['s3'] / best['local']:.2f}); median per-round s3/local {ratios[len(ratios) // 2]:.2f}"
+          + (f"; best s3 before {best['s3 before']:.1f} s" if before else "") + "; reports identical")
 
 
 def write_logdir(root, runs, steps, seed):
@@ -73,8 +121,15 @@ def main(argv=None):
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--dir", default="/tmp", help="where the temporary logdir goes")
     ap.add_argument("--skip", default="", help="comma-separated parts to skip: jobs,s3,dask,append,tasks")
+    ap.add_argument("--jobs", default="1,2,1,2", help="the --jobs values scanned, in order, locally and over S3")
+    ap.add_argument("--compare", type=int, default=0, metavar="ROUNDS",
+                    help="also alternate local and S3 --jobs 1 scans ROUNDS times (with CPU seconds)")
+    ap.add_argument("--before", default="", metavar="DIR",
+                    help="with --compare: also scan S3 with the tb_crash_signals in DIR (a checkout of another "
+                         "version, put first on PYTHONPATH)")
     args = ap.parse_args(argv)
     skip = set(filter(None, args.skip.split(",")))
+    jobs_list = [int(j) for j in args.jobs.split(",") if j]
     print(f"machine: {_synth.machine()}; load average {load()}")
     tmp = tempfile.mkdtemp(prefix="bench_remote_", dir=args.dir)
     root = os.path.join(tmp, "logs")
@@ -86,12 +141,13 @@ def main(argv=None):
               f"written in {time.perf_counter() - t0:.0f} s")
         reports = {}
         if "jobs" not in skip:
-            for jobs in (1, 2, 1, 2):
+            for jobs in jobs_list:
                 dt, out, ld = scan(root, "--jobs", str(jobs))
                 reports.setdefault(("local", jobs), out)
                 assert out == reports[("local", jobs)]
                 print(f"scan --jobs {jobs} (local): {dt:.1f} s ({ld})")
-            print(f"  --jobs 2 report == --jobs 1 report: {reports[('local', 1)] == reports[('local', 2)]}")
+            if ("local", 2) in reports and ("local", 1) in reports:
+                print(f"  --jobs 2 report == --jobs 1 report: {reports[('local', 1)] == reports[('local', 2)]}")
         if "dask" not in skip:
             import distributed
 
@@ -111,7 +167,7 @@ def main(argv=None):
                     dt, out, ld = scan(tiny, "--executor", address)
                     dt1, _, ld1 = scan(tiny, "--jobs", "1")
                     print(f"  2000 runs x 500 steps: Dask {dt:.1f} s ({ld}), --jobs 1 {dt1:.1f} s ({ld1})")
-        if "s3" not in skip or "append" not in skip:
+        if "s3" not in skip or "append" not in skip or args.compare:
             with s3_server() as server:
                 server.create_bucket("bench")
                 t0 = time.perf_counter()
@@ -121,12 +177,14 @@ def main(argv=None):
                 env = server.env()
                 url = "s3://bench/logs"
                 if "s3" not in skip:
-                    for jobs in (1, 2, 1, 2):
+                    for jobs in jobs_list:
                         dt, out, ld = scan(url, "--jobs", str(jobs), env=env)
                         print(f"scan --jobs {jobs} s3://: {dt:.1f} s ({ld})")
                         if ("local", jobs) in reports:
                             assert out == reports[("local", jobs)], "S3 report differs from the local one"
                     print("  s3:// reports == local reports: True")
+                if args.compare:
+                    compare(root, url, env, server, args.compare, args.before)
                 if "append" not in skip:
                     bench_append(server, env, args.steps)
     finally:

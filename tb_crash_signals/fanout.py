@@ -24,7 +24,7 @@ from tb_crash_signals.analysis.config import Config
 from tb_crash_signals.analysis.engine import analyze_run, rank
 from tb_crash_signals.analysis.signals import family, group_runs
 from tb_crash_signals.executors import Executor, ExecutorError, InlineExecutor
-from tb_crash_signals.ingest.reader import LogdirSource, RunReader
+from tb_crash_signals.ingest.reader import LogdirSource, RunReader, reload_readers
 from tb_crash_signals.ingest.storage import Storage
 from tb_crash_signals.report.document import report_to_json, run_to_json
 
@@ -72,11 +72,11 @@ class GroupResult:
 def analyse_group(task: GroupTask) -> GroupResult:
     """Reads the task's runs, groups them into logical runs and analyses those that match."""
     started = time.perf_counter()
-    readers = {}
-    for run in task.runs:
-        reader = RunReader(task.storage.run_path(task.logdir, run), purge=task.purge, storage=task.storage)
-        reader.reload()
-        readers[run] = reader
+    readers = {
+        run: RunReader(task.storage.run_path(task.logdir, run), purge=task.purge, storage=task.storage)
+        for run in task.runs
+    }
+    reload_readers(readers.values())
     logical = group_runs({run: r.tags() for run, r in readers.items()}, task.config.signals)
     if task.run_filter is not None:
         logical = [lr for lr in logical if task.run_filter.search(lr.name)]

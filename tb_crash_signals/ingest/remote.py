@@ -22,6 +22,8 @@ backend and the setting to look at, never a secret.
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import errno
 import math
 import os
@@ -41,6 +43,10 @@ BACKENDS = {
     "az": ("adlfs", None), "abfs": ("adlfs", None), "abfss": ("adlfs", None), "adl": ("adlfs", None),
     "hdfs": ("pyarrow", None), "webhdfs": ("fsspec", None),
 }
+
+#: bytes fetched ahead of the reader (`FsspecStorage.prefetch`) at most: what a scan may
+#: hold beyond the run it is reading.
+PREFETCH_BYTES = 32 << 20
 
 _AWS_CREDENTIALS = (
     "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE, or run where an instance role applies)"
@@ -74,7 +80,8 @@ class FsspecStorage(Storage):
 
     Attributes:
         counters: ``listings``, ``reads`` and ``bytes_requested`` (bytes asked for in
-            ranged reads) since this object was made or unpickled.
+            ranged reads, prefetched or not), ``prefetched`` (reads answered by a
+            prefetch) since this object was made or unpickled.
     """
 
     remote = True
@@ -95,11 +102,13 @@ class FsspecStorage(Storage):
         self._lock = threading.Lock()
         self._error: StorageError | None = None
         self._failed: tuple[float, StorageError] | None = None  # the last failed listing
-        self.counters = {"listings": 0, "reads": 0, "bytes_requested": 0}
+        self.counters = {"listings": 0, "reads": 0, "bytes_requested": 0, "prefetched": 0}
+        self._ahead: dict[tuple, concurrent.futures.Future] = {}  # prefetched ranges not yet read
+        self._ahead_bytes = 0
 
     def __getstate__(self):
         state = {k: v for k, v in self.__dict__.items()
-                 if k not in ("_fs", "_root", "_lock", "_error", "_failed", "counters")}
+                 if k not in ("_fs", "_root", "_lock", "_error", "_failed", "counters", "_ahead", "_ahead_bytes")}
         return state
 
     def __setstate__(self, state):
@@ -267,15 +276,68 @@ class FsspecStorage(Storage):
     def read(self, path: str, offset: int, length: int) -> bytes:
         if length <= 0:
             return b""
+        key = (path, offset, length)
+        with self._lock:
+            ahead = self._ahead.pop(key, None)
+            if ahead is None and self._ahead:
+                # The same file asked for another range (its listing changed since the
+                # prefetch): what was fetched for it is stale.
+                for stale in [k for k in self._ahead if k[0] == path]:
+                    self._ahead.pop(stale).cancel()
+                    self._ahead_bytes -= stale[2]
+            elif ahead is not None:
+                self._ahead_bytes -= length
+                self.counters["prefetched"] += 1
+        if ahead is None:
+            return self._fetch(path, offset, length)
+        try:
+            return bytes(ahead.result())
+        except Exception as e:
+            raise translate(e, path, self.protocol) from None
+
+    def _fetch(self, path: str, offset: int, length: int) -> bytes:
         try:
             fs, _ = self.filesystem()
             data = fs.cat_file(self._internal(path), start=offset, end=offset + length)
         except Exception as e:
             raise translate(e, path, self.protocol) from None
+        self._count(length)
+        return bytes(data)
+
+    def _count(self, length: int) -> None:
         with self._lock:
             self.counters["reads"] += 1
             self.counters["bytes_requested"] += length
-        return bytes(data)
+
+    def prefetch(self, requests) -> None:
+        """Starts the ranged GETs of `requests` on the backend's event loop (fsspec's
+        async backends: s3fs, gcsfs, adlfs), at most PREFETCH_BYTES ahead of `read`.
+
+        A scan reads one run after another, and each GET's latency (tens of ms over a
+        network, more from a busy server) would otherwise be waited for in turn. Backends
+        without an event loop are read as before: their thread safety is unknown.
+        """
+        try:
+            fs, _ = self.filesystem()
+        except StorageError:
+            return  # `read` reports it
+        loop = getattr(fs, "loop", None) if getattr(fs, "async_impl", False) else None
+        if loop is None:
+            return
+        for path, offset, length in requests:
+            if length <= 0:
+                continue
+            key = (path, offset, length)
+            with self._lock:
+                if key in self._ahead:
+                    continue
+                if self._ahead_bytes + length > PREFETCH_BYTES:
+                    return
+                self._ahead_bytes += length
+                coro = fs._cat_file(self._internal(path), start=offset, end=offset + length)
+                self._ahead[key] = asyncio.run_coroutine_threadsafe(coro, loop)
+                self.counters["reads"] += 1
+                self.counters["bytes_requested"] += length
 
     def join(self, directory: str, name: str) -> str:
         return f"{directory.rstrip('/')}/{name}"

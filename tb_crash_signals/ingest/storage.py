@@ -91,6 +91,11 @@ class Storage:
         """Up to `length` bytes of `path` from `offset` (fewer at the end of the file)."""
         raise NotImplementedError
 
+    def prefetch(self, requests) -> None:
+        """Starts fetching `requests` ((path, offset, length) that `read` will be asked for
+        soon), so their latencies overlap; a hint that may be ignored (the local
+        filesystem, a backend without concurrent requests, too many bytes ahead)."""
+
     def join(self, directory: str, name: str) -> str:
         raise NotImplementedError
 

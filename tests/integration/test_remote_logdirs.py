@@ -14,7 +14,7 @@ import pytest
 from support import eventwriters as ew
 from support.objectstores import gcs_server, s3_server
 from tb_crash_signals.ingest.reader import LogdirSource, RunReader
-from tb_crash_signals.ingest.storage import storage_for
+from tb_crash_signals.ingest.storage import StorageError, storage_for
 
 pytestmark = pytest.mark.slow
 EVENTS = "events.out.tfevents.1700000000.host"
@@ -163,6 +163,52 @@ def test_file_growing_while_read_fetches_only_appended_bytes(request, store, tmp
     got, want = reader.series("train/loss"), local.series("train/loss")
     assert got.steps.tolist() == want.steps.tolist() and got.values.tolist() == want.values.tolist()
     assert not reader.stats.truncated_tail and reader.stats.corrupt_records == 0 and reader.problems() == []
+
+
+def test_logdir_reads_are_prefetched_and_only_appended_bytes_fetched(s3, tmp_path, env_of):
+    env_of(s3.env())
+    blobs = {}
+    for i in range(12):  # more runs than are fetched ahead
+        src = ew.write_scalars(tmp_path / f"r{i:02d}", {"train/loss": pts(150 + i, spike=i)}, filename=EVENTS)
+        blobs[f"r{i:02d}"] = (open(src, "rb").read(), ew.record_spans(src))
+    for run, (blob, spans) in blobs.items():
+        s3.put("logs-bucket", f"ahead/{run}/{EVENTS}", blob[:spans[100][1]])
+    storage = storage_for("s3://logs-bucket/ahead", listing_interval=1e-6)
+    source = LogdirSource("s3://logs-bucket/ahead", storage=storage)
+    source.reload()
+    cold = sum(spans[100][1] for _, spans in blobs.values())
+    assert storage.counters["bytes_requested"] == cold
+    assert storage.counters["prefetched"] == storage.counters["reads"] == 12  # one ranged GET per run
+    for run, (blob, _) in blobs.items():
+        s3.put("logs-bucket", f"ahead/{run}/{EVENTS}", blob)
+    source.reload()
+    assert storage.counters["bytes_requested"] == sum(len(b) for b, _ in blobs.values())  # each byte once
+    assert storage.counters["prefetched"] == storage.counters["reads"] == 24
+    local = LogdirSource(str(tmp_path))
+    local.reload()
+    assert source.runs() == local.runs() and source.problems() == [] == local.problems()
+    for run in local.runs():
+        got, want = source.series(run, "train/loss"), local.series(run, "train/loss")
+        assert got.steps.tolist() == want.steps.tolist() and got.values.tolist() == want.values.tolist()
+
+
+def test_a_prefetch_of_a_file_that_grew_since_is_not_used(s3, tmp_path, env_of):
+    env_of(s3.env())
+    src = ew.write_scalars(tmp_path / "src", {"train/loss": pts(100)}, filename=EVENTS)
+    blob = open(src, "rb").read()
+    s3.put("logs-bucket", f"stale/run/{EVENTS}", blob[:100])
+    storage = storage_for("s3://logs-bucket/stale")
+    path = f"s3://logs-bucket/stale/run/{EVENTS}"
+    storage.prefetch([(path, 0, 100)])
+    s3.put("logs-bucket", f"stale/run/{EVENTS}", blob)
+    assert storage.read(path, 0, len(blob)) == blob  # another range: fetched now, the old one dropped
+    assert storage.read(path, 0, 100) == blob[:100]
+    assert storage.counters["prefetched"] == 0 and storage.counters["reads"] == 3
+    missing = f"s3://logs-bucket/stale/gone/{EVENTS}"
+    storage.prefetch([(missing, 0, 10)])
+    with pytest.raises(StorageError) as err:  # a failed prefetch fails the read, as a read would
+        storage.read(missing, 0, 10)
+    assert err.value.kind == "not_found" and s3.secret not in str(err.value)
 
 
 def test_remote_source_problems_are_safe(s3, env_of):

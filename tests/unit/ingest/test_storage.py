@@ -183,3 +183,31 @@ def test_portable_storage_pickles_only_its_runs(tmp_path, memroot):
     reader = RunReader(f"{memroot}/b", storage=part)
     assert reader.reload() and reader.tags() == ["loss"]
     assert part.counters["listings"] == 0  # read from the listing it carried
+
+
+class _Recording(type(LOCAL)):
+    """The local filesystem, recording every read."""
+
+    def __init__(self):
+        self.reads = []
+
+    def read(self, path, offset, length):
+        self.reads.append((path, offset, length))
+        return super().read(path, offset, length)
+
+
+def test_planned_reads_are_the_first_reads_of_each_reload(tmp_path):
+    src = ew.write_scalars(tmp_path / "src", {"loss": pts(300)}, filename="events.out.tfevents.1")
+    blob, spans = open(src, "rb").read(), ew.record_spans(src)
+    run = tmp_path / "run"
+    run.mkdir()
+    target = run / "events.out.tfevents.1"
+    storage = _Recording()
+    reader = RunReader(str(run), storage=storage)
+    for cut in (spans[40][0] + 7, spans[200][1], len(blob), len(blob)):  # a truncated tail, then no change
+        target.write_bytes(blob[:cut])
+        planned = reader.planned_reads()
+        storage.reads.clear()
+        reader.reload()
+        assert planned == storage.reads[:1]
+    assert len(reader.series("loss")) == 300 and reader.stats.bytes_read == len(blob)
