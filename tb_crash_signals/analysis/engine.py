@@ -102,8 +102,6 @@ def health_of(has_signals: bool, episodes) -> str:
     return "ok"
 
 
-
-
 def _run_tracks(data, config: Config, previous, since, carry: dict):
     """rule code -> signal -> EpisodeTrack over `data`.
 

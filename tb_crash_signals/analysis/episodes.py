@@ -79,8 +79,6 @@ def _peak(rule: Rule, values: np.ndarray, first: int, last: int) -> int:
     return first + int(pick)
 
 
-
-
 class EpisodeTrack:
     """One rule's hits on one signal, and the episodes merged from them.
 

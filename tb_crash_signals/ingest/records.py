@@ -373,7 +373,6 @@ def stable_order(keys: np.ndarray) -> np.ndarray:
     return np.argsort(keys, kind="stable")
 
 
-
 def u32_at(arr: np.ndarray, pos: np.ndarray) -> np.ndarray:
     rows = gather_rows(arr, pos, 4)
     return np.ascontiguousarray(rows).view("<u4").reshape(-1)

@@ -35,7 +35,6 @@ SCALAR_PLUGIN = "scalars"
 _DT_FLOAT, _DT_DOUBLE, _DT_BFLOAT16, _DT_HALF = 1, 2, 14, 19
 
 
-
 def _merge_order(f_rec: np.ndarray, b_rec: np.ndarray, nrec: int) -> np.ndarray:
     """Permutation sorting concat(f_rec, b_rec) by record, stably, in O(n).
 

@@ -64,8 +64,6 @@ def tensorboard(tmp_path_factory):
         yield base
 
 
-
-
 @pytest.fixture
 def tab(browser, tensorboard):
     t = Tab(browser, tensorboard)

@@ -32,7 +32,6 @@ def bundle_built() -> bool:
     return all(os.path.exists(os.path.join(static, f)) for f in ("index.js", "index.css"))
 
 
-
 def check_tools() -> None:
     """scripts/test_all.sh installs Chromium, the package and its bundle: a missing one fails."""
     assert os.path.exists(CHROMIUM), f"no Chromium at {CHROMIUM} (apt-get install chromium)"
