@@ -80,3 +80,24 @@ class Watch:
     @property
     def stopping(self) -> bool:
         return self.stopped_step is not None
+
+
+class Watching:
+    """What every callback exposes, read from its `_watch` (a `Watch`)."""
+
+    _watch: Watch
+
+    @property
+    def monitor(self) -> Monitor:
+        """The Monitor the callback feeds."""
+        return self._watch.monitor
+
+    @property
+    def stopped_step(self) -> int | None:
+        """The step it stopped training at, else None."""
+        return self._watch.stopped_step
+
+    @property
+    def incidents(self) -> list[Incident]:
+        """The incidents it reported, in the order they opened."""
+        return self._watch.reported

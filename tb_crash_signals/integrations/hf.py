@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from tb_crash_signals.integrations._watch import Watch, require
+from tb_crash_signals.integrations._watch import Watch, Watching, require
 
 _transformers = require("transformers", "hf", "transformers")
 TrainerCallback = _transformers.TrainerCallback
@@ -34,7 +34,7 @@ _logger = _transformers.utils.logging.get_logger("tb_crash_signals.integrations.
 _KEYS = (("loss", "train_loss"), ("grad_norm", "grad_norm"), ("learning_rate", "lr"), ("eval_loss", "val_loss"))
 
 
-class CrashSignalsCallback(TrainerCallback):
+class CrashSignalsCallback(Watching, TrainerCallback):
     """Watches a Trainer's logs for the signals of a crash; stops it on a critical incident.
 
     Args:
@@ -54,18 +54,6 @@ class CrashSignalsCallback(TrainerCallback):
         self._main = True
         self._watch = Watch(config, stop_on, stop, self._report)
         self.save_checkpoint = save_checkpoint
-
-    @property
-    def monitor(self):
-        return self._watch.monitor
-
-    @property
-    def stopped_step(self) -> int | None:
-        return self._watch.stopped_step
-
-    @property
-    def incidents(self):
-        return self._watch.reported
 
     def _report(self, severity: str, line: str):
         if self._main:

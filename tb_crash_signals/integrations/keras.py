@@ -23,7 +23,7 @@ from typing import Iterable
 
 import numpy as np
 
-from tb_crash_signals.integrations._watch import Watch, require
+from tb_crash_signals.integrations._watch import Watch, Watching, require
 
 _keras = require("keras", "keras", "Keras 3 (with KERAS_BACKEND set to an installed backend, e.g. torch)")
 if int(_keras.__version__.split(".")[0]) < 3:
@@ -51,7 +51,7 @@ def _print(line: str):
         io_utils.print_msg(line)
 
 
-class CrashSignals(_keras.callbacks.Callback):
+class CrashSignals(Watching, _keras.callbacks.Callback):
     """Watches `model.fit` for the signals of a crash; stops it on a critical incident.
 
     Args:
@@ -80,18 +80,6 @@ class CrashSignals(_keras.callbacks.Callback):
         self._before = None
         self._step = 0
         self.last: dict = {}
-
-    @property
-    def monitor(self):
-        return self._watch.monitor
-
-    @property
-    def stopped_step(self) -> int | None:
-        return self._watch.stopped_step
-
-    @property
-    def incidents(self):
-        return self._watch.reported
 
     def _iterations(self) -> int:
         return int(_numpy(self.model.optimizer.iterations))

@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 from typing import Iterable
 
-from tb_crash_signals.integrations._watch import Watch, require
+from tb_crash_signals.integrations._watch import Watch, Watching, require
 
 _pl = require("lightning.pytorch", "lightning", "lightning")
 from tb_crash_signals.torch_utils import global_grad_norm, update_ratio  # noqa: E402
@@ -59,7 +59,7 @@ def _loss_of(outputs):
         return None
 
 
-class CrashSignals(_pl.Callback):
+class CrashSignals(Watching, _pl.Callback):
     """Watches a Lightning training for the signals of a crash; stops it on a critical incident.
 
     Args:
@@ -89,16 +89,9 @@ class CrashSignals(_pl.Callback):
         self._stopped_step: int | None = None
 
     @property
-    def monitor(self):
-        return self._watch.monitor
-
-    @property
     def stopped_step(self) -> int | None:
+        """The step every rank stopped at (rank zero's decision, broadcast), else None."""
         return self._stopped_step
-
-    @property
-    def incidents(self):
-        return self._watch.reported
 
     @staticmethod
     def _report(severity: str, line: str):
