@@ -22,7 +22,6 @@ import dataclasses
 import json
 import os
 import secrets
-import signal
 import subprocess
 import sys
 import tempfile
@@ -31,7 +30,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
-from support.tbserver import free_port
+from support.tbserver import free_port, stop_group
 
 REGION = "us-east-1"
 _S3_POLICY = json.dumps({
@@ -77,14 +76,7 @@ def _process(cmd, ready, env, name, timeout=60.0):
             time.sleep(0.2)
         yield proc
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=10)
+        stop_group(proc, timeout=10)
         log.close()
 
 

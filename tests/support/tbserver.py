@@ -39,6 +39,18 @@ def runs_listed(count: int | None = None):
     return ready
 
 
+def stop_group(proc: subprocess.Popen, timeout: float) -> None:
+    """Stops a server started in its own process group: SIGTERM, then SIGKILL after `timeout` s."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=timeout)
+
+
 @contextlib.contextmanager
 def running_tensorboard(logdir, *args, ready=None, timeout: float = 90.0, env=None, log_path=None,
                         python: str | None = None):
@@ -81,12 +93,5 @@ def running_tensorboard(logdir, *args, ready=None, timeout: float = 90.0, env=No
             time.sleep(0.5)
         yield base
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=15)
+        stop_group(proc, timeout=15)
         log.close()
