@@ -88,6 +88,17 @@ def noise_window_param(from_recent: bool = False):
     return param(200, doc, at_least=2)
 
 
+def level_param(default: int):
+    """The points of the loss's current level (a trailing median) in the rules that compare it
+    with its best level."""
+    return param(default, "trailing points whose median is the loss's current level", at_least=1)
+
+
+def best_level_param():
+    """The points of the loss's best level: the lowest trailing median of this many points so far."""
+    return param(31, "trailing points whose median, at its lowest so far, is the loss's best level", at_least=1)
+
+
 def max_noise_param(what: str = "alarm"):
     """The noise gate: no `what` on a series whose quartiles over `noise_window` are this many
     decades apart (per-step losses of tiny batches, where 10x jumps between batches are ordinary)."""

@@ -9,7 +9,9 @@ import numpy as np
 
 from tb_crash_signals.analysis.rules.base import (
     Hits,
+    best_level_param,
     fmt,
+    level_param,
     max_noise_param,
     noise_window_param,
     param,
@@ -23,10 +25,8 @@ from tb_crash_signals.analysis.streaming import InitialLevel, Stream, StreamHit,
 
 @dataclasses.dataclass(frozen=True)
 class DivergenceParams:
-    smooth: int = param(9, "trailing points whose median is the loss's current level", at_least=1)
-    best_smooth: int = param(
-        31, "trailing points whose median, at its lowest so far, is the loss's best level", at_least=1
-    )
+    smooth: int = level_param(9)
+    best_smooth: int = best_level_param()
     factor: float = param(2.0, "the current level must be at least this multiple of the best level")
     lost: float = param(
         0.5, "... and have lost at least this share of the progress from the initial level (the "

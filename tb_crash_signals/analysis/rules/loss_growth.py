@@ -11,7 +11,9 @@ import numpy as np
 from tb_crash_signals.analysis.rules.base import (
     Fit,
     Hits,
+    best_level_param,
     fmt,
+    level_param,
     max_noise_param,
     noise_window_param,
     param,
@@ -35,10 +37,8 @@ _CORROBORATED = ("with grad", "slow with grad")  # decisions that need `consecut
 
 @dataclasses.dataclass(frozen=True)
 class LossGrowthParams:
-    smooth: int = param(7, "trailing points whose median is the loss's current level", at_least=1)
-    best_smooth: int = param(
-        31, "trailing points whose median, at its lowest so far, is the loss's best level", at_least=1
-    )
+    smooth: int = level_param(7)
+    best_smooth: int = best_level_param()
     ratio: float = param(1.3, "the current level must be at least this multiple of the best level ...")
     z: float = param(
         4.0, "... and that far above it in units of the level's own noise (the loss's robust log spread "
