@@ -174,7 +174,7 @@ def article_config(with_defaults: bool = False) -> Config:
     article = from_dict({
         "select": list(ARTICLE_CODES),
         "rules": {
-            "CS101": {"count_nonfinite": True},
+            "CS101": {"count_nonfinite": True, "min_rise": 0.0},
             "CS302": {"min_level": 0.0},
             "CS401": {"severity": "critical"},
         },

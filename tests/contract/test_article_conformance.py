@@ -1,4 +1,4 @@
-"""The article's four rules fire on the same steps as its TrainingMonitor.
+"""The article's four rules, under the `article` preset, fire on the same steps as its TrainingMonitor.
 
 The reference (support/article.py) is the source article's logic (DESIGN §1),
 re-implemented: grad_norm > 100; train_loss > 3x the previous state's
@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from support.article import ArticleMonitor, TrainingState, scenario
 from support.helpers import series
+from tb_crash_signals.analysis.config import article_config
 from tb_crash_signals.analysis.rules import RULES
 
 
@@ -29,10 +30,11 @@ def article_hits(train, val, grad):
 def our_hits(train, val, grad):
     data = {"train_loss": series(train), "val_loss": series(val), "grad_norm": series(grad)}
     hits = {}
+    article = article_config()  # the preset keeps the article's exact conditions
     for code in ("CS101", "CS111", "CS302", "CS401"):
         rule = RULES[code]
         found = []
-        for h in rule.func(data, rule.default_params()):
+        for h in rule.func(data, article.params_for(code)):
             found.extend(data[h.signal].steps[h.index].tolist())
         hits[code] = sorted(found)
     return hits

@@ -33,6 +33,10 @@ class DivergenceParams:
         "median of the first 10 points) to the best"
     )
     consecutive: int = param(5, "points in a row at that level before the rule fires", at_least=1)
+    back: float = param(
+        1.5, "once fired, the divergence lasts until the level is back under this multiple of the best: "
+        "a loss bouncing around `factor` x its best is one divergence, not one per bounce", above=0.0,
+    )
     noise_window: int = noise_window_param()
     max_noise: float = max_noise_param("alarm")
     min_points: int = param(31, "points needed before the rule can fire")
@@ -67,6 +71,7 @@ class LossDivergenceStream(Stream):
         self.initial = InitialLevel()
         self.recent = collections.deque(maxlen=p.noise_window)
         self.run = 0
+        self.inside = False  # fired, and the level not yet back under `back` x the best
 
     def check(self, i, step, v):
         p = self.p
@@ -80,6 +85,10 @@ class LossDivergenceStream(Stream):
         self.recent.append(v)
         self.run = self.run + 1 if up else 0
         if up and self.run >= p.consecutive:
+            self.inside = True
+        elif level < p.back * best:
+            self.inside = False
+        if self.inside and v - v == 0.0:
             return StreamHit(note=_note(level, best))
         return None
 
@@ -103,7 +112,9 @@ def loss_divergence(data, p: DivergenceParams, since=None):
     `best_smooth` points) and has lost at least `lost` of the progress from
     the initial level to that best, for `consecutive` points in a row, on a
     loss that is not pure noise (tiny batches). A spike that comes back does
-    not fire; a jump that stays, or a slow climb, does.
+    not fire; a jump that stays, or a slow climb, does. Once fired, every finite
+    point is part of the divergence until the level is back under `back` x
+    the best.
     """
     s = data.get("train_loss")
     if s is None or len(s) <= p.min_points:
@@ -119,7 +130,12 @@ def loss_divergence(data, p: DivergenceParams, since=None):
     for i in np.flatnonzero(up).tolist():  # rare: only where the level is that high
         if noise_decades(v[max(i - p.noise_window, 0) : i]) >= p.max_noise:
             up[i] = False
-    idx = np.flatnonzero(run_lengths(up) >= p.consecutive)
+    points = np.arange(len(v))
+    fired = np.maximum.accumulate(np.where(run_lengths(up) >= p.consecutive, points, -1))
+    with np.errstate(invalid="ignore"):
+        recovered = np.maximum.accumulate(np.where(level < p.back * best, points, -1))
+    # A point both firing and back under `back` (back > factor) fires, as in the stream.
+    idx = np.flatnonzero((fired >= 0) & (fired >= recovered) & np.isfinite(v))
     idx = idx[idx >= since_index(s, since)]
     if idx.size:
         yield Hits("train_loss", idx, note=lambda i: _note(level[i], best[i]))

@@ -85,7 +85,10 @@ class LossGrowthParams:
         10, "... and without the grad norm climbing: longer than the slow recovery of a spike", at_least=1,
     )
     min_points: int = param(31, "points needed before the rule can fire")
-    cooldown: int = param(20, "points without a climb after which a new episode starts")
+    cooldown: int = param(
+        60, "points without a climb after which a new episode starts: a loss bouncing after it diverged "
+        "climbs again every few dozen points, and that is the same divergence"
+    )
 
 
 def climbing(level, before, slow, slow_before, best, init, spread, noise, grad_rising, lr_rising,

@@ -83,6 +83,19 @@ def plateau_patience(index, p: PlateauParams):
     return np.minimum(np.maximum(p.min_patience, grown), max(p.max_patience, p.min_patience))
 
 
+def _warmup_ends(data, steps, max_warmup: int) -> np.ndarray:
+    """For each of the first `max_warmup` points, then for all later ones (the last entry): the
+    last point at or before it whose learning rate was still ramping up, -1 if none. A stall
+    counts from the end of the warm-up: a loss held flat by a tiny warm-up learning rate has not
+    had its chance to fall. A learning rate rising through all `max_warmup` points is a schedule
+    gone wrong, not a warm-up: from then on the stall counts from the start."""
+    m = max(1, min(steps.shape[0], max_warmup))
+    warm = _in_warmup(data, steps[:m])
+    ends = np.maximum.accumulate(np.where(warm, np.arange(m), -1))
+    after = -1 if m == max_warmup and ends[-1] == m - 1 else ends[-1]
+    return np.append(ends, after)
+
+
 def _in_warmup(data, steps):
     """True where the learning rate is still ramping up (a flat loss is expected)."""
     lr = data.get("lr")
@@ -158,6 +171,7 @@ class PlateauStream(Stream):
         self.last = math.nan
         self.best = math.nan
         self.settled = False
+        self.warmed = -1  # the last point of the warm-up (a rising learning rate), -1 if none
         self.rel = p.rel_improvement
         self.fraction, self.min_patience = p.patience_fraction, p.min_patience
         self.cap = max(p.max_patience, p.min_patience)
@@ -203,6 +217,11 @@ class PlateauStream(Stream):
             if sm - sm == 0.0 and not sm >= self.best:
                 self.best = sm
         best = self.best
+        if i < self.max_warmup:
+            if self._lr_rising():
+                self.warmed = i
+        elif i == self.max_warmup and self.warmed == i - 1:
+            self.warmed = -1  # rising all along: not a warm-up (see _warmup_ends)
         ring = self.bests
         size = len(ring)
         ring[i % size] = best
@@ -214,7 +233,7 @@ class PlateauStream(Stream):
         if i < patience or not finite:
             return None
         ref = ring[(i - patience) % size]
-        if best > ref - self.rel * abs(ref) and not (i < self.max_warmup and self._lr_rising()):
+        if best > ref - self.rel * abs(ref) and i - patience >= self.warmed:
             gone = self.lr_peak.low(self.lr_floor)
             if gone or self._level() >= self.stuck * init:
                 return StreamHit(note=plateau_note(patience, self.lr_peak.fraction() if gone else math.nan))
@@ -269,9 +288,11 @@ def loss_plateau(data, p: PlateauParams, since=None):
     fires when the best smoothed loss so far is not `rel_improvement` below
     the best as of P points earlier -- while the run is stuck near where it
     started (its best still `stuck` x the initial level) or its learning rate
-    has decayed to ~0 (`lr_floor` x its peak). Points where the learning rate
-    is still ramping up (warm-up) do not fire: a run that learnt and slows
-    down under a working learning rate is converging.
+    has decayed to ~0 (`lr_floor` x its peak). The P points must all come
+    after the warm-up (a learning rate still ramping up within the first
+    `max_warmup` points): a loss held flat by a tiny warm-up learning rate
+    has not had its chance yet. A run that learnt and slows down under a
+    working learning rate is converging.
     """
     s = data.get("train_loss")
     if s is None or len(s) <= p.min_patience:
@@ -289,15 +310,15 @@ def loss_plateau(data, p: PlateauParams, since=None):
     if b0 < n - cap:
         stats.carry(("loss-plateau best", k), (n - cap, best[n - cap - 1 - b0]))
     ref = _best_before(best, b0, i0, n, p)
-    warm = _in_warmup(data, s.steps[i0:])
-    warm[max(p.max_warmup - i0, 0) :] = False
+    warmed = _warmup_ends(data, s.steps, p.max_warmup)
     hit = []
     for a, b in chunks(i0, n):  # cache-sized: no 8 MB temporaries
         cur, r = best[a - b0 : b - b0], ref[a - i0 : b - i0]
         with np.errstate(invalid="ignore"):
             stalled = cur > r - p.rel_improvement * np.abs(r)
         stalled &= np.isfinite(s.values[a:b])
-        stalled &= ~warm[a - i0 : b - i0]
+        idx = np.arange(a, b)
+        stalled &= idx - plateau_patience(idx, p) >= warmed[np.minimum(idx, max(1, p.max_warmup))]
         hit.append(np.flatnonzero(stalled) + a)
     hit = np.concatenate(hit)
     if hit.size:

@@ -8,7 +8,7 @@ import math
 import numpy as np
 
 from tb_crash_signals.analysis.rules.base import Hits, Threshold, fmt, param, rule, since_index
-from tb_crash_signals.analysis.streaming import HIT, Quiet, Stream
+from tb_crash_signals.analysis.streaming import HIT, Quiet, Stream, small_median
 
 
 @dataclasses.dataclass(frozen=True)
@@ -19,6 +19,12 @@ class GradNormThresholdParams:
     count_nonfinite: bool = param(
         False, "an Inf grad norm counts as above the threshold, as in the article (by default NaN/Inf "
         "is left to `nonfinite` and `grad-overflow`, which tell a divergence from a skipped fp16 step)"
+    )
+    min_rise: float = param(
+        3.0, "... and at least this multiple of where the grad norm started (the median of its first 10 "
+        "finite points; of those before the point, early on): a run whose gradients start near the "
+        "threshold (a regression on unscaled targets) has not exploded when they cross it; 0 turns this "
+        "off", at_least=0.0,
     )
     cooldown: int = param(20, "points back under the threshold after which a new episode starts")
 
@@ -36,14 +42,27 @@ class GradThresholdStream(Stream):
     def __init__(self, p, signal, channels):
         self.threshold = p.threshold
         self.count_nonfinite = p.count_nonfinite
+        self.min_rise = p.min_rise
+        # The grad norm's first finite points before this one (at most 10; pushed after the checks).
+        self.head = channels["grad_norm"].initial.head
 
     def quiet(self):
         return Quiet(hi=self.threshold)
 
     def check(self, i, step, v):
         if v > self.threshold and (self.count_nonfinite or v != math.inf):
-            return HIT
+            head = self.head
+            if not (head and v <= self.min_rise * small_median(head)):
+                return HIT
         return None
+
+
+def _starting_level(values: np.ndarray, index: np.ndarray) -> np.ndarray:
+    """For each point: the median of the finite points before it among the run's first 10
+    finite points (NaN before the first one)."""
+    first = np.flatnonzero(np.isfinite(values))[:10]
+    medians = np.array([np.nan] + [np.median(values[first[:j]]) for j in range(1, first.size + 1)])
+    return medians[np.searchsorted(first, index, side="left")]
 
 
 @rule(
@@ -59,7 +78,10 @@ def grad_norm_threshold(data, p: GradNormThresholdParams, since=None):
     Condition: grad_norm > threshold (default 100), as in the article's
     TrainingMonitor; an Inf grad norm counts only with `count_nonfinite`
     (the `article` preset sets it, so code written against the article sees
-    the same steps).
+    the same steps). The norm must also be `min_rise` x where it started (the
+    median of its first 10 finite points; of those before it, early on): an
+    explosion is growth, and gradients that start near the threshold (large
+    unscaled targets) cross it without one (the preset sets 0).
     """
     s = data.get("grad_norm")
     if s is not None:
@@ -68,6 +90,9 @@ def grad_norm_threshold(data, p: GradNormThresholdParams, since=None):
         above = v > p.threshold
         if not p.count_nonfinite:
             above &= v != np.inf
+        start = _starting_level(s.values, np.arange(i0, i0 + v.shape[0]))
+        with np.errstate(invalid="ignore"):
+            above &= ~(v <= p.min_rise * start)
         idx = np.flatnonzero(above) + i0
         if idx.size:
             yield Hits("grad_norm", idx)

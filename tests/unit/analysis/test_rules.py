@@ -64,6 +64,23 @@ def test_grad_norm_threshold_is_the_article_rule():
     assert "CS101" not in codes(analyze(grad_norm=g2))
 
 
+def test_grad_norm_threshold_needs_growth_from_where_the_gradients_started():
+    # Gradients that start near the threshold (a regression on unscaled targets) cross it
+    # without exploding; three times where they started is an explosion.
+    rng = np.random.default_rng(2)
+    start = 80.0 * np.exp(0.12 * rng.standard_normal(400))
+    start[:10] = 80.0
+    assert (start > 100).sum() > 5
+    assert "CS101" not in codes(analyze(grad_norm=start))
+    g = start.copy()
+    g[300:305] = 400.0
+    eps = episodes_of(analyze(grad_norm=g), "CS101")
+    assert [(e.start_step, e.end_step) for e in eps] == [(300, 304)]
+    # The article's preset keeps its bare threshold.
+    article = episodes_of(analyze(article_config(), grad_norm=start), "CS101")
+    assert article and article[0].start_step == int(np.argmax(start > 100))
+
+
 def test_grad_norm_spike_fires_on_one_outlier_only():
     g = healthy_grad(600)
     g[450] *= 20
@@ -105,6 +122,19 @@ def test_loss_divergence_needs_the_progress_lost_and_kept_lost():
     small = healthy_loss(800)
     small[600:] *= 1.5  # worse, but most of the progress kept
     assert "CS113" not in codes(analyze(train_loss=small))
+
+
+def test_a_divergence_bouncing_around_its_level_is_one_episode():
+    loss = healthy_loss(1200)
+    rng = np.random.default_rng(5)
+    # Lost, then bouncing around 2x its best level (under and over the firing level) for good.
+    loss[600:] = 1.4 + 0.4 * np.sign(np.sin(np.arange(600) / 9.0)) + 0.01 * rng.standard_normal(600)
+    eps = episodes_of(analyze(train_loss=loss), "CS113")
+    assert len(eps) == 1 and eps[0].end_step == 1199, [(e.start_step, e.end_step) for e in eps]
+    back = healthy_loss(1200)
+    back[600:700] = 3.0  # diverged, then recovered to where it was
+    eps = episodes_of(analyze(train_loss=back), "CS113")
+    assert len(eps) == 1 and eps[0].end_step < 720
 
 
 def test_growth_predicts_the_crossing_before_it_happens():
@@ -149,6 +179,22 @@ def test_plateau_is_quiet_during_learning_rate_warmup():
     flat = np.full(40, 2.3)
     lr = np.linspace(1e-6, 1e-3, 40)
     assert "CS301" not in codes(analyze(train_loss=flat, lr=lr))
+
+
+def test_plateau_counts_its_patience_from_the_end_of_the_warmup():
+    # Flat under a tiny warm-up learning rate, then learning slowly: no plateau right after it.
+    n = 120
+    lr = np.minimum(np.arange(1, n + 1) / 60.0, 1.0) * 1e-3
+    flat = np.concatenate([np.full(60, 2.3), 2.3 - 0.012 * np.arange(1, 61)])
+    assert "CS301" not in codes(analyze(train_loss=flat, lr=lr))
+    # Stuck after the warm-up too: the plateau fires, counted from the warm-up's end.
+    stuck = np.full(n, 2.3)
+    eps = episodes_of(analyze(train_loss=stuck, lr=lr), "CS301")
+    assert eps and eps[0].start_step >= 60 + 8
+    # A learning rate rising through all `max_warmup` points is no warm-up: the stall counts from the start.
+    rising = np.geomspace(1e-5, 1.0, 200)
+    eps = episodes_of(analyze(train_loss=np.full(200, 2.3), lr=rising), "CS301")
+    assert eps and eps[0].start_step == 100
 
 
 def test_val_stagnation_is_the_article_rule():

@@ -1,0 +1,74 @@
+"""A real regression on unscaled targets: gradients that start near 100 are not an explosion.
+
+A small ReLU MLP regresses a sum of features of mean 2 and spread 3 with MSE (initial loss ~100,
+initial grad norm ~80-90, crossing 100 on some batches while the loss falls), under SGD with
+momentum and a linear warm-up, logged every step with `torch.utils.tensorboard.SummaryWriter`.
+With a sane peak learning rate it trains; with one ten times higher the warm-up overshoots and
+the loss overflows to Inf.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from tb_crash_signals import scan_logdir
+
+torch = pytest.importorskip("torch")  # installed by scripts/test_all.sh; never skipped in CI
+
+
+def _train(logdir, peak: float, seed: int = 0, steps: int = 1300, warmup: int = 1200) -> int | None:
+    from torch.utils.tensorboard import SummaryWriter
+
+    torch.manual_seed(seed)
+    torch.set_num_threads(1)
+    x = torch.randn(4096, 16) * 3 + 2
+    y = x[:, :4].sum(1, keepdim=True) + 0.5 * torch.sin(x[:, 4:5])
+    model = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.ReLU(), torch.nn.Linear(64, 64),
+                                torch.nn.ReLU(), torch.nn.Linear(64, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=peak / warmup, momentum=0.9)
+    first_nonfinite = None
+    with SummaryWriter(str(logdir)) as w:
+        for step in range(steps):
+            lr = peak * min(1.0, (step + 1) / warmup)
+            for g in opt.param_groups:
+                g["lr"] = lr
+            idx = torch.randint(0, x.shape[0], (64,))
+            loss = torch.nn.functional.mse_loss(model(x[idx]), y[idx])
+            opt.zero_grad()
+            loss.backward()
+            gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), math.inf)
+            opt.step()
+            w.add_scalar("train/loss", loss.item(), step)
+            w.add_scalar("train/grad_norm", gnorm.item(), step)
+            w.add_scalar("train/lr", lr, step)
+            if not math.isfinite(loss.item()):
+                if first_nonfinite is None:
+                    first_nonfinite = step
+                elif step > first_nonfinite + 20:
+                    break
+    return first_nonfinite
+
+
+@pytest.mark.slow
+def test_large_starting_gradients_are_not_an_explosion(tmp_path):
+    assert _train(tmp_path / "regression", peak=1e-3) is None
+    (run,) = scan_logdir(str(tmp_path))["runs"]
+    assert run["health"] != "critical", [i["headline"] for i in run["incidents"]]
+    assert not [e for e in run["episodes"] if e["code"] == "CS101"]
+
+
+@pytest.mark.slow
+def test_its_warmup_overshoot_is_one_divergence(tmp_path):
+    first_nonfinite = _train(tmp_path / "overshoot", peak=1e-2)
+    (run,) = scan_logdir(str(tmp_path))["runs"]
+    critical = [i for i in run["incidents"] if i["severity"] == "critical"]
+    assert len(critical) == 1 and critical[0]["kind"] == "divergence", [i["headline"] for i in run["incidents"]]
+    (incident,) = critical
+    # Not the early steps, whose gradients were as large: the overshoot, hundreds of steps in.
+    assert incident["first_alarm_step"] > 300, incident
+    if first_nonfinite is not None:
+        assert incident["first_alarm_step"] < first_nonfinite - 100, (incident, first_nonfinite)
+    assert len(run["incidents"]) <= 3
+    assert len(incident["episodes"]) <= 12, [run["episodes"][i]["message"] for i in incident["episodes"]]
