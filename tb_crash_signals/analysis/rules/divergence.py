@@ -39,7 +39,10 @@ class DivergenceParams:
     )
     noise_window: int = noise_window_param()
     max_noise: float = max_noise_param("alarm")
-    min_points: int = param(31, "points needed before the rule can fire")
+    min_points: int = param(
+        11, "points needed before the rule can fire: the initial level is known from the 11th on, and an "
+        "epoch-level run of 30 points can diverge"
+    )
     cooldown: int = param(20, "points back under that level after which a new episode starts")
 
 
@@ -71,6 +74,7 @@ class LossDivergenceStream(Stream):
         self.initial = InitialLevel()
         self.recent = collections.deque(maxlen=p.noise_window)
         self.run = 0
+        self.calm = False  # the loss was not pure noise where the current run of elevated points began
         self.inside = False  # fired, and the level not yet back under `back` x the best
 
     def check(self, i, step, v):
@@ -81,10 +85,11 @@ class LossDivergenceStream(Stream):
         init = self.initial.value
         self.initial.push(v)
         up = i >= p.min_points and bool(elevated(level, best, init, p)) and v - v == 0.0
-        up = up and not noise_decades(self.recent) >= p.max_noise
+        if up and not self.run:  # the noise before the climb: the climb itself would read as noise
+            self.calm = not noise_decades(self.recent) >= p.max_noise
         self.recent.append(v)
         self.run = self.run + 1 if up else 0
-        if up and self.run >= p.consecutive:
+        if up and self.calm and self.run >= p.consecutive:
             self.inside = True
         elif level < p.back * best:
             self.inside = False
@@ -111,7 +116,7 @@ def loss_divergence(data, p: DivergenceParams, since=None):
     `factor` x its best level so far (the lowest trailing median of
     `best_smooth` points) and has lost at least `lost` of the progress from
     the initial level to that best, for `consecutive` points in a row, on a
-    loss that is not pure noise (tiny batches). A spike that comes back does
+    loss that was not pure noise (tiny batches) where those points began. A spike that comes back does
     not fire; a jump that stays, or a slow climb, does. Once fired, every finite
     point is part of the divergence until the level is back under `back` x
     the best.
@@ -127,11 +132,15 @@ def loss_divergence(data, p: DivergenceParams, since=None):
     inits = np.where(np.arange(len(v)) > known_after, init, np.nan)
     up = elevated(level, best, inits, p) & np.isfinite(v)
     up[: p.min_points] = False
-    for i in np.flatnonzero(up).tolist():  # rare: only where the level is that high
-        if noise_decades(v[max(i - p.noise_window, 0) : i]) >= p.max_noise:
-            up[i] = False
+    runs = run_lengths(up)
     points = np.arange(len(v))
-    fired = np.maximum.accumulate(np.where(run_lengths(up) >= p.consecutive, points, -1))
+    # The noise is read where each run of elevated points begins: the climb itself would read as noise.
+    starts = np.flatnonzero(runs == 1)
+    noisy = np.zeros(len(v) + 1, bool)
+    for i in starts.tolist():  # rare: only where the level is that high
+        noisy[i] = noise_decades(v[max(i - p.noise_window, 0) : i]) >= p.max_noise
+    firing = (runs >= p.consecutive) & ~noisy[np.where(up, points - runs + 1, len(v))]
+    fired = np.maximum.accumulate(np.where(firing, points, -1))
     with np.errstate(invalid="ignore"):
         recovered = np.maximum.accumulate(np.where(level < p.back * best, points, -1))
     # A point both firing and back under `back` (back > factor) fires, as in the stream.

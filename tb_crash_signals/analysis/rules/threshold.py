@@ -61,7 +61,8 @@ def _starting_level(values: np.ndarray, index: np.ndarray) -> np.ndarray:
     """For each point: the median of the finite points before it among the run's first 10
     finite points (NaN before the first one)."""
     first = np.flatnonzero(np.isfinite(values))[:10]
-    medians = np.array([np.nan] + [np.median(values[first[:j]]) for j in range(1, first.size + 1)])
+    with np.errstate(over="ignore", invalid="ignore"):  # huge values: inf, as small_median gives
+        medians = np.array([np.nan] + [np.median(values[first[:j]]) for j in range(1, first.size + 1)])
     return medians[np.searchsorted(first, index, side="left")]
 
 
@@ -91,7 +92,7 @@ def grad_norm_threshold(data, p: GradNormThresholdParams, since=None):
         if not p.count_nonfinite:
             above &= v != np.inf
         start = _starting_level(s.values, np.arange(i0, i0 + v.shape[0]))
-        with np.errstate(invalid="ignore"):
+        with np.errstate(over="ignore", invalid="ignore"):
             above &= ~(v <= p.min_rise * start)
         idx = np.flatnonzero(above) + i0
         if idx.size:

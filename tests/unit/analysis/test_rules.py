@@ -137,6 +137,18 @@ def test_a_divergence_bouncing_around_its_level_is_one_episode():
     assert len(eps) == 1 and eps[0].end_step < 720
 
 
+def test_a_short_epoch_level_run_can_diverge():
+    # 30 epochs under an exponential learning rate: learns, then climbs 50x in a dozen epochs.
+    loss = np.array([2.39, 2.26, 2.13, 1.96, 1.81, 1.71, 1.72, 1.67, 1.67, 1.66, 1.69, 1.74, 1.75, 1.75,
+                     1.85, 1.95, 2.04, 2.51, 4.68, 17.8, 30.3, 33.1, 37.0, 44.9, 44.4, 53.0, 54.0, 66.9,
+                     82.1, 92.1])
+    # The climb fills the noise window's upper quartile within a few points: the noise that
+    # counts is the one before it.
+    eps = episodes_of(analyze(train_loss=loss), "CS113")
+    assert [e.start_step for e in eps] == [26]
+    assert "CS113" not in codes(analyze(train_loss=loss[:20]))
+
+
 def test_growth_predicts_the_crossing_before_it_happens():
     g = healthy_grad(1200)
     t = np.arange(300)
