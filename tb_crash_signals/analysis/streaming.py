@@ -253,7 +253,7 @@ class Level:
     the window holds finite values after its leading NaNs, which are only counted.
     """
 
-    __slots__ = ("k", "window", "last", "n", "sorted", "nans")
+    __slots__ = ("k", "window", "last", "n", "sorted", "nans", "mid", "odd")
 
     def __init__(self, k):
         self.k = max(1, k)
@@ -262,6 +262,7 @@ class Level:
         self.n = 0
         self.sorted = []
         self.nans = 0
+        self.mid, self.odd = self.k // 2, self.k % 2
 
     def push(self, v):
         """Takes the next point; returns the level at it (NaN while unknown)."""
@@ -270,6 +271,17 @@ class Level:
         x = self.last
         window = self.window
         xs = self.sorted
+        self.n += 1
+        if not self.nans and len(window) == self.k:  # the usual case: full and finite
+            old = window[0]
+            window.append(x)
+            # The same value leaving and coming leaves the list as it was (not so for a zero,
+            # whose sign may differ).
+            if old != x or x == 0.0:
+                del xs[_bisect_left(xs, old)]
+                _insort(xs, x)
+            mid = self.mid
+            return xs[mid] if self.odd else (xs[mid - 1] + xs[mid]) / 2.0
         if len(window) == self.k:
             old = window[0]
             if old == old:
@@ -281,7 +293,6 @@ class Level:
             _insort(xs, x)
         else:
             self.nans += 1
-        self.n += 1
         if self.n >= self.k and self.nans:  # NaN can only lead, being forward-filled
             return _nan
         n = len(xs)
