@@ -97,7 +97,7 @@ class CrashSignals(Watching, _pl.Callback):
 
     @property
     def stopped_step(self) -> int | None:
-        """The step every rank stopped at (rank zero's decision, broadcast), else None."""
+        """The step every rank stopped at (rank zero's decision, shared with every rank), else None."""
         return self._stopped_step
 
     @staticmethod
