@@ -25,7 +25,9 @@ def global_grad_norm(model_or_params, norm_type: float = 2.0) -> float:
     """
     import torch
 
-    grads = [p.grad.detach() for p in _parameters(model_or_params) if p.grad is not None]
+    # No detach(): a gradient needs none unless built with create_graph=True, and the float()
+    # below drops the graph then; per tensor it costs more than the norm of a small one.
+    grads = [p.grad for p in _parameters(model_or_params) if p.grad is not None]
     if not grads:
         return 0.0
     if math.isinf(norm_type):

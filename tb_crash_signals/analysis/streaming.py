@@ -25,6 +25,8 @@ from __future__ import annotations
 import collections
 import dataclasses
 import math
+from bisect import bisect_left as _bisect_left
+from bisect import insort as _insort
 from itertools import islice
 
 import numpy as np
@@ -96,7 +98,13 @@ class Window:
         values = self.values
         if not values or values[-1] != values[-1]:
             return _nan
-        tail = values if len(values) <= k else islice(values, len(values) - k, None)
+        n = len(values)
+        if n <= k:
+            first, tail = values[0], values
+        else:
+            first, tail = values[n - k], islice(values, n - k, None)
+        if first == first:  # NaN can only lead: none in the tail, max() needs no filter
+            return max(tail)
         return max(x for x in tail if x == x)
 
     def minimum(self, k):
@@ -105,7 +113,13 @@ class Window:
         values = self.values
         if not values or values[-1] != values[-1]:
             return _nan
-        tail = values if len(values) <= k else islice(values, len(values) - k, None)
+        n = len(values)
+        if n <= k:
+            first, tail = values[0], values
+        else:
+            first, tail = values[n - k], islice(values, n - k, None)
+        if first == first:
+            return min(tail)
         return min(x for x in tail if x == x)
 
 
@@ -231,27 +245,61 @@ def small_median(values):
 
 
 class Level:
-    """A trailing median of k forward-filled points, pushed point by point (stats.smoothed_level)."""
+    """A trailing median of k forward-filled points, pushed point by point (stats.smoothed_level).
 
-    __slots__ = ("k", "window", "last", "n")
+    The window's finite values are also kept sorted, updated by bisection per push rather than
+    sorted whole: equal values sit in arrival order and the oldest leaves first, so the list is
+    the stable sort of the window and the median is small_median's, bit for bit. Forward-filled,
+    the window holds finite values after its leading NaNs, which are only counted.
+    """
+
+    __slots__ = ("k", "window", "last", "n", "sorted", "nans", "mid", "odd")
 
     def __init__(self, k):
         self.k = max(1, k)
         self.window = collections.deque(maxlen=self.k)
         self.last = _nan
         self.n = 0
+        self.sorted = []
+        self.nans = 0
+        self.mid, self.odd = self.k // 2, self.k % 2
 
     def push(self, v):
         """Takes the next point; returns the level at it (NaN while unknown)."""
         if v - v == 0.0:
             self.last = v
-        self.window.append(self.last)
+        x = self.last
+        window = self.window
+        xs = self.sorted
         self.n += 1
-        if self.n < self.k:
-            return finite_median(self.window)
-        if self.window[0] != self.window[0]:  # NaN can only lead, being forward-filled
+        if not self.nans and len(window) == self.k:  # the usual case: full and finite
+            old = window[0]
+            window.append(x)
+            # The same value leaving and coming leaves the list as it was (not so for a zero,
+            # whose sign may differ).
+            if old != x or x == 0.0:
+                del xs[_bisect_left(xs, old)]
+                _insort(xs, x)
+            mid = self.mid
+            return xs[mid] if self.odd else (xs[mid - 1] + xs[mid]) / 2.0
+        if len(window) == self.k:
+            old = window[0]
+            if old == old:
+                del xs[_bisect_left(xs, old)]
+            else:
+                self.nans -= 1
+        window.append(x)
+        if x == x:
+            _insort(xs, x)
+        else:
+            self.nans += 1
+        if self.n >= self.k and self.nans:  # NaN can only lead, being forward-filled
             return _nan
-        return small_median(self.window)
+        n = len(xs)
+        if n == 0:
+            return _nan
+        mid = n // 2
+        return xs[mid] if n % 2 else (xs[mid - 1] + xs[mid]) / 2.0
 
 
 class SharedLevel:

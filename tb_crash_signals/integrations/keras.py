@@ -12,6 +12,10 @@ optimizer's iteration count after the batch, which is what Keras' TensorBoard
 callback writes batch summaries at; the validation loss is fed at the step its
 epoch ended. On a critical incident it sets `model.stop_training`.
 
+The trainable variables are listed once per epoch, at its first batch (walking
+the model every step costs more than the norm of a tiny model's gradients):
+layers frozen or unfrozen in the middle of an epoch count from the next one.
+
 Keras reports, as `logs["loss"]`, the mean loss of the epoch so far rather than
 the batch's: a spike looks smaller than it was, a divergence or a NaN does not.
 """
@@ -79,19 +83,30 @@ class CrashSignals(Watching, _keras.callbacks.Callback):
         self.grad_norm = grad_norm and _keras.backend.backend() == "torch"
         self._before = None
         self._step = 0
+        # The iteration count a batch starts at: the count the previous batch ended at, so it is
+        # read once a batch (each read converts a tensor); None: read it.
+        self._next: int | None = None
+        self._variables: list | None = None  # the trainable variables, listed once per epoch
         self.last: dict = {}
 
     def _iterations(self) -> int:
         return int(_numpy(self.model.optimizer.iterations))
 
+    def on_train_begin(self, logs=None):
+        self._next = None
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._variables = None
+
     def on_train_batch_begin(self, batch, logs=None):
-        if self.ratio_every and self._iterations() % self.ratio_every == 0:
-            self._before = [_numpy(v).astype(np.float64)
-                            for v in self.model.trainable_variables]
+        if self._next is None:
+            self._next = self._iterations()
+        if self.ratio_every and self._next % self.ratio_every == 0:
+            self._before = [_numpy(v).astype(np.float64) for v in self._trainable()]
 
     def on_train_batch_end(self, batch, logs=None):
         logs = logs or {}
-        step = self._step = self._iterations()
+        step = self._step = self._next = self._iterations()
         values = {"train_loss": logs.get("loss")}
         if self.lr_every and step % self.lr_every == 0:
             values["lr"] = self._lr()
@@ -118,14 +133,17 @@ class CrashSignals(Watching, _keras.callbacks.Callback):
     def _grad_norm(self):
         from tb_crash_signals.torch_utils import global_grad_norm
 
-        params = [v.value for v in self.model.trainable_variables]
-        if not any(getattr(p, "grad", None) is not None for p in params):
-            return None
-        return global_grad_norm(params)
+        params = [p for p in (v.value for v in self._trainable()) if getattr(p, "grad", None) is not None]
+        return global_grad_norm(params) if params else None
+
+    def _trainable(self) -> list:
+        if self._variables is None:
+            self._variables = list(self.model.trainable_variables)
+        return self._variables
 
     def _update_ratio(self):
         delta = base = 0.0
-        for v, b in zip(self.model.trainable_variables, self._before):
+        for v, b in zip(self._trainable(), self._before):
             a = _numpy(v).astype(np.float64)
             delta += float(np.sum((a - b) ** 2))
             base += float(np.sum(b * b))

@@ -16,8 +16,13 @@ at the trainer's `log_every_n_steps` cadence (`log_signals=False` to not), so
 those logs hold what the Monitor saw. On a
 critical incident it sets `trainer.should_stop`.
 
-Under DDP the rank-zero process feeds the Monitor and decides; the decision is
-broadcast to every rank each step, so all ranks stop at the same step.
+Under DDP the rank-zero process feeds the Monitor and decides; the decision
+reaches every rank each step (one all-reduce of a flag, as Lightning's
+EarlyStopping makes its own), so all ranks stop at the same step.
+
+The module's parameters are listed once per training epoch (walking the module
+every step costs more than the norm of a tiny model's gradients): parameters
+added in the middle of an epoch count from the next one.
 """
 
 from __future__ import annotations
@@ -87,26 +92,37 @@ class CrashSignals(Watching, _pl.Callback):
         self._pending: dict = {}
         self._ratio = None
         self._stopped_step: int | None = None
+        self._params: list | None = None
+        self._params_of = None
 
     @property
     def stopped_step(self) -> int | None:
-        """The step every rank stopped at (rank zero's decision, broadcast), else None."""
+        """The step every rank stopped at (rank zero's decision, shared with every rank), else None."""
         return self._stopped_step
 
     @staticmethod
     def _report(severity: str, line: str):
         (_logger.info if severity == "info" else _logger.warning)(line)
 
+    def _parameters(self, pl_module) -> list:
+        if self._params_of is not pl_module:
+            self._params, self._params_of = list(pl_module.parameters()), pl_module
+        return self._params
+
+    def on_train_epoch_start(self, trainer, pl_module):
+        self._params_of = None
+
     def on_before_optimizer_step(self, trainer, pl_module, optimizer):
         if not trainer.is_global_zero:
             return
-        self._pending["grad_norm"] = global_grad_norm(pl_module)
+        params = self._parameters(pl_module)
+        self._pending["grad_norm"] = global_grad_norm(params)
         groups = getattr(optimizer, "param_groups", None)
         if groups:
             self._pending["lr"] = groups[0].get("lr")
         step = _logged_step(trainer)
         if self.ratio_every and step % self.ratio_every == 0:
-            self._ratio = update_ratio(pl_module).__enter__()
+            self._ratio = update_ratio(params).__enter__()
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         step = _logged_step(trainer)
@@ -137,7 +153,9 @@ class CrashSignals(Watching, _pl.Callback):
 
     def _decide(self, trainer, stop: bool, step: int):
         if trainer.world_size > 1:
-            stop = trainer.strategy.broadcast(stop, src=0)
+            # Only rank zero can say True, so "any rank" is rank zero's decision: an all-reduce
+            # of one number, where a broadcast pickles the object and sends it in two.
+            stop = trainer.strategy.reduce_boolean_decision(stop, all=False)
         if stop and self._stopped_step is None:
             self._stopped_step = step
             trainer.should_stop = True

@@ -1,0 +1,61 @@
+"""The streaming windows' order statistics are the batch functions' own, bit for bit."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tb_crash_signals.analysis import stats
+from tb_crash_signals.analysis.streaming import Level, Window, finite_median, small_median
+
+# Repeats and zeros of both signs: the sorted window must place equal values as a stable sort does.
+SPECIALS = [np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0, -1.0, 2.0, 2.0, 1e308, -1e308]
+
+series = st.tuples(
+    st.integers(0, 30),  # leading NaNs, as a forward-filled window starts
+    st.lists(st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.sampled_from(SPECIALS)),
+             max_size=150),
+).map(lambda t: np.asarray([math.nan] * t[0] + t[1], dtype=np.float64))
+
+
+def same_bits(a, b) -> bool:
+    nan = np.isnan(a)
+    return np.array_equal(nan, np.isnan(b)) and a[~nan].tobytes() == b[~nan].tobytes()
+
+
+@settings(max_examples=400, deadline=None)
+@given(series, st.integers(1, 40))
+def test_level_pushed_point_by_point_is_the_median_of_its_window(x, k):
+    level = Level(k)
+    got, want, window, last = [], [], [], math.nan
+    for v in x.tolist():
+        got.append(level.push(v))
+        last = v if math.isfinite(v) else last
+        window = (window + [last])[-k:]
+        # Sorted afresh: what the bisected list must equal, zeros' signs included.
+        if len(window) < k:
+            want.append(finite_median(window))
+        else:
+            want.append(math.nan if window[0] != window[0] else small_median(window))
+    got, want = np.asarray(got, dtype=np.float64), np.asarray(want, dtype=np.float64)
+    assert same_bits(got, want)
+    # The batch rule's level (which may give a zero of the other sign).
+    batch = stats.smoothed_level(x, k)
+    assert np.array_equal(got, batch, equal_nan=True)
+
+
+@settings(max_examples=300, deadline=None)
+@given(series, st.integers(1, 40), st.integers(1, 50))
+def test_window_extremes_are_those_of_its_finite_tail(x, size, k):
+    w = Window(size)
+    filled, last = [], math.nan
+    for v in x.tolist():
+        w.push(v)
+        last = v if math.isfinite(v) else last
+        filled = (filled + [last])[-size:]
+        tail = [y for y in filled[-k:] if y == y]
+        for got, want in ((w.maximum(k), max(tail, default=math.nan)), (w.minimum(k), min(tail, default=math.nan))):
+            assert same_bits(np.asarray([got]), np.asarray([want]))
