@@ -371,10 +371,11 @@ def trailing_median_inclusive(values: np.ndarray, k: int) -> np.ndarray:
     x = ffill_nonfinite(values.astype(np.float64, copy=False))
     out = np.empty(n)
     k = max(1, k)
-    for i in range(min(k - 1, n)):
-        w = x[: i + 1]
-        w = w[np.isfinite(w)]
-        out[i] = np.median(w) if w.size else np.nan
+    with np.errstate(over="ignore"):  # two huge middle values: inf, as np.median gives
+        for i in range(min(k - 1, n)):
+            w = x[: i + 1]
+            w = w[np.isfinite(w)]
+            out[i] = np.median(w) if w.size else np.nan
     if n >= k:
         sliding_median(x, k, out=out[k - 1 :])
     return out
@@ -470,7 +471,8 @@ def sliding_median(x: np.ndarray, k: int, out: np.ndarray | None = None) -> np.n
     if out is None:
         out = np.empty(m)
     if k > _NETWORK_MAX:
-        out[:] = np.median(sliding_window_view(x, k), axis=1)
+        with np.errstate(over="ignore"):  # two huge middle values: inf
+            out[:] = np.median(sliding_window_view(x, k), axis=1)
         return out
     if k == 9:
         return _sliding_median9(x, out)
@@ -547,7 +549,8 @@ def _network_median(cols: list) -> np.ndarray:
     # becomes 0.0): do the same.
     if k % 2:
         return cols[k // 2] + 0.0
-    return ((cols[k // 2 - 1] + 0.0) + cols[k // 2]) / 2.0
+    with np.errstate(over="ignore"):  # two huge middle values: inf, as np.median gives
+        return ((cols[k // 2 - 1] + 0.0) + cols[k // 2]) / 2.0
 
 
 def trailing_median_inclusive_at(values: np.ndarray, k: int, at: np.ndarray) -> np.ndarray:
