@@ -7,43 +7,23 @@ improves, then climbs back to chance level and stays there.
 
 from __future__ import annotations
 
-import math
-
 import pytest
 
+from support.torch_training import train_logged
 from tb_crash_signals import scan_logdir
 
 torch = pytest.importorskip("torch")  # installed by scripts/test_all.sh; never skipped in CI
 
 
 def _train(logdir, seed: int, steps: int = 700, warmup: int = 650, peak: float = 3.0) -> int | None:
-    from torch.utils.tensorboard import SummaryWriter
-
     torch.manual_seed(seed)
     torch.set_num_threads(1)
     x = torch.randn(2048, 16)
     y = (x[:, :4].sum(1) > 0).long() + (x[:, 4] > 0.5).long()
     model = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.ReLU(), torch.nn.Linear(64, 64),
                                 torch.nn.ReLU(), torch.nn.Linear(64, 3))
-    opt = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
-    first_nonfinite = None
-    with SummaryWriter(str(logdir)) as w:
-        for step in range(steps):
-            lr = peak * min(1.0, (step + 1) / warmup) ** 2
-            for g in opt.param_groups:
-                g["lr"] = lr
-            idx = torch.randint(0, x.shape[0], (32,))
-            loss = torch.nn.functional.cross_entropy(model(x[idx]), y[idx])
-            opt.zero_grad()
-            loss.backward()
-            gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), math.inf)
-            opt.step()
-            w.add_scalar("Loss/train", loss.item(), step)
-            w.add_scalar("Grad/norm", gnorm.item(), step)
-            w.add_scalar("LR", lr, step)
-            if not math.isfinite(loss.item()) and first_nonfinite is None:
-                first_nonfinite = step
-    return first_nonfinite
+    return train_logged(logdir, model, x, y, torch.nn.functional.cross_entropy,
+                        lambda step: peak * min(1.0, (step + 1) / warmup) ** 2, steps, batch=32)
 
 
 @pytest.mark.slow

@@ -9,46 +9,24 @@ the loss overflows to Inf.
 
 from __future__ import annotations
 
-import math
-
 import pytest
 
+from support.torch_training import train_logged
 from tb_crash_signals import scan_logdir
 
 torch = pytest.importorskip("torch")  # installed by scripts/test_all.sh; never skipped in CI
 
 
 def _train(logdir, peak: float, seed: int = 0, steps: int = 1300, warmup: int = 1200) -> int | None:
-    from torch.utils.tensorboard import SummaryWriter
-
     torch.manual_seed(seed)
     torch.set_num_threads(1)
     x = torch.randn(4096, 16) * 3 + 2
     y = x[:, :4].sum(1, keepdim=True) + 0.5 * torch.sin(x[:, 4:5])
     model = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.ReLU(), torch.nn.Linear(64, 64),
                                 torch.nn.ReLU(), torch.nn.Linear(64, 1))
-    opt = torch.optim.SGD(model.parameters(), lr=peak / warmup, momentum=0.9)
-    first_nonfinite = None
-    with SummaryWriter(str(logdir)) as w:
-        for step in range(steps):
-            lr = peak * min(1.0, (step + 1) / warmup)
-            for g in opt.param_groups:
-                g["lr"] = lr
-            idx = torch.randint(0, x.shape[0], (64,))
-            loss = torch.nn.functional.mse_loss(model(x[idx]), y[idx])
-            opt.zero_grad()
-            loss.backward()
-            gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), math.inf)
-            opt.step()
-            w.add_scalar("train/loss", loss.item(), step)
-            w.add_scalar("train/grad_norm", gnorm.item(), step)
-            w.add_scalar("train/lr", lr, step)
-            if not math.isfinite(loss.item()):
-                if first_nonfinite is None:
-                    first_nonfinite = step
-                elif step > first_nonfinite + 20:
-                    break
-    return first_nonfinite
+    return train_logged(logdir, model, x, y, torch.nn.functional.mse_loss,
+                        lambda step: peak * min(1.0, (step + 1) / warmup), steps, batch=64,
+                        tags=("train/loss", "train/grad_norm", "train/lr"), stop_after_nonfinite=20)
 
 
 @pytest.mark.slow

@@ -1,0 +1,39 @@
+"""Small real PyTorch trainings on CPU, logged every step with torch's SummaryWriter."""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+
+def train_logged(logdir, model, x, y, loss_fn, lr_at: Callable[[int], float], steps: int, batch: int,
+                 tags=("Loss/train", "Grad/norm", "LR"), stop_after_nonfinite: int | None = None) -> int | None:
+    """Trains `model` with SGD + momentum 0.9 on minibatches of (x, y) at the learning rate
+    `lr_at(step)`, logging the loss, the global grad norm and the LR under `tags`; returns the
+    first step whose loss was NaN/Inf (None if none), stopping `stop_after_nonfinite` steps later."""
+    import torch
+    from torch.utils.tensorboard import SummaryWriter
+
+    opt = torch.optim.SGD(model.parameters(), lr=lr_at(0), momentum=0.9)
+    first_nonfinite = None
+    loss_tag, grad_tag, lr_tag = tags
+    with SummaryWriter(str(logdir)) as w:
+        for step in range(steps):
+            lr = lr_at(step)
+            for g in opt.param_groups:
+                g["lr"] = lr
+            idx = torch.randint(0, x.shape[0], (batch,))
+            loss = loss_fn(model(x[idx]), y[idx])
+            opt.zero_grad()
+            loss.backward()
+            gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), math.inf)
+            opt.step()
+            w.add_scalar(loss_tag, loss.item(), step)
+            w.add_scalar(grad_tag, gnorm.item(), step)
+            w.add_scalar(lr_tag, lr, step)
+            if not math.isfinite(loss.item()):
+                if first_nonfinite is None:
+                    first_nonfinite = step
+                elif stop_after_nonfinite is not None and step >= first_nonfinite + stop_after_nonfinite:
+                    break
+    return first_nonfinite
