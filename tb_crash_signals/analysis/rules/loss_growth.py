@@ -248,6 +248,8 @@ class LossGrowthStream(Stream):
         self.steps = collections.deque(maxlen=p.fit_window)
         self.run = 0  # points in a row that climbed, ending at the last one
         self.run_with_grad = 0  # ... with the grad norm climbing too
+        # A larger spread raises climbing's bars only for non-negative z's (the defaults).
+        self.bars_fall = p.z >= 0 and p.z_with_grad >= 0
 
     def check(self, i, step, v):
         if self.signal != "train_loss":
@@ -273,8 +275,12 @@ class LossGrowthStream(Stream):
             before = levels[-1 - p.smooth] if len(levels) > p.smooth else math.nan
             slow_before = self.slow_levels[0] if len(self.slow_levels) > p.smooth else math.nan
             top = p.max_ratio * best
-            # What `climbing` needs before its noise estimates (which cost the most) can matter.
-            if (before < level < top) or ((rising or lr_rising) and slow_before < b < top):
+            # What `climbing` needs before its noise estimates (which cost the most) can matter:
+            # with a zero spread (which only lowers its bars when z >= 0) and no noise gate, it must climb.
+            if (((before < level < top) or ((rising or lr_rising) and slow_before < b < top))
+                    and (not self.bars_fall
+                         or climbing(level, before, b, slow_before, best, init, 0.0, math.nan,
+                                     rising, lr_rising, p))):
                 recent = list(self.recent)
                 how = climbing(level, before, b, slow_before, best, init, log_spread(recent[-p.spread_window:]),
                                noise_decades(recent[-p.noise_window:]), rising, lr_rising, p)
