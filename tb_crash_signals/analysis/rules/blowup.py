@@ -31,7 +31,13 @@ from tb_crash_signals.analysis.stats import (
     trailing_median_mad_at,
     trailing_min,
 )
-from tb_crash_signals.analysis.streaming import InitialLevel, Stream, StreamHit, median_mad_before
+from tb_crash_signals.analysis.streaming import (
+    InitialLevel,
+    Stream,
+    StreamHit,
+    median_mad_before,
+    small_median,
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -300,12 +306,12 @@ def _median_before_last(window, i, size, min_points):
     stats.trailing_median_mad_at computes it at i."""
     if i < min_points:
         return math.nan
-    w = np.asarray(window.tail(size + 1)[:-1], dtype=np.float64)
+    w = window.tail(size + 1)[:-1]
     if i < size:
-        w = w[np.isfinite(w)]
-        if w.size < min_points:
+        w = [x for x in w if x - x == 0.0]
+        if len(w) < min_points:
             return math.nan
-    return float(np.median(w))
+    return small_median(w)
 
 
 @rule(

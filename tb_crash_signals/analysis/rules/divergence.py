@@ -84,7 +84,9 @@ class LossDivergenceStream(Stream):
         best = self.best_level.low
         init = self.initial.value
         self.initial.push(v)
-        up = i >= p.min_points and bool(elevated(level, best, init, p)) and v - v == 0.0
+        # `elevated` on floats, without its numpy error state (a context manager a point).
+        up = (i >= p.min_points and v - v == 0.0 and level >= p.factor * best and best > 0
+              and not (init > best and level - best < p.lost * (init - best)))
         if up and not self.run:  # the noise before the climb: the climb itself would read as noise
             self.calm = not noise_decades(self.recent) >= p.max_noise
         self.recent.append(v)
