@@ -128,7 +128,8 @@ class Channel:
     (for messages and the summary) and the forward-filled windows rules share."""
 
     __slots__ = ("name", "n", "steps", "values", "max_finite", "window", "log_window",
-                 "log_value", "checks", "always", "screen", "open", "follows", "shared", "initial")
+                 "log_value", "checks", "always", "screen", "open", "follows", "shared", "levels",
+                 "initial")
 
     def __init__(self, name, recent):
         self.name = name
@@ -147,6 +148,7 @@ class Channel:
         # What the streams of one rule derive from this signal for each other (a rule
         # checked on another signal reads it): key -> object, made by the first that needs it.
         self.shared = {}
+        self.levels = []  # the SharedLevels among them, pushed at every point before the checks
         self.initial = InitialLevel()  # pushed after the checks: known from the 11th finite point on
 
     def need(self, size, log=False):
@@ -186,6 +188,9 @@ class Stream:
     """Base of the streaming rules: `hits` are the signals it is checked on."""
 
     hits: tuple = ()
+    # True: nothing to do at this signal's points (what the rule needs of it is read from the
+    # channel when needed); the monitor does not call its check.
+    idle: bool = False
 
     @classmethod
     def needs(cls, p, signal) -> list:
@@ -303,48 +308,56 @@ class Level:
 
 
 class SharedLevel:
-    """A `Level` of one channel read by several streams, pushed once per point, with its running
-    minimum (the "best level"). Only for streams checked on every point (no `quiet`)."""
+    """A `Level` of one channel read by several streams, with its running minimum (the "best
+    level"). The monitor pushes it at every point of the channel before the checks, so during
+    a check `value` and `low` are those at the point being checked, whichever streams run."""
 
-    __slots__ = ("level", "i", "value", "low")
+    __slots__ = ("level", "value", "low")
 
     def __init__(self, k):
         self.level = Level(k)
-        self.i = -1
         self.value = _nan
         self.low = _nan
 
-    def at(self, i, v):
-        """The level at point `i` of the channel, whose value is `v`."""
-        if i != self.i:
-            self.i = i
-            b = self.value = self.level.push(v)
-            if b < self.low or (self.low != self.low and b == b):  # fmin
-                self.low = b
-        return self.value
+    def push(self, v):
+        b = self.value = self.level.push(v)
+        if b < self.low or (self.low != self.low and b == b):  # fmin
+            self.low = b
 
 
 def shared_level(channel, k: int) -> SharedLevel:
-    """The channel's trailing median of `k` points, shared by every stream that asks for it."""
+    """The channel's trailing median of `k` points, shared by every stream that asks for it
+    (made before any point)."""
     k = max(1, k)
-    return channel.shared.setdefault(("level", k), SharedLevel(k))
+    key = ("level", k)
+    level = channel.shared.get(key)
+    if level is None:
+        level = channel.shared[key] = SharedLevel(k)
+        channel.levels.append(level)
+    return level
 
 
 class InitialLevel:
-    """The median of the first 10 finite points (stats.initial_level), known after the 10th."""
+    """The median of the first 10 finite points (stats.initial_level), known after the 10th;
+    `known` is the index of the first point that knows it (inf before), counting the points
+    pushed."""
 
-    __slots__ = ("head", "value")
+    __slots__ = ("head", "value", "pushed", "known")
 
     def __init__(self):
         self.head = []
         self.value = _nan
+        self.pushed = 0
+        self.known = _inf
 
     def push(self, v):
         """Takes a point (after the point's own decision: the level is known from the next on)."""
+        self.pushed += 1
         if len(self.head) < 10 and v - v == 0.0:
             self.head.append(v)
             if len(self.head) == 10:
                 self.value = float(np.median(self.head))
+                self.known = self.pushed
 
 
 def finite_median(values):

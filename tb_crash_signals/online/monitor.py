@@ -89,6 +89,8 @@ class _State:
         for code, cls, params in built:
             for sig in cls.hits:
                 stream = cls(params, sig, self.channels)
+                if stream.idle:
+                    continue
                 # Bound methods, looked up once: update() is on the training hot path.
                 ch = self.channels[sig]
                 ch.checks.append((code, stream.check))
@@ -250,6 +252,8 @@ class Monitor:
             ch.n = i + 1
             ch.steps.append(step)
             ch.values.append(v)
+            for level in ch.levels:
+                level.push(v)
             checks = ch.checks
             log_window = ch.log_window
             if log_window is not None:

@@ -32,7 +32,6 @@ from tb_crash_signals.analysis.stats import (
     trailing_min,
 )
 from tb_crash_signals.analysis.streaming import (
-    InitialLevel,
     Stream,
     StreamHit,
     median_mad_before,
@@ -130,12 +129,11 @@ class LossBlowupStream(Stream):
         self.window = channels[signal].window
         self.lr = channels["lr"].values  # updated first: its points at or before this step
         self.recent = collections.deque(maxlen=p.noise_window)  # the loss's points before this one
-        self.initial = InitialLevel()
+        self.initial = channels[signal].initial  # pushed after the checks: as of the points before
 
     def check(self, i, step, v):
         hit = self._check(i, v)
         self.recent.append(v)
-        self.initial.push(v)
         return hit
 
     def _check(self, i, v):
@@ -234,23 +232,8 @@ def _together_note(g_ratio, l_ratio) -> str:
     return f"grad norm {fmt(g_ratio)}x and train loss {fmt(l_ratio)}x their recent medians"
 
 
-_LOSS_INIT = "jump-together: the loss's initial level"  # Channel.shared key of the loss side
-
-
-class _LossInit:
-    """The loss's side of the rule: its initial level as known before its latest point."""
-
-    def __init__(self):
-        self.level = InitialLevel()
-        self.before = math.nan
-
-    def push(self, v):
-        self.before = self.level.value
-        self.level.push(v)
-
-
 class JumpTogetherStream(Stream):
-    hits = ("grad_norm", "train_loss")  # checked on the grad norm; the loss side only follows
+    hits = ("grad_norm",)  # the loss's side is read from its channel
 
     @classmethod
     def needs(cls, p, signal):
@@ -259,18 +242,12 @@ class JumpTogetherStream(Stream):
 
     def __init__(self, p, signal, channels):
         self.p = p
-        self.signal = signal
-        self.init = channels["train_loss"].shared.setdefault(_LOSS_INIT, _LossInit())
-        if signal == "train_loss":
-            return
+        self.init = channels["train_loss"].initial
         self.window = channels[signal].window
         self.train = channels["train_loss"]
         self.recent = collections.deque(maxlen=p.noise_window)  # the grad norm's points before this one
 
     def check(self, i, step, v):
-        if self.signal == "train_loss":
-            self.init.push(v)
-            return None
         hit = self._check(i, step, v)
         self.recent.append(v)
         return hit
@@ -292,13 +269,19 @@ class JumpTogetherStream(Stream):
         l_med = _median_before_last(train.window, train.n - 1, p.window, p.min_points)
         if (
             g_med > 0 and l_med > 0 and v >= p.factor * g_med and loss >= p.factor * l_med
-            and loss - l_med >= p.min_rise * self.init.before
+            and loss - l_med >= p.min_rise * self._init_before(train.n - 1)
         ):
             values = train.values  # the loss's recent points, this step's last
             before = list(islice(values, max(len(values) - 1 - p.noise_window, 0), len(values) - 1))
             if not (noise_decades(before) >= p.max_noise or noise_decades(self.recent) >= p.max_noise):
                 return StreamHit(note=_together_note(v / g_med, loss / l_med))
         return None
+
+
+    def _init_before(self, last):
+        """The loss's initial level as known at its point `last` (before it)."""
+        init = self.init
+        return init.value if init.known <= last else math.nan
 
 
 def _median_before_last(window, i, size, min_points):

@@ -20,7 +20,7 @@ from tb_crash_signals.analysis.rules.base import (
 )
 from tb_crash_signals.analysis.signals import SIGNAL_LABELS
 from tb_crash_signals.analysis.stats import initial_level, noise_decades, run_lengths, smoothed_level
-from tb_crash_signals.analysis.streaming import InitialLevel, Stream, StreamHit, shared_level
+from tb_crash_signals.analysis.streaming import Stream, StreamHit, shared_level
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,7 +71,7 @@ class LossDivergenceStream(Stream):
         self.p = p
         self.level = shared_level(channels["train_loss"], p.smooth)
         self.best_level = shared_level(channels["train_loss"], p.best_smooth)
-        self.initial = InitialLevel()
+        self.initial = channels["train_loss"].initial  # pushed after the checks: as of the points before
         self.recent = collections.deque(maxlen=p.noise_window)
         self.run = 0
         self.calm = False  # the loss was not pure noise where the current run of elevated points began
@@ -79,11 +79,9 @@ class LossDivergenceStream(Stream):
 
     def check(self, i, step, v):
         p = self.p
-        level = self.level.at(i, v)
-        self.best_level.at(i, v)
+        level = self.level.value
         best = self.best_level.low
         init = self.initial.value
-        self.initial.push(v)
         # `elevated` on floats, without its numpy error state (a context manager a point).
         up = (i >= p.min_points and v - v == 0.0 and level >= p.factor * best and best > 0
               and not (init > best and level - best < p.lost * (init - best)))

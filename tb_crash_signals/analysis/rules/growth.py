@@ -73,7 +73,7 @@ def _describe_growth(ep, p):
 
 
 class GradGrowthStream(Stream):
-    hits = ("grad_norm", "train_loss")  # checked on the grad norm; the loss side only follows
+    hits = ("grad_norm",)  # the loss's side is read from its shared levels when a window decides
 
     # The running quarter sums are recomputed exactly this often, so their
     # rounding drift stays far below _SLACK.
@@ -88,8 +88,6 @@ class GradGrowthStream(Stream):
     def __init__(self, p, signal, channels):
         self.signal = signal
         self.loss = channels["train_loss"].shared.setdefault(_LOSS, _LossRatio(channels["train_loss"]))
-        if signal == "train_loss":
-            return
         self.p = p
         w = self.w = p.window
         self.threshold = p.threshold
@@ -107,9 +105,6 @@ class GradGrowthStream(Stream):
         self.full = False
 
     def check(self, i, step, v):
-        if self.signal == "train_loss":
-            self.loss.push(i, v)
-            return None
         logs = self.logs
         x = self.channel.log_value
         if not x - x == 0.0:
@@ -235,18 +230,17 @@ def loss_ratio_at(train, steps) -> np.ndarray:
 
 
 class _LossRatio:
-    """The train loss's side of the rule: its level over its best level at its last point."""
+    """The train loss's side of the rule: its level over its best level at its last point (the
+    monitor pushes the shared levels at every loss point, so it is read only when needed)."""
 
     def __init__(self, channel):
         self.level = shared_level(channel, LOSS_SMOOTH)
         self.best_level = shared_level(channel, LOSS_BEST_SMOOTH)
-        self.ratio = math.nan
 
-    def push(self, i, v):
-        level = self.level.at(i, v)
-        self.best_level.at(i, v)
+    @property
+    def ratio(self):
         best = self.best_level.low
-        self.ratio = level / best if best > 0 else math.nan
+        return self.level.value / best if best > 0 else math.nan
 
 
 _LOSS = "grad-norm-growth: loss level"  # Channel.shared key of the loss side

@@ -28,7 +28,7 @@ from tb_crash_signals.analysis.stats import (
     smoothed_level,
     value_at_or_before,
 )
-from tb_crash_signals.analysis.streaming import InitialLevel, Level, Stream, StreamHit, shared_level
+from tb_crash_signals.analysis.streaming import Level, Stream, StreamHit, shared_level
 
 _GRAD = "loss-growth: grad norm trend"  # Channel.shared key of the grad-norm side
 _LR = "loss-growth: learning-rate trend"  # ... and of the learning rate's
@@ -185,6 +185,24 @@ class _LrTrend:
         self.rising = bool(len(self.values) > self.p.lr_back and v >= self.p.lr_up * back and back > 0)
 
 
+class _LrTrendOfChannel:
+    """_LrTrend read from the learning rate's channel when needed, for an `lr_back` within the
+    points the channel keeps (so nothing runs at the learning rate's points)."""
+
+    def __init__(self, p: LossGrowthParams, channel):
+        self.back, self.up = p.lr_back, p.lr_up
+        self.channel = channel
+
+    @property
+    def rising(self):
+        ch = self.channel
+        if ch.n <= self.back:
+            return False
+        values = ch.values
+        back = values[-1 - self.back]
+        return bool(values[-1] >= self.up * back and back > 0)
+
+
 def _grad_rising(g, p: LossGrowthParams) -> np.ndarray:
     """For each grad-norm point: whether its level climbs (see `grad_rise`)."""
     gl = smoothed_level(g.values, p.grad_smooth)
@@ -237,11 +255,15 @@ class LossGrowthStream(Stream):
             self.trend = self.grad.shared.setdefault(_GRAD, _GradTrend(p))
             return
         if signal == "lr":
-            self.trend = self.lr.shared.setdefault(_LR, _LrTrend(p))
+            if p.lr_back < self.lr.values.maxlen:
+                self.lr.shared.setdefault(_LR, _LrTrendOfChannel(p, self.lr))
+                self.idle = True
+            else:
+                self.trend = self.lr.shared.setdefault(_LR, _LrTrend(p))
             return
         self.level = shared_level(channels["train_loss"], p.smooth)
         self.best_level = shared_level(channels["train_loss"], p.best_smooth)
-        self.initial = InitialLevel()
+        self.initial = channels["train_loss"].initial  # pushed after the checks: as of the points before
         self.recent = collections.deque(maxlen=max(p.spread_window, p.noise_window))
         self.levels = collections.deque(maxlen=max(p.fit_window, p.smooth + 1))
         self.slow_levels = collections.deque(maxlen=p.smooth + 1)
@@ -256,8 +278,8 @@ class LossGrowthStream(Stream):
             self.trend.push(v)
             return None
         p = self.p
-        level = self.level.at(i, v)
-        b = self.best_level.at(i, v)
+        level = self.level.value
+        b = self.best_level.value
         best = self.best_level.low
         init = self.initial.value
         self.levels.append(level)
@@ -295,7 +317,6 @@ class LossGrowthStream(Stream):
                                            how in _CORROBORATED and lr_rising), fit=fit)
         else:
             self.run = self.run_with_grad = 0
-        self.initial.push(v)
         self.recent.append(v)
         return hit
 

@@ -26,7 +26,7 @@ from tb_crash_signals.analysis.stats import (
     noise_decades,
     trailing_median_inclusive,
 )
-from tb_crash_signals.analysis.streaming import InitialLevel, Stream, StreamHit, finite_median
+from tb_crash_signals.analysis.streaming import Stream, StreamHit, finite_median
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,26 +116,22 @@ def _in_warmup(data, steps):
         return (pos >= 0) & (v[np.maximum(pos, 0)] > v[back])
 
 
-_LR_PEAK = "loss-plateau: learning-rate peak"  # Channel.shared key of the lr side
-
-
 class _LrPeak:
-    """The learning rate's side of the rule: its running peak (of finite values) and last value."""
+    """The learning rate's side of the rule, read from its channel (updated before the loss):
+    its running peak of finite values (the channel's max_finite) and its last value."""
 
-    def __init__(self):
-        self.peak = math.nan
-        self.last = math.nan
+    __slots__ = ("channel",)
 
-    def push(self, v):
-        if v - v == 0.0 and not v <= self.peak:  # fmax
-            self.peak = v
-        self.last = v
+    def __init__(self, channel):
+        self.channel = channel
 
     def low(self, floor) -> bool:
         return bool(self.fraction() <= floor)
 
     def fraction(self) -> float:
-        return self.last / self.peak if self.peak > 0 else math.nan
+        ch = self.channel
+        peak = ch.max_finite  # -inf before a finite value
+        return ch.values[-1] / peak if peak > 0 else math.nan
 
 
 def lr_fraction(data, steps) -> np.ndarray:
@@ -151,20 +147,16 @@ def lr_fraction(data, steps) -> np.ndarray:
 
 
 class PlateauStream(Stream):
-    """loss-plateau, point by point (the lr side tracks the learning rate's peak)."""
+    """loss-plateau, point by point (the learning rate's peak read from its channel)."""
 
-    hits = ("train_loss", "lr")
+    hits = ("train_loss",)  # the learning rate's side is read from its channel
 
     def __init__(self, p, signal, channels):
-        self.signal = signal
-        if signal == "lr":
-            self.peak = channels["lr"].shared.setdefault(_LR_PEAK, _LrPeak())
-            return
-        self.lr_peak = channels["lr"].shared.setdefault(_LR_PEAK, _LrPeak())
+        self.lr_peak = _LrPeak(channels["lr"])
         self.stuck, self.lr_floor, self.max_warmup = p.stuck, p.lr_floor, p.max_warmup
         self.max_noise = p.max_noise
         self.recent = collections.deque(maxlen=p.noise_window)  # raw points before this one
-        self.initial = InitialLevel()
+        self.initial = channels["train_loss"].initial  # pushed after the checks: as of the points before
         k = self.k = max(1, p.smooth)
         self.mid, self.odd = k // 2, k % 2 == 1
         self.window = collections.deque(maxlen=k)  # forward-filled losses, this point included
@@ -182,11 +174,7 @@ class PlateauStream(Stream):
         self.lr = channels["lr"].values
 
     def check(self, i, step, v):
-        if self.signal == "lr":
-            self.peak.push(v)
-            return None
         init = self.initial.value
-        self.initial.push(v)
         hit = self._check(i, v, init)
         if hit is not None and noise_decades(self.recent) >= self.max_noise:
             hit = None
