@@ -31,7 +31,9 @@ from itertools import islice
 
 import numpy as np
 
+from tb_crash_signals.analysis import stats as _stats
 from tb_crash_signals.analysis.signals import SIGNALS
+from tb_crash_signals.analysis.stats import MAD_TO_SIGMA, _median_sorted, _percentile_sorted
 from tb_crash_signals.ingest.series import Series
 
 _isfinite = math.isfinite
@@ -358,6 +360,109 @@ class InitialLevel:
             if len(self.head) == 10:
                 self.value = float(np.median(self.head))
                 self.known = self.pushed
+
+
+class RecentLogs:
+    """stats.noise_decades and stats.log_spread of the `size` raw points of a channel before its
+    current one, without their per-call numpy log and sort of the whole window.
+
+    It keeps the window's logs (numpy's, each computed once, when its point enters: numpy's
+    log of a value does not depend on the array it is taken in) and the sorted ones, and
+    advances from the channel's recent points only when asked, so nothing runs at the points
+    where no stream asks; equal logs are interchangeable, so the sorted list is the one those
+    functions sort, and their results are the same bit for bit.
+    """
+
+    __slots__ = ("channel", "size", "log", "logs", "sorted", "end", "at", "result")
+
+    def __init__(self, channel, size, log):
+        self.channel = channel
+        self.size = size
+        self.log = log  # np.log10 (noise_decades) or np.log (log_spread)
+        self.logs = collections.deque()  # each point's log in the window, None if not positive and finite
+        self.sorted = []
+        self.end = 0  # the window holds the points before this one
+        self.at = -1  # the result is that at this end
+        self.result = _nan
+
+    def _advance(self):
+        end = self.channel.n - 1
+        gap = end - self.end
+        if gap <= 0:
+            return
+        size, logs, xs = self.size, self.logs, self.sorted
+        if gap >= size:
+            logs.clear()
+            xs.clear()
+            gap = min(end, size)
+        self.end = end
+        values = self.channel.values  # its last point is the current one
+        n = len(values)
+        new = list(islice(values, n - 1 - gap, n - 1))
+        positive = [x for x in new if x > 0 and x - x == 0.0]
+        lg = iter(self.log(np.array(positive, dtype=np.float64)).tolist() if positive else ())
+        for x in new:
+            if x > 0 and x - x == 0.0:
+                y = next(lg)
+                logs.append(y)
+                _insort(xs, y)
+            else:
+                logs.append(None)
+            if len(logs) > size:
+                old = logs.popleft()
+                if old is not None:
+                    del xs[_bisect_left(xs, old)]
+
+    def noise_decades(self):
+        """stats.noise_decades of the window (built with np.log10)."""
+        if self.at != self.channel.n:
+            self.at = self.channel.n
+            self._advance()
+            xs = self.sorted
+            self.result = (_percentile_sorted(xs, 0.75) - _percentile_sorted(xs, 0.25)
+                           if len(xs) >= 10 else _nan)
+        return self.result
+
+    def log_spread(self):
+        """stats.log_spread of the window (built with np.log)."""
+        if self.at != self.channel.n:
+            self.at = self.channel.n
+            self._advance()
+            xs = self.sorted
+            if len(xs) < 10:
+                self.result = _nan
+            else:
+                m = _median_sorted(xs)
+                self.result = MAD_TO_SIGMA * _median_sorted(sorted(abs(x - m) for x in xs))
+        return self.result
+
+
+class OwnRecent:
+    """A stream's own last `size` raw points, for a window longer than the channel keeps: the
+    stream appends each point to `values` after its decision."""
+
+    __slots__ = ("values",)
+
+    def __init__(self, size):
+        self.values = collections.deque(maxlen=size)
+
+    def noise_decades(self):
+        return _stats.noise_decades(self.values)
+
+    def log_spread(self):
+        return _stats.log_spread(self.values)
+
+
+def recent_logs(channel, size: int, log) -> RecentLogs | OwnRecent:
+    """The channel's shared RecentLogs of `size` points and that log (np.log10 for noise_decades,
+    np.log for log_spread), or an OwnRecent when the channel keeps fewer recent points."""
+    if size + 1 > channel.values.maxlen:
+        return OwnRecent(size)
+    key = ("recent logs", size, log.__name__)
+    found = channel.shared.get(key)
+    if found is None:
+        found = channel.shared[key] = RecentLogs(channel, size, log)
+    return found
 
 
 def finite_median(values):

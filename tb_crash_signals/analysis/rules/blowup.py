@@ -8,10 +8,8 @@ under the explosion threshold of small models.
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import math
-from itertools import islice
 
 import numpy as np
 
@@ -35,6 +33,7 @@ from tb_crash_signals.analysis.streaming import (
     Stream,
     StreamHit,
     median_mad_before,
+    recent_logs,
     small_median,
 )
 
@@ -128,12 +127,14 @@ class LossBlowupStream(Stream):
         self.p = p
         self.window = channels[signal].window
         self.lr = channels["lr"].values  # updated first: its points at or before this step
-        self.recent = collections.deque(maxlen=p.noise_window)  # the loss's points before this one
+        self.noise = recent_logs(channels[signal], p.noise_window, np.log10)  # of the points before
+        self.own = getattr(self.noise, "values", None)  # kept by the stream itself, if at all
         self.initial = channels[signal].initial  # pushed after the checks: as of the points before
 
     def check(self, i, step, v):
         hit = self._check(i, v)
-        self.recent.append(v)
+        if self.own is not None:
+            self.own.append(v)
         return hit
 
     def _check(self, i, v):
@@ -146,7 +147,7 @@ class LossBlowupStream(Stream):
         med, _ = median_mad_before(self.window, i, p.window, p.min_points, mad=False)
         lr_ratio = self._lr_jump()
         kind = blowup_kind(v, med, self.window.maximum(p.window), lr_ratio, self.initial.value, p)
-        if kind is None or noise_decades(self.recent) >= p.max_noise:
+        if kind is None or self.noise.noise_decades() >= p.max_noise:
             return None
         return StreamHit(note=_note(kind, v, med, lr_ratio))
 
@@ -245,11 +246,14 @@ class JumpTogetherStream(Stream):
         self.init = channels["train_loss"].initial
         self.window = channels[signal].window
         self.train = channels["train_loss"]
-        self.recent = collections.deque(maxlen=p.noise_window)  # the grad norm's points before this one
+        self.noise = recent_logs(channels[signal], p.noise_window, np.log10)  # of the points before
+        self.own = getattr(self.noise, "values", None)  # kept by the stream itself, if at all
+        self.loss_noise = recent_logs(self.train, p.noise_window, np.log10)  # before the loss's last point
 
     def check(self, i, step, v):
         hit = self._check(i, step, v)
-        self.recent.append(v)
+        if self.own is not None:
+            self.own.append(v)
         return hit
 
     def _check(self, i, step, v):
@@ -271,12 +275,9 @@ class JumpTogetherStream(Stream):
             g_med > 0 and l_med > 0 and v >= p.factor * g_med and loss >= p.factor * l_med
             and loss - l_med >= p.min_rise * self._init_before(train.n - 1)
         ):
-            values = train.values  # the loss's recent points, this step's last
-            before = list(islice(values, max(len(values) - 1 - p.noise_window, 0), len(values) - 1))
-            if not (noise_decades(before) >= p.max_noise or noise_decades(self.recent) >= p.max_noise):
+            if not (self.loss_noise.noise_decades() >= p.max_noise or self.noise.noise_decades() >= p.max_noise):
                 return StreamHit(note=_together_note(v / g_med, loss / l_med))
         return None
-
 
     def _init_before(self, last):
         """The loss's initial level as known at its point `last` (before it)."""

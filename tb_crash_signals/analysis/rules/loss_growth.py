@@ -28,7 +28,7 @@ from tb_crash_signals.analysis.stats import (
     smoothed_level,
     value_at_or_before,
 )
-from tb_crash_signals.analysis.streaming import Level, Stream, StreamHit, shared_level
+from tb_crash_signals.analysis.streaming import Level, Stream, StreamHit, recent_logs, shared_level
 
 _GRAD = "loss-growth: grad norm trend"  # Channel.shared key of the grad-norm side
 _LR = "loss-growth: learning-rate trend"  # ... and of the learning rate's
@@ -264,7 +264,11 @@ class LossGrowthStream(Stream):
         self.level = shared_level(channels["train_loss"], p.smooth)
         self.best_level = shared_level(channels["train_loss"], p.best_smooth)
         self.initial = channels["train_loss"].initial  # pushed after the checks: as of the points before
-        self.recent = collections.deque(maxlen=max(p.spread_window, p.noise_window))
+        ch = channels["train_loss"]
+        self.noise = recent_logs(ch, p.noise_window, np.log10)  # of the points before
+        self.spread = recent_logs(ch, p.spread_window, np.log)
+        # Kept by the stream itself, if at all.
+        self.own = [r.values for r in (self.noise, self.spread) if hasattr(r, "values")]
         self.levels = collections.deque(maxlen=max(p.fit_window, p.smooth + 1))
         self.slow_levels = collections.deque(maxlen=p.smooth + 1)
         self.steps = collections.deque(maxlen=p.fit_window)
@@ -303,9 +307,8 @@ class LossGrowthStream(Stream):
                     and (not self.bars_fall
                          or climbing(level, before, b, slow_before, best, init, 0.0, math.nan,
                                      rising, lr_rising, p))):
-                recent = list(self.recent)
-                how = climbing(level, before, b, slow_before, best, init, log_spread(recent[-p.spread_window:]),
-                               noise_decades(recent[-p.noise_window:]), rising, lr_rising, p)
+                how = climbing(level, before, b, slow_before, best, init, self.spread.log_spread(),
+                               self.noise.noise_decades(), rising, lr_rising, p)
             else:
                 how = False
             self.run = self.run + 1 if how else 0
@@ -317,7 +320,8 @@ class LossGrowthStream(Stream):
                                            how in _CORROBORATED and lr_rising), fit=fit)
         else:
             self.run = self.run_with_grad = 0
-        self.recent.append(v)
+        for own in self.own:
+            own.append(v)
         return hit
 
 

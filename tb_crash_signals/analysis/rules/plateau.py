@@ -26,7 +26,7 @@ from tb_crash_signals.analysis.stats import (
     noise_decades,
     trailing_median_inclusive,
 )
-from tb_crash_signals.analysis.streaming import Stream, StreamHit, finite_median
+from tb_crash_signals.analysis.streaming import Stream, StreamHit, finite_median, recent_logs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -155,7 +155,8 @@ class PlateauStream(Stream):
         self.lr_peak = _LrPeak(channels["lr"])
         self.stuck, self.lr_floor, self.max_warmup = p.stuck, p.lr_floor, p.max_warmup
         self.max_noise = p.max_noise
-        self.recent = collections.deque(maxlen=p.noise_window)  # raw points before this one
+        self.noise = recent_logs(channels["train_loss"], p.noise_window, np.log10)  # of the points before
+        self.own = getattr(self.noise, "values", None)  # kept by the stream itself, if at all
         self.initial = channels["train_loss"].initial  # pushed after the checks: as of the points before
         k = self.k = max(1, p.smooth)
         self.mid, self.odd = k // 2, k % 2 == 1
@@ -176,9 +177,10 @@ class PlateauStream(Stream):
     def check(self, i, step, v):
         init = self.initial.value
         hit = self._check(i, v, init)
-        if hit is not None and noise_decades(self.recent) >= self.max_noise:
+        if hit is not None and self.noise.noise_decades() >= self.max_noise:
             hit = None
-        self.recent.append(v)
+        if self.own is not None:
+            self.own.append(v)
         return hit
 
     def _check(self, i, v, init):
