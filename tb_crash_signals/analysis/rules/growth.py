@@ -20,7 +20,7 @@ from tb_crash_signals.analysis.stats import (
     value_at_or_before,
     window_sums,
 )
-from tb_crash_signals.analysis.streaming import Stream, StreamHit, shared_level
+from tb_crash_signals.analysis.streaming import Stream, StreamHit, shared_level, small_median
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,6 +93,7 @@ class GradGrowthStream(Stream):
         self.threshold = p.threshold
         self.q, self.rise = quarter_rise(p)
         self.q_rise = self.q * self.rise
+        self.min_excess = math.log(p.min_excess)  # as fit_window computes it
         self.logs = collections.deque(maxlen=w)  # logs, 0.0 where not finite
         self.steps = collections.deque(maxlen=w)
         self.channel = channels[signal]  # its log_value: log(v), computed once a point
@@ -127,6 +128,11 @@ class GradGrowthStream(Stream):
         # rounding: the exact (numpy) test in _decide settles close calls.
         if self.last - self.first < self.q_rise - self._SLACK:
             return None
+        # fit_window's first test needs the run's normal level: the median of the history
+        # before the window, unknown while the window reaches back under w points, and at least
+        # the history's lower bound (its window holds those points).
+        if i - self.w + 1 < self.w or x - self.history.low < self.min_excess:
+            return None
         return self._decide(i)
 
     def _fill(self, x, step):
@@ -146,21 +152,25 @@ class GradGrowthStream(Stream):
 
     def _decide(self, i):
         p, w, q = self.p, self.w, self.q
+        lo = i - w + 1
+        base = math.nan
+        if lo >= w:
+            # The history is pushed after this check: it ends at point i - 1. np.median's value,
+            # in Python (small_median: numpy's call overhead is most of the cost here).
+            hist = list(self.history.values)
+            before = hist[: len(hist) - (w - 1)][-p.baseline_window :]
+            if lo < p.baseline_window:
+                before = [x for x in before if x - x == 0.0]
+                base = small_median(before) if len(before) >= w else math.nan
+            else:
+                base = small_median(before)
+        # fit_window's first test, before the arrays are built: it rejects most windows.
+        if not base - base == 0.0 or self.logs[-1] - base < self.min_excess:
+            return None
         logs = np.fromiter(self.logs, dtype=np.float64, count=w)  # all finite here
         # The batch rule's exact arithmetic.
         if logs[w - q :].sum() / q - logs[:q].sum() / q < self.rise:
             return None
-        lo = i - w + 1
-        base = math.nan
-        if lo >= w:
-            # The history is pushed after this check: it ends at point i - 1.
-            hist = list(self.history.values)
-            before = np.asarray(hist[: len(hist) - (w - 1)][-p.baseline_window :], dtype=np.float64)
-            if lo < p.baseline_window:
-                before = before[np.isfinite(before)]
-                base = float(np.median(before)) if before.size >= w else math.nan
-            else:
-                base = float(np.median(before))
         steps = np.fromiter(self.steps, dtype=np.int64, count=w)
         fit = fit_window(steps, logs, base, p, self.loss.ratio)
         return None if fit is None else StreamHit(fit=fit)
