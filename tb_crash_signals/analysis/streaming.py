@@ -150,7 +150,7 @@ class Channel:
         # What the streams of one rule derive from this signal for each other (a rule
         # checked on another signal reads it): key -> object, made by the first that needs it.
         self.shared = {}
-        self.levels = []  # the SharedLevels among them, pushed at every point before the checks
+        self.levels = []  # the Levels among them, pushed at every point before the checks
         self.initial = InitialLevel()  # pushed after the checks: known from the 11th finite point on
 
     def need(self, size, log=False):
@@ -252,7 +252,8 @@ def small_median(values):
 
 
 class Level:
-    """A trailing median of k forward-filled points, pushed point by point (stats.smoothed_level).
+    """A trailing median of k forward-filled points, pushed point by point (stats.smoothed_level),
+    with its running minimum (fmin: the "best level").
 
     The window's finite values are also kept sorted, updated by bisection per push rather than
     sorted whole: equal values sit in arrival order and the oldest leaves first, so the list is
@@ -260,7 +261,7 @@ class Level:
     the window holds finite values after its leading NaNs, which are only counted.
     """
 
-    __slots__ = ("k", "window", "last", "n", "sorted", "nans", "mid", "odd")
+    __slots__ = ("k", "window", "last", "n", "sorted", "nans", "mid", "odd", "value", "low")
 
     def __init__(self, k):
         self.k = max(1, k)
@@ -270,6 +271,8 @@ class Level:
         self.sorted = []
         self.nans = 0
         self.mid, self.odd = self.k // 2, self.k % 2
+        self.value = _nan  # the level at the last point
+        self.low = _nan  # the lowest level so far
 
     def push(self, v):
         """Takes the next point; returns the level at it (NaN while unknown)."""
@@ -288,7 +291,10 @@ class Level:
                 del xs[_bisect_left(xs, old)]
                 _insort(xs, x)
             mid = self.mid
-            return xs[mid] if self.odd else (xs[mid - 1] + xs[mid]) / 2.0
+            b = self.value = xs[mid] if self.odd else (xs[mid - 1] + xs[mid]) / 2.0
+            if not b >= self.low:  # b is finite here: fmin
+                self.low = b
+            return b
         if len(window) == self.k:
             old = window[0]
             if old == old:
@@ -300,41 +306,26 @@ class Level:
             _insort(xs, x)
         else:
             self.nans += 1
-        if self.n >= self.k and self.nans:  # NaN can only lead, being forward-filled
-            return _nan
         n = len(xs)
-        if n == 0:
-            return _nan
+        if (self.n >= self.k and self.nans) or n == 0:  # NaN can only lead, being forward-filled
+            b = self.value = _nan
+            return b
         mid = n // 2
-        return xs[mid] if n % 2 else (xs[mid - 1] + xs[mid]) / 2.0
-
-
-class SharedLevel:
-    """A `Level` of one channel read by several streams, with its running minimum (the "best
-    level"). The monitor pushes it at every point of the channel before the checks, so during
-    a check `value` and `low` are those at the point being checked, whichever streams run."""
-
-    __slots__ = ("level", "value", "low")
-
-    def __init__(self, k):
-        self.level = Level(k)
-        self.value = _nan
-        self.low = _nan
-
-    def push(self, v):
-        b = self.value = self.level.push(v)
-        if b < self.low or (self.low != self.low and b == b):  # fmin
+        b = self.value = xs[mid] if n % 2 else (xs[mid - 1] + xs[mid]) / 2.0
+        if not b >= self.low:
             self.low = b
+        return b
 
 
-def shared_level(channel, k: int) -> SharedLevel:
+def shared_level(channel, k: int) -> Level:
     """The channel's trailing median of `k` points, shared by every stream that asks for it
-    (made before any point)."""
+    (made before any point). The monitor pushes it at every point of the channel before the
+    checks, so during a check its `value` and `low` are those at the point being checked."""
     k = max(1, k)
     key = ("level", k)
     level = channel.shared.get(key)
     if level is None:
-        level = channel.shared[key] = SharedLevel(k)
+        level = channel.shared[key] = Level(k)
         channel.levels.append(level)
     return level
 

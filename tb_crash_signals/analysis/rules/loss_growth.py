@@ -232,7 +232,8 @@ class _GradTrend:
         self.n = 0
         self.rising = False
 
-    def push(self, v):
+    def check(self, i, step, v):
+        """Takes a grad-norm point (the stream's check on the grad norm: it never fires)."""
         p = self.p
         gl = self.level.push(v)
         self.levels.append(gl)
@@ -241,6 +242,7 @@ class _GradTrend:
         back = self.levels[0] if len(self.levels) > max(p.grad_back, 1) else math.nan
         self.rising = bool(gl >= p.grad_rise * self.low and gl >= p.grad_up * back and self.low > 0)
         self.n += 1
+        return None
 
 
 class LossGrowthStream(Stream):
@@ -253,6 +255,7 @@ class LossGrowthStream(Stream):
         self.lr = channels["lr"]
         if signal == "grad_norm":
             self.trend = self.grad.shared.setdefault(_GRAD, _GradTrend(p))
+            self.check = self.trend.check  # one call a grad-norm point, not two
             return
         if signal == "lr":
             if p.lr_back < self.lr.values.maxlen:
@@ -278,7 +281,7 @@ class LossGrowthStream(Stream):
         self.bars_fall = p.z >= 0 and p.z_with_grad >= 0
 
     def check(self, i, step, v):
-        if self.signal != "train_loss":
+        if self.signal != "train_loss":  # the learning rate's, when it is not read from its channel
             self.trend.push(v)
             return None
         p = self.p

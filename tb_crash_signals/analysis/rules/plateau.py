@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import array
-import collections
 import dataclasses
 import math
 
@@ -26,7 +25,7 @@ from tb_crash_signals.analysis.stats import (
     noise_decades,
     trailing_median_inclusive,
 )
-from tb_crash_signals.analysis.streaming import Stream, StreamHit, finite_median, recent_logs
+from tb_crash_signals.analysis.streaming import Stream, StreamHit, recent_logs, shared_level
 
 
 @dataclasses.dataclass(frozen=True)
@@ -158,12 +157,8 @@ class PlateauStream(Stream):
         self.noise = recent_logs(channels["train_loss"], p.noise_window, np.log10)  # of the points before
         self.own = getattr(self.noise, "values", None)  # kept by the stream itself, if at all
         self.initial = channels["train_loss"].initial  # pushed after the checks: as of the points before
-        k = self.k = max(1, p.smooth)
-        self.mid, self.odd = k // 2, k % 2 == 1
-        self.window = collections.deque(maxlen=k)  # forward-filled losses, this point included
-        self.last = math.nan
-        self.best = math.nan
-        self.settled = False
+        # The smoothed loss at this point, and its best so far (`_running_best`'s).
+        self.level = shared_level(channels["train_loss"], p.smooth)
         self.warmed = -1  # the last point of the warm-up (a rising learning rate), -1 if none
         self.rel = p.rel_improvement
         self.fraction, self.min_patience = p.patience_fraction, p.min_patience
@@ -185,28 +180,7 @@ class PlateauStream(Stream):
 
     def _check(self, i, v, init):
         finite = v - v == 0.0
-        if finite:
-            self.last = v
-        window = self.window
-        y = self.last
-        window.append(y)
-        if i >= self.k - 1:
-            # Once settled, the window's median is >= best after every point,
-            # and for an odd window only a new value below best can take the
-            # median below it: otherwise the median need not be computed.
-            # Forward-filled: NaN can only lead, so a finite first value means all are.
-            if (y < self.best or not self.settled) and window[0] == window[0]:
-                xs = sorted(window)
-                mid = self.mid
-                sm = xs[mid] if self.odd else (xs[mid - 1] + xs[mid]) / 2.0
-                if not sm >= self.best:  # fmin: a NaN best takes sm
-                    self.best = sm
-                self.settled = self.odd
-        else:
-            sm = finite_median(window)
-            if sm - sm == 0.0 and not sm >= self.best:
-                self.best = sm
-        best = self.best
+        best = self.level.low
         if i < self.max_warmup:
             if self._lr_rising():
                 self.warmed = i
@@ -225,20 +199,9 @@ class PlateauStream(Stream):
         ref = ring[(i - patience) % size]
         if best > ref - self.rel * abs(ref) and i - patience >= self.warmed:
             gone = self.lr_peak.low(self.lr_floor)
-            if gone or self._level() >= self.stuck * init:
+            if gone or self.level.value >= self.stuck * init:
                 return StreamHit(note=plateau_note(patience, self.lr_peak.fraction() if gone else math.nan))
         return None
-
-    def _level(self):
-        """The smoothed loss now (the window's median, as `_smoothed` computes it)."""
-        window = self.window
-        if len(window) < self.k:
-            return finite_median(window)
-        if window[0] != window[0]:
-            return math.nan
-        xs = sorted(window)
-        mid = self.mid
-        return xs[mid] if self.odd else (xs[mid - 1] + xs[mid]) / 2.0
 
     def _lr_rising(self):
         """The last lr point above the one 3 points before it (warm-up)."""
