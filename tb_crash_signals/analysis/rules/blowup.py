@@ -30,6 +30,7 @@ from tb_crash_signals.analysis.stats import (
     trailing_min,
 )
 from tb_crash_signals.analysis.streaming import (
+    Quiet,
     Stream,
     StreamHit,
     median_mad_before,
@@ -130,6 +131,13 @@ class LossBlowupStream(Stream):
         self.noise = recent_logs(channels[signal], p.noise_window, np.log10)  # of the points before
         self.own = getattr(self.noise, "values", None)  # kept by the stream itself, if at all
         self.initial = channels[signal].initial  # pushed after the checks: as of the points before
+
+    def quiet(self):
+        # Under min(big, after_lr) x the window's min (see _check); nothing to keep unless the
+        # stream keeps its own recent points.
+        if self.own is not None:
+            return None
+        return Quiet(floor_factor=min(self.p.big, self.p.after_lr))
 
     def check(self, i, step, v):
         hit = self._check(i, v)
@@ -249,6 +257,13 @@ class JumpTogetherStream(Stream):
         self.noise = recent_logs(channels[signal], p.noise_window, np.log10)  # of the points before
         self.own = getattr(self.noise, "values", None)  # kept by the stream itself, if at all
         self.loss_noise = recent_logs(self.train, p.noise_window, np.log10)  # before the loss's last point
+
+    def quiet(self):
+        # Under `factor` x the window's min (see _check); nothing to keep unless the stream keeps
+        # its own recent points.
+        if self.own is not None:
+            return None
+        return Quiet(floor_factor=self.p.factor)
 
     def check(self, i, step, v):
         hit = self._check(i, step, v)
