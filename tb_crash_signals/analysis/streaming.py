@@ -382,19 +382,22 @@ class RecentLogs:
         if gap <= 0:
             return
         size, logs, xs = self.size, self.logs, self.sorted
-        if gap >= size:
-            logs.clear()
-            xs.clear()
-            gap = min(end, size)
         self.end = end
         values = self.channel.values  # its last point is the current one
         n = len(values)
-        new = list(islice(values, n - 1 - gap, n - 1))
-        positive = [x for x in new if x > 0 and x - x == 0.0]
-        lg = iter(self.log(np.array(positive, dtype=np.float64)).tolist() if positive else ())
-        for x in new:
+        if gap >= size // 4:  # a sort of the whole window costs less than that many insertions
+            gap = min(end, size)
+            new = list(islice(values, n - 1 - gap, n - 1))
+            positive = [x for x in new if x > 0 and x - x == 0.0]
+            lg = self.log(np.array(positive, dtype=np.float64)).tolist() if positive else []
+            self.sorted = sorted(lg)
+            it = iter(lg)
+            self.logs = collections.deque(next(it) if x > 0 and x - x == 0.0 else None for x in new)
+            return
+        log = self.log
+        for x in islice(values, n - 1 - gap, n - 1):
             if x > 0 and x - x == 0.0:
-                y = next(lg)
+                y = float(log(x))  # numpy's log of one value: the one it takes within an array
                 logs.append(y)
                 _insort(xs, y)
             else:
