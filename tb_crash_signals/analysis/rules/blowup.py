@@ -152,8 +152,10 @@ class LossBlowupStream(Stream):
         lo = self.window.lower_bound()
         if lo > 0 and v < min(p.big, p.after_lr) * lo:
             return None  # under min(big, after_lr) x the window's min <= its median
-        med, _ = median_mad_before(self.window, i, p.window, p.min_points, mad=False)
         lr_ratio = self._lr_jump()
+        if not lr_ratio > 0 and lo > 0 and p.big >= 0 and v < p.big * lo:
+            return None  # no jump of the learning rate: only "big" could be, and it is not
+        med, _ = median_mad_before(self.window, i, p.window, p.min_points, mad=False)
         kind = blowup_kind(v, med, self.window.maximum(p.window), lr_ratio, self.initial.value, p)
         if kind is None or self.noise.noise_decades() >= p.max_noise:
             return None
@@ -283,6 +285,10 @@ class JumpTogetherStream(Stream):
             return None
         loss = train.values[-1]
         if not loss - loss == 0.0:
+            return None
+        # The loss's median before its last point is at least its window's lower bound.
+        lo = train.window.low
+        if lo > 0 and p.factor >= 0 and loss < p.factor * lo:
             return None
         g_med, _ = median_mad_before(self.window, i, p.window, p.min_points, mad=False)
         l_med = _median_before_last(train.window, train.n - 1, p.window, p.min_points)
