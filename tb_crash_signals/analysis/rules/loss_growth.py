@@ -263,6 +263,7 @@ class LossGrowthStream(Stream):
                 self.idle = True
             else:
                 self.trend = self.lr.shared.setdefault(_LR, _LrTrend(p))
+                self.check = self._push_lr
             return
         self.level = shared_level(channels["train_loss"], p.smooth)
         self.best_level = shared_level(channels["train_loss"], p.best_smooth)
@@ -279,11 +280,13 @@ class LossGrowthStream(Stream):
         self.run_with_grad = 0  # ... with the grad norm climbing too
         # A larger spread raises climbing's bars only for non-negative z's (the defaults).
         self.bars_fall = p.z >= 0 and p.z_with_grad >= 0
+        self.low_ratio = min(p.ratio_with_grad, p.ratio_with_lr)
+
+    def _push_lr(self, i, step, v):
+        """The check on the learning rate, when its trend is not read from its channel."""
+        self.trend.push(v)
 
     def check(self, i, step, v):
-        if self.signal != "train_loss":  # the learning rate's, when it is not read from its channel
-            self.trend.push(v)
-            return None
         p = self.p
         level = self.level.value
         b = self.best_level.value
@@ -293,9 +296,8 @@ class LossGrowthStream(Stream):
         self.slow_levels.append(b)
         self.steps.append(step)
         hit = None
-        low = min(p.ratio_with_grad, p.ratio_with_lr)
         if (i >= p.min_points and v - v == 0.0 and best > 0
-                and (level >= low * best or b >= p.slow_ratio * best)):
+                and (level >= self.low_ratio * best or b >= p.slow_ratio * best)):
             trend = self.grad.shared.get(_GRAD)
             rising = trend is not None and trend.rising
             lr_trend = self.lr.shared.get(_LR)
