@@ -267,7 +267,7 @@ class Level:
         self.k = max(1, k)
         self.window = collections.deque(maxlen=self.k)
         self.last = _nan
-        self.n = 0
+        self.n = 0  # points pushed, until the usual case
         self.sorted = []
         self.nans = 0
         self.mid, self.odd = self.k // 2, self.k % 2
@@ -281,8 +281,9 @@ class Level:
         x = self.last
         window = self.window
         xs = self.sorted
-        self.n += 1
-        if not self.nans and len(window) == self.k:  # the usual case: full and finite
+        # The usual case: full and finite, as it stays once it is (forward-filled, x is finite
+        # then), so it does not count the points.
+        if not self.nans and len(window) == self.k:
             old = window[0]
             window.append(x)
             # The same value leaving and coming leaves the list as it was (not so for a zero,
@@ -295,6 +296,7 @@ class Level:
             if not b >= self.low:  # b is finite here: fmin
                 self.low = b
             return b
+        self.n += 1
         if len(window) == self.k:
             old = window[0]
             if old == old:

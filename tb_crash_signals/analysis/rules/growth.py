@@ -5,6 +5,8 @@ from __future__ import annotations
 import collections
 import dataclasses
 import math
+from bisect import bisect_left as _bisect_left
+from bisect import insort as _insort
 from itertools import islice
 
 import numpy as np
@@ -20,7 +22,7 @@ from tb_crash_signals.analysis.stats import (
     value_at_or_before,
     window_sums,
 )
-from tb_crash_signals.analysis.streaming import Stream, StreamHit, shared_level, small_median
+from tb_crash_signals.analysis.streaming import Stream, StreamHit, shared_level
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,6 +100,7 @@ class GradGrowthStream(Stream):
         self.steps = collections.deque(maxlen=w)
         self.channel = channels[signal]  # its log_value: log(v), computed once a point
         self.history = self.channel.log_window
+        self.baseline = _Baseline(self.history, w, p.baseline_window)
         self.last_bad = -w  # index of the last non-finite log
         # Sums of the first and the last q logs of the window, kept running
         # once the window is full, and recomputed every _RESYNC points.
@@ -152,18 +155,7 @@ class GradGrowthStream(Stream):
 
     def _decide(self, i):
         p, w, q = self.p, self.w, self.q
-        lo = i - w + 1
-        base = math.nan
-        if lo >= w:
-            # The history is pushed after this check: it ends at point i - 1. np.median's value,
-            # in Python (small_median: numpy's call overhead is most of the cost here).
-            hist = list(self.history.values)
-            before = hist[: len(hist) - (w - 1)][-p.baseline_window :]
-            if lo < p.baseline_window:
-                before = [x for x in before if x - x == 0.0]
-                base = small_median(before) if len(before) >= w else math.nan
-            else:
-                base = small_median(before)
+        base = self.baseline.at(i)
         # fit_window's first test, before the arrays are built: it rejects most windows.
         if not base - base == 0.0 or self.logs[-1] - base < self.min_excess:
             return None
@@ -174,6 +166,60 @@ class GradGrowthStream(Stream):
         steps = np.fromiter(self.steps, dtype=np.int64, count=w)
         fit = fit_window(steps, logs, base, p, self.loss.ratio)
         return None if fit is None else StreamHit(fit=fit)
+
+
+class _Baseline:
+    """The run's normal level for the window ending at point i, as the batch rule takes it: the
+    median of the forward-filled logs of the `size` points before the window (of the finite ones
+    while fewer than `size` precede it; NaN under w of them, or with a NaN among `size`).
+
+    The points' values are kept sorted and advanced from the log window (which ends at point
+    i - 1) only when asked: the decisions come in runs of consecutive points, each moving the
+    span by one point.
+    """
+
+    def __init__(self, history, w, size):
+        self.history, self.w, self.size = history, w, size
+        self.values = collections.deque()  # the span's values, oldest first
+        self.sorted = []  # ... its finite ones, sorted
+        self.nans = 0
+        self.end = 0  # the span holds the points before this one
+
+    def at(self, i):
+        w, size = self.w, self.size
+        lo = i - w + 1
+        if lo < w:
+            return math.nan
+        hist = self.history.values
+        offset = len(hist) - i  # hist[offset + j] is point j
+        gap = lo - self.end
+        if gap >= size // 4 or not self.values:  # one sort costs less than that many insertions
+            values = list(islice(hist, offset + max(lo - size, 0), offset + lo))
+            self.values = collections.deque(values)
+            finite = [x for x in values if x == x]
+            self.nans = len(values) - len(finite)
+            self.sorted = sorted(finite)
+        elif gap > 0:
+            values, xs = self.values, self.sorted
+            for x in islice(hist, offset + self.end, offset + lo):
+                values.append(x)
+                if x == x:
+                    _insort(xs, x)
+                else:
+                    self.nans += 1
+                if len(values) > size:
+                    old = values.popleft()
+                    if old == old:
+                        del xs[_bisect_left(xs, old)]
+                    else:
+                        self.nans -= 1
+        self.end = lo
+        xs = self.sorted
+        n = len(xs)
+        if (n < w) if lo < size else self.nans:
+            return math.nan
+        mid = n // 2
+        return xs[mid] if n % 2 else (xs[mid - 1] + xs[mid]) / 2.0
 
 
 @rule(
