@@ -9,10 +9,15 @@ share; the online `Monitor` (tb_crash_signals.online) drives them.
 Protocol: `check(i, step, value)` is called for every point of the rule's hit
 signal, in order, and returns None or a `StreamHit`; it decides with the
 state *before* the point. What rules share lives in one `Channel` per signal:
-its recent raw points (this point included when the checks run) and its
-forward-filled windows (pushed after the checks). A rule that compares
-signals reads the other signal's channel, which the monitor updates first
-(`ORDER`), since batch rules look up other signals "at or before" the step.
+its recent raw points (this point included when the checks run), its trailing
+levels (`shared_level`: pushed before the checks, so they include the point),
+its forward-filled windows and initial level (pushed after the checks), and
+the sorted logs of its recent points for the noise estimates (`RecentLogs`,
+advanced only when a check asks). A rule that compares signals reads the other
+signal's channel, which the monitor updates first (`ORDER`), since batch rules
+look up other signals "at or before" the step; what it needs of the other
+signal is read from that channel when needed rather than tracked at every
+point of it (`Stream.idle`), where the channel holds enough of it.
 
 The checks run on every training step, so the common path of each is a few
 comparisons against cheap necessary conditions (a lower bound of a window's
