@@ -252,8 +252,10 @@ class Monitor:
             ch.n = i + 1
             ch.steps.append(step)
             ch.values.append(v)
-            for level in ch.levels:
-                level.push(v)
+            levels = ch.levels
+            if levels:
+                for level in levels:
+                    level.push(v)
             checks = ch.checks
             log_window = ch.log_window
             if log_window is not None:
@@ -265,7 +267,8 @@ class Monitor:
                     ch.max_finite = v
                 if ch.open:
                     self._grow_open(ch, i, step, v)
-                if ch.screen is not None and ch.screen.quiet(v):
+                screen = ch.screen
+                if screen is not None and screen.quiet(v):
                     checks = ch.always
             for code, check in checks:
                 hit = check(i, step, v)
