@@ -222,27 +222,34 @@ def _grad_rising(g, p: LossGrowthParams) -> np.ndarray:
 
 
 class _GradTrend:
-    """The grad norm's side of the rule: whether its level climbs, as of its last point."""
+    """The grad norm's side of the rule: whether its level climbs, as of its last point (worked
+    out when the loss's decision reads it, from the state kept at every grad-norm point)."""
 
     def __init__(self, p: LossGrowthParams):
         self.p = p
+        self.warmup = p.grad_warmup
         self.level = Level(p.grad_smooth)
         self.levels = collections.deque(maxlen=max(p.grad_back, 1) + 1)
         self.low = math.nan
         self.n = 0
-        self.rising = False
 
     def check(self, i, step, v):
         """Takes a grad-norm point (the stream's check on the grad norm: it never fires)."""
-        p = self.p
         gl = self.level.push(v)
         self.levels.append(gl)
-        if self.n >= p.grad_warmup and (gl < self.low or (self.low != self.low and gl == gl)):
+        if self.n >= self.warmup and (gl < self.low or (self.low != self.low and gl == gl)):
             self.low = gl
-        back = self.levels[0] if len(self.levels) > max(p.grad_back, 1) else math.nan
-        self.rising = bool(gl >= p.grad_rise * self.low and gl >= p.grad_up * back and self.low > 0)
         self.n += 1
         return None
+
+    @property
+    def rising(self):
+        levels = self.levels
+        if not levels:
+            return False
+        p, gl, low = self.p, levels[-1], self.low
+        back = levels[0] if len(levels) > max(p.grad_back, 1) else math.nan
+        return bool(gl >= p.grad_rise * low and gl >= p.grad_up * back and low > 0)
 
 
 class LossGrowthStream(Stream):
