@@ -9,10 +9,15 @@ share; the online `Monitor` (tb_crash_signals.online) drives them.
 Protocol: `check(i, step, value)` is called for every point of the rule's hit
 signal, in order, and returns None or a `StreamHit`; it decides with the
 state *before* the point. What rules share lives in one `Channel` per signal:
-its recent raw points (this point included when the checks run) and its
-forward-filled windows (pushed after the checks). A rule that compares
-signals reads the other signal's channel, which the monitor updates first
-(`ORDER`), since batch rules look up other signals "at or before" the step.
+its recent raw points (this point included when the checks run), its trailing
+levels (`shared_level`: pushed before the checks, so they include the point),
+its forward-filled windows and initial level (pushed after the checks), and
+the sorted logs of its recent points for the noise estimates (`RecentLogs`,
+advanced only when a check asks). A rule that compares signals reads the other
+signal's channel, which the monitor updates first (`ORDER`), since batch rules
+look up other signals "at or before" the step; what it needs of the other
+signal is read from that channel when needed rather than tracked at every
+point of it (`Stream.idle`), where the channel holds enough of it.
 
 The checks run on every training step, so the common path of each is a few
 comparisons against cheap necessary conditions (a lower bound of a window's
@@ -31,7 +36,9 @@ from itertools import islice
 
 import numpy as np
 
+from tb_crash_signals.analysis import stats as _stats
 from tb_crash_signals.analysis.signals import SIGNALS
+from tb_crash_signals.analysis.stats import MAD_TO_SIGMA, _median_sorted, _percentile_sorted
 from tb_crash_signals.ingest.series import Series
 
 _isfinite = math.isfinite
@@ -128,7 +135,8 @@ class Channel:
     (for messages and the summary) and the forward-filled windows rules share."""
 
     __slots__ = ("name", "n", "steps", "values", "max_finite", "window", "log_window",
-                 "log_value", "checks", "always", "screen", "open", "follows", "shared", "initial")
+                 "log_value", "checks", "always", "screen", "open", "follows", "shared", "levels",
+                 "initial")
 
     def __init__(self, name, recent):
         self.name = name
@@ -147,6 +155,7 @@ class Channel:
         # What the streams of one rule derive from this signal for each other (a rule
         # checked on another signal reads it): key -> object, made by the first that needs it.
         self.shared = {}
+        self.levels = []  # the Levels among them, pushed at every point before the checks
         self.initial = InitialLevel()  # pushed after the checks: known from the 11th finite point on
 
     def need(self, size, log=False):
@@ -186,6 +195,9 @@ class Stream:
     """Base of the streaming rules: `hits` are the signals it is checked on."""
 
     hits: tuple = ()
+    # True: nothing to do at this signal's points (what the rule needs of it is read from the
+    # channel when needed); the monitor does not call its check.
+    idle: bool = False
 
     @classmethod
     def needs(cls, p, signal) -> list:
@@ -245,7 +257,8 @@ def small_median(values):
 
 
 class Level:
-    """A trailing median of k forward-filled points, pushed point by point (stats.smoothed_level).
+    """A trailing median of k forward-filled points, pushed point by point (stats.smoothed_level),
+    with its running minimum (fmin: the "best level").
 
     The window's finite values are also kept sorted, updated by bisection per push rather than
     sorted whole: equal values sit in arrival order and the oldest leaves first, so the list is
@@ -253,16 +266,18 @@ class Level:
     the window holds finite values after its leading NaNs, which are only counted.
     """
 
-    __slots__ = ("k", "window", "last", "n", "sorted", "nans", "mid", "odd")
+    __slots__ = ("k", "window", "last", "n", "sorted", "nans", "mid", "odd", "value", "low")
 
     def __init__(self, k):
         self.k = max(1, k)
         self.window = collections.deque(maxlen=self.k)
         self.last = _nan
-        self.n = 0
+        self.n = 0  # points pushed, until the usual case
         self.sorted = []
         self.nans = 0
         self.mid, self.odd = self.k // 2, self.k % 2
+        self.value = _nan  # the level at the last point
+        self.low = _nan  # the lowest level so far
 
     def push(self, v):
         """Takes the next point; returns the level at it (NaN while unknown)."""
@@ -271,8 +286,9 @@ class Level:
         x = self.last
         window = self.window
         xs = self.sorted
-        self.n += 1
-        if not self.nans and len(window) == self.k:  # the usual case: full and finite
+        # The usual case: full and finite, as it stays once it is (forward-filled, x is finite
+        # then), so it does not count the points.
+        if not self.nans and len(window) == self.k:
             old = window[0]
             window.append(x)
             # The same value leaving and coming leaves the list as it was (not so for a zero,
@@ -281,7 +297,11 @@ class Level:
                 del xs[_bisect_left(xs, old)]
                 _insort(xs, x)
             mid = self.mid
-            return xs[mid] if self.odd else (xs[mid - 1] + xs[mid]) / 2.0
+            b = self.value = xs[mid] if self.odd else (xs[mid - 1] + xs[mid]) / 2.0
+            if not b >= self.low:  # b is finite here: fmin
+                self.low = b
+            return b
+        self.n += 1
         if len(window) == self.k:
             old = window[0]
             if old == old:
@@ -293,58 +313,157 @@ class Level:
             _insort(xs, x)
         else:
             self.nans += 1
-        if self.n >= self.k and self.nans:  # NaN can only lead, being forward-filled
-            return _nan
         n = len(xs)
-        if n == 0:
-            return _nan
+        if (self.n >= self.k and self.nans) or n == 0:  # NaN can only lead, being forward-filled
+            b = self.value = _nan
+            return b
         mid = n // 2
-        return xs[mid] if n % 2 else (xs[mid - 1] + xs[mid]) / 2.0
+        b = self.value = xs[mid] if n % 2 else (xs[mid - 1] + xs[mid]) / 2.0
+        if not b >= self.low:
+            self.low = b
+        return b
 
 
-class SharedLevel:
-    """A `Level` of one channel read by several streams, pushed once per point, with its running
-    minimum (the "best level"). Only for streams checked on every point (no `quiet`)."""
-
-    __slots__ = ("level", "i", "value", "low")
-
-    def __init__(self, k):
-        self.level = Level(k)
-        self.i = -1
-        self.value = _nan
-        self.low = _nan
-
-    def at(self, i, v):
-        """The level at point `i` of the channel, whose value is `v`."""
-        if i != self.i:
-            self.i = i
-            b = self.value = self.level.push(v)
-            if b < self.low or (self.low != self.low and b == b):  # fmin
-                self.low = b
-        return self.value
-
-
-def shared_level(channel, k: int) -> SharedLevel:
-    """The channel's trailing median of `k` points, shared by every stream that asks for it."""
+def shared_level(channel, k: int) -> Level:
+    """The channel's trailing median of `k` points, shared by every stream that asks for it
+    (made before any point). The monitor pushes it at every point of the channel before the
+    checks, so during a check its `value` and `low` are those at the point being checked."""
     k = max(1, k)
-    return channel.shared.setdefault(("level", k), SharedLevel(k))
+    key = ("level", k)
+    level = channel.shared.get(key)
+    if level is None:
+        level = channel.shared[key] = Level(k)
+        channel.levels.append(level)
+    return level
 
 
 class InitialLevel:
-    """The median of the first 10 finite points (stats.initial_level), known after the 10th."""
+    """The median of the first 10 finite points (stats.initial_level), known after the 10th;
+    `known` is the index of the first point that knows it (inf before), counting the points
+    pushed."""
 
-    __slots__ = ("head", "value")
+    __slots__ = ("head", "value", "pushed", "known")
 
     def __init__(self):
         self.head = []
         self.value = _nan
+        self.pushed = 0
+        self.known = _inf
 
     def push(self, v):
         """Takes a point (after the point's own decision: the level is known from the next on)."""
+        self.pushed += 1
         if len(self.head) < 10 and v - v == 0.0:
             self.head.append(v)
             if len(self.head) == 10:
                 self.value = float(np.median(self.head))
+                self.known = self.pushed
+
+
+class RecentLogs:
+    """stats.noise_decades and stats.log_spread of the `size` raw points of a channel before its
+    current one, without their per-call numpy log and sort of the whole window.
+
+    It keeps the window's logs (numpy's, each computed once, when its point enters: numpy's
+    log of a value does not depend on the array it is taken in) and the sorted ones, and
+    advances from the channel's recent points only when asked, so nothing runs at the points
+    where no stream asks; equal logs are interchangeable, so the sorted list is the one those
+    functions sort, and their results are the same bit for bit.
+    """
+
+    __slots__ = ("channel", "size", "log", "logs", "sorted", "end", "at", "result")
+
+    def __init__(self, channel, size, log):
+        self.channel = channel
+        self.size = size
+        self.log = log  # np.log10 (noise_decades) or np.log (log_spread)
+        self.logs = collections.deque()  # each point's log in the window, None if not positive and finite
+        self.sorted = []
+        self.end = 0  # the window holds the points before this one
+        self.at = -1  # the result is that at this end
+        self.result = _nan
+
+    def _advance(self):
+        end = self.channel.n - 1
+        gap = end - self.end
+        if gap <= 0:
+            return
+        size, logs, xs = self.size, self.logs, self.sorted
+        self.end = end
+        values = self.channel.values  # its last point is the current one
+        n = len(values)
+        if gap >= size // 4:  # a sort of the whole window costs less than that many insertions
+            gap = min(end, size)
+            new = list(islice(values, n - 1 - gap, n - 1))
+            positive = [x for x in new if x > 0 and x - x == 0.0]
+            lg = self.log(np.array(positive, dtype=np.float64)).tolist() if positive else []
+            self.sorted = sorted(lg)
+            it = iter(lg)
+            self.logs = collections.deque(next(it) if x > 0 and x - x == 0.0 else None for x in new)
+            return
+        log = self.log
+        for x in islice(values, n - 1 - gap, n - 1):
+            if x > 0 and x - x == 0.0:
+                y = float(log(x))  # numpy's log of one value: the one it takes within an array
+                logs.append(y)
+                _insort(xs, y)
+            else:
+                logs.append(None)
+            if len(logs) > size:
+                old = logs.popleft()
+                if old is not None:
+                    del xs[_bisect_left(xs, old)]
+
+    def noise_decades(self):
+        """stats.noise_decades of the window (built with np.log10)."""
+        if self.at != self.channel.n:
+            self.at = self.channel.n
+            self._advance()
+            xs = self.sorted
+            self.result = (_percentile_sorted(xs, 0.75) - _percentile_sorted(xs, 0.25)
+                           if len(xs) >= 10 else _nan)
+        return self.result
+
+    def log_spread(self):
+        """stats.log_spread of the window (built with np.log)."""
+        if self.at != self.channel.n:
+            self.at = self.channel.n
+            self._advance()
+            xs = self.sorted
+            if len(xs) < 10:
+                self.result = _nan
+            else:
+                m = _median_sorted(xs)
+                self.result = MAD_TO_SIGMA * _median_sorted(sorted(abs(x - m) for x in xs))
+        return self.result
+
+
+class OwnRecent:
+    """A stream's own last `size` raw points, for a window longer than the channel keeps: the
+    stream appends each point to `values` after its decision."""
+
+    __slots__ = ("values",)
+
+    def __init__(self, size):
+        self.values = collections.deque(maxlen=size)
+
+    def noise_decades(self):
+        return _stats.noise_decades(self.values)
+
+    def log_spread(self):
+        return _stats.log_spread(self.values)
+
+
+def recent_logs(channel, size: int, log) -> RecentLogs | OwnRecent:
+    """The channel's shared RecentLogs of `size` points and that log (np.log10 for noise_decades,
+    np.log for log_spread), or an OwnRecent when the channel keeps fewer recent points."""
+    if size + 1 > channel.values.maxlen:
+        return OwnRecent(size)
+    key = ("recent logs", size, log.__name__)
+    found = channel.shared.get(key)
+    if found is None:
+        found = channel.shared[key] = RecentLogs(channel, size, log)
+    return found
 
 
 def finite_median(values):

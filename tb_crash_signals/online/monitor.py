@@ -89,6 +89,8 @@ class _State:
         for code, cls, params in built:
             for sig in cls.hits:
                 stream = cls(params, sig, self.channels)
+                if stream.idle:
+                    continue
                 # Bound methods, looked up once: update() is on the training hot path.
                 ch = self.channels[sig]
                 ch.checks.append((code, stream.check))
@@ -250,6 +252,10 @@ class Monitor:
             ch.n = i + 1
             ch.steps.append(step)
             ch.values.append(v)
+            levels = ch.levels
+            if levels:
+                for level in levels:
+                    level.push(v)
             checks = ch.checks
             log_window = ch.log_window
             if log_window is not None:
@@ -261,7 +267,8 @@ class Monitor:
                     ch.max_finite = v
                 if ch.open:
                     self._grow_open(ch, i, step, v)
-                if ch.screen is not None and ch.screen.quiet(v):
+                screen = ch.screen
+                if screen is not None and screen.quiet(v):
                     checks = ch.always
             for code, check in checks:
                 hit = check(i, step, v)

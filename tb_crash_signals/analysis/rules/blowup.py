@@ -8,10 +8,8 @@ under the explosion threshold of small models.
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import math
-from itertools import islice
 
 import numpy as np
 
@@ -31,7 +29,14 @@ from tb_crash_signals.analysis.stats import (
     trailing_median_mad_at,
     trailing_min,
 )
-from tb_crash_signals.analysis.streaming import InitialLevel, Stream, StreamHit, median_mad_before
+from tb_crash_signals.analysis.streaming import (
+    Quiet,
+    Stream,
+    StreamHit,
+    median_mad_before,
+    recent_logs,
+    small_median,
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,13 +128,21 @@ class LossBlowupStream(Stream):
         self.p = p
         self.window = channels[signal].window
         self.lr = channels["lr"].values  # updated first: its points at or before this step
-        self.recent = collections.deque(maxlen=p.noise_window)  # the loss's points before this one
-        self.initial = InitialLevel()
+        self.noise = recent_logs(channels[signal], p.noise_window, np.log10)  # of the points before
+        self.own = getattr(self.noise, "values", None)  # kept by the stream itself, if at all
+        self.initial = channels[signal].initial  # pushed after the checks: as of the points before
+
+    def quiet(self):
+        # Under min(big, after_lr) x the window's min (see _check); nothing to keep unless the
+        # stream keeps its own recent points.
+        if self.own is not None:
+            return None
+        return Quiet(floor_factor=min(self.p.big, self.p.after_lr))
 
     def check(self, i, step, v):
         hit = self._check(i, v)
-        self.recent.append(v)
-        self.initial.push(v)
+        if self.own is not None:
+            self.own.append(v)
         return hit
 
     def _check(self, i, v):
@@ -139,10 +152,12 @@ class LossBlowupStream(Stream):
         lo = self.window.lower_bound()
         if lo > 0 and v < min(p.big, p.after_lr) * lo:
             return None  # under min(big, after_lr) x the window's min <= its median
-        med, _ = median_mad_before(self.window, i, p.window, p.min_points, mad=False)
         lr_ratio = self._lr_jump()
+        if not lr_ratio > 0 and lo > 0 and p.big >= 0 and v < p.big * lo:
+            return None  # no jump of the learning rate: only "big" could be, and it is not
+        med, _ = median_mad_before(self.window, i, p.window, p.min_points, mad=False)
         kind = blowup_kind(v, med, self.window.maximum(p.window), lr_ratio, self.initial.value, p)
-        if kind is None or noise_decades(self.recent) >= p.max_noise:
+        if kind is None or self.noise.noise_decades() >= p.max_noise:
             return None
         return StreamHit(note=_note(kind, v, med, lr_ratio))
 
@@ -228,23 +243,8 @@ def _together_note(g_ratio, l_ratio) -> str:
     return f"grad norm {fmt(g_ratio)}x and train loss {fmt(l_ratio)}x their recent medians"
 
 
-_LOSS_INIT = "jump-together: the loss's initial level"  # Channel.shared key of the loss side
-
-
-class _LossInit:
-    """The loss's side of the rule: its initial level as known before its latest point."""
-
-    def __init__(self):
-        self.level = InitialLevel()
-        self.before = math.nan
-
-    def push(self, v):
-        self.before = self.level.value
-        self.level.push(v)
-
-
 class JumpTogetherStream(Stream):
-    hits = ("grad_norm", "train_loss")  # checked on the grad norm; the loss side only follows
+    hits = ("grad_norm",)  # the loss's side is read from its channel
 
     @classmethod
     def needs(cls, p, signal):
@@ -253,20 +253,24 @@ class JumpTogetherStream(Stream):
 
     def __init__(self, p, signal, channels):
         self.p = p
-        self.signal = signal
-        self.init = channels["train_loss"].shared.setdefault(_LOSS_INIT, _LossInit())
-        if signal == "train_loss":
-            return
+        self.init = channels["train_loss"].initial
         self.window = channels[signal].window
         self.train = channels["train_loss"]
-        self.recent = collections.deque(maxlen=p.noise_window)  # the grad norm's points before this one
+        self.noise = recent_logs(channels[signal], p.noise_window, np.log10)  # of the points before
+        self.own = getattr(self.noise, "values", None)  # kept by the stream itself, if at all
+        self.loss_noise = recent_logs(self.train, p.noise_window, np.log10)  # before the loss's last point
+
+    def quiet(self):
+        # Under `factor` x the window's min (see _check); nothing to keep unless the stream keeps
+        # its own recent points.
+        if self.own is not None:
+            return None
+        return Quiet(floor_factor=self.p.factor)
 
     def check(self, i, step, v):
-        if self.signal == "train_loss":
-            self.init.push(v)
-            return None
         hit = self._check(i, step, v)
-        self.recent.append(v)
+        if self.own is not None:
+            self.own.append(v)
         return hit
 
     def _check(self, i, step, v):
@@ -282,17 +286,24 @@ class JumpTogetherStream(Stream):
         loss = train.values[-1]
         if not loss - loss == 0.0:
             return None
+        # The loss's median before its last point is at least its window's lower bound.
+        lo = train.window.low
+        if lo > 0 and p.factor >= 0 and loss < p.factor * lo:
+            return None
         g_med, _ = median_mad_before(self.window, i, p.window, p.min_points, mad=False)
         l_med = _median_before_last(train.window, train.n - 1, p.window, p.min_points)
         if (
             g_med > 0 and l_med > 0 and v >= p.factor * g_med and loss >= p.factor * l_med
-            and loss - l_med >= p.min_rise * self.init.before
+            and loss - l_med >= p.min_rise * self._init_before(train.n - 1)
         ):
-            values = train.values  # the loss's recent points, this step's last
-            before = list(islice(values, max(len(values) - 1 - p.noise_window, 0), len(values) - 1))
-            if not (noise_decades(before) >= p.max_noise or noise_decades(self.recent) >= p.max_noise):
+            if not (self.loss_noise.noise_decades() >= p.max_noise or self.noise.noise_decades() >= p.max_noise):
                 return StreamHit(note=_together_note(v / g_med, loss / l_med))
         return None
+
+    def _init_before(self, last):
+        """The loss's initial level as known at its point `last` (before it)."""
+        init = self.init
+        return init.value if init.known <= last else math.nan
 
 
 def _median_before_last(window, i, size, min_points):
@@ -300,12 +311,12 @@ def _median_before_last(window, i, size, min_points):
     stats.trailing_median_mad_at computes it at i."""
     if i < min_points:
         return math.nan
-    w = np.asarray(window.tail(size + 1)[:-1], dtype=np.float64)
+    w = window.tail(size + 1)[:-1]
     if i < size:
-        w = w[np.isfinite(w)]
-        if w.size < min_points:
+        w = [x for x in w if x - x == 0.0]
+        if len(w) < min_points:
             return math.nan
-    return float(np.median(w))
+    return small_median(w)
 
 
 @rule(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 
 import numpy as np
@@ -20,7 +19,7 @@ from tb_crash_signals.analysis.rules.base import (
 )
 from tb_crash_signals.analysis.signals import SIGNAL_LABELS
 from tb_crash_signals.analysis.stats import initial_level, noise_decades, run_lengths, smoothed_level
-from tb_crash_signals.analysis.streaming import InitialLevel, Stream, StreamHit, shared_level
+from tb_crash_signals.analysis.streaming import Stream, StreamHit, recent_logs, shared_level
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,23 +70,25 @@ class LossDivergenceStream(Stream):
         self.p = p
         self.level = shared_level(channels["train_loss"], p.smooth)
         self.best_level = shared_level(channels["train_loss"], p.best_smooth)
-        self.initial = InitialLevel()
-        self.recent = collections.deque(maxlen=p.noise_window)
+        self.initial = channels["train_loss"].initial  # pushed after the checks: as of the points before
+        self.noise = recent_logs(channels["train_loss"], p.noise_window, np.log10)  # of the points before
+        self.own = getattr(self.noise, "values", None)  # kept by the stream itself, if at all
         self.run = 0
         self.calm = False  # the loss was not pure noise where the current run of elevated points began
         self.inside = False  # fired, and the level not yet back under `back` x the best
 
     def check(self, i, step, v):
         p = self.p
-        level = self.level.at(i, v)
-        self.best_level.at(i, v)
+        level = self.level.value
         best = self.best_level.low
         init = self.initial.value
-        self.initial.push(v)
-        up = i >= p.min_points and bool(elevated(level, best, init, p)) and v - v == 0.0
+        # `elevated` on floats, without its numpy error state (a context manager a point).
+        up = (i >= p.min_points and v - v == 0.0 and level >= p.factor * best and best > 0
+              and not (init > best and level - best < p.lost * (init - best)))
         if up and not self.run:  # the noise before the climb: the climb itself would read as noise
-            self.calm = not noise_decades(self.recent) >= p.max_noise
-        self.recent.append(v)
+            self.calm = not self.noise.noise_decades() >= p.max_noise
+        if self.own is not None:
+            self.own.append(v)
         self.run = self.run + 1 if up else 0
         if up and self.calm and self.run >= p.consecutive:
             self.inside = True

@@ -5,6 +5,8 @@ from __future__ import annotations
 import collections
 import dataclasses
 import math
+from bisect import bisect_left as _bisect_left
+from bisect import insort as _insort
 from itertools import islice
 
 import numpy as np
@@ -73,7 +75,7 @@ def _describe_growth(ep, p):
 
 
 class GradGrowthStream(Stream):
-    hits = ("grad_norm", "train_loss")  # checked on the grad norm; the loss side only follows
+    hits = ("grad_norm",)  # the loss's side is read from its shared levels when a window decides
 
     # The running quarter sums are recomputed exactly this often, so their
     # rounding drift stays far below _SLACK.
@@ -88,17 +90,17 @@ class GradGrowthStream(Stream):
     def __init__(self, p, signal, channels):
         self.signal = signal
         self.loss = channels["train_loss"].shared.setdefault(_LOSS, _LossRatio(channels["train_loss"]))
-        if signal == "train_loss":
-            return
         self.p = p
         w = self.w = p.window
         self.threshold = p.threshold
         self.q, self.rise = quarter_rise(p)
         self.q_rise = self.q * self.rise
+        self.min_excess = math.log(p.min_excess)  # as fit_window computes it
         self.logs = collections.deque(maxlen=w)  # logs, 0.0 where not finite
         self.steps = collections.deque(maxlen=w)
         self.channel = channels[signal]  # its log_value: log(v), computed once a point
         self.history = self.channel.log_window
+        self.baseline = _Baseline(self.history, w, p.baseline_window)
         self.last_bad = -w  # index of the last non-finite log
         # Sums of the first and the last q logs of the window, kept running
         # once the window is full, and recomputed every _RESYNC points.
@@ -107,9 +109,6 @@ class GradGrowthStream(Stream):
         self.full = False
 
     def check(self, i, step, v):
-        if self.signal == "train_loss":
-            self.loss.push(i, v)
-            return None
         logs = self.logs
         x = self.channel.log_value
         if not x - x == 0.0:
@@ -132,6 +131,11 @@ class GradGrowthStream(Stream):
         # rounding: the exact (numpy) test in _decide settles close calls.
         if self.last - self.first < self.q_rise - self._SLACK:
             return None
+        # fit_window's first test needs the run's normal level: the median of the history
+        # before the window, unknown while the window reaches back under w points, and at least
+        # the history's lower bound (its window holds those points).
+        if i - self.w + 1 < self.w or x - self.history.low < self.min_excess:
+            return None
         return self._decide(i)
 
     def _fill(self, x, step):
@@ -151,24 +155,71 @@ class GradGrowthStream(Stream):
 
     def _decide(self, i):
         p, w, q = self.p, self.w, self.q
+        base = self.baseline.at(i)
+        # fit_window's first test, before the arrays are built: it rejects most windows.
+        if not base - base == 0.0 or self.logs[-1] - base < self.min_excess:
+            return None
         logs = np.fromiter(self.logs, dtype=np.float64, count=w)  # all finite here
         # The batch rule's exact arithmetic.
         if logs[w - q :].sum() / q - logs[:q].sum() / q < self.rise:
             return None
-        lo = i - w + 1
-        base = math.nan
-        if lo >= w:
-            # The history is pushed after this check: it ends at point i - 1.
-            hist = list(self.history.values)
-            before = np.asarray(hist[: len(hist) - (w - 1)][-p.baseline_window :], dtype=np.float64)
-            if lo < p.baseline_window:
-                before = before[np.isfinite(before)]
-                base = float(np.median(before)) if before.size >= w else math.nan
-            else:
-                base = float(np.median(before))
         steps = np.fromiter(self.steps, dtype=np.int64, count=w)
         fit = fit_window(steps, logs, base, p, self.loss.ratio)
         return None if fit is None else StreamHit(fit=fit)
+
+
+class _Baseline:
+    """The run's normal level for the window ending at point i, as the batch rule takes it: the
+    median of the forward-filled logs of the `size` points before the window (of the finite ones
+    while fewer than `size` precede it; NaN under w of them, or with a NaN among `size`).
+
+    The points' values are kept sorted and advanced from the log window (which ends at point
+    i - 1) only when asked: the decisions come in runs of consecutive points, each moving the
+    span by one point.
+    """
+
+    def __init__(self, history, w, size):
+        self.history, self.w, self.size = history, w, size
+        self.values = collections.deque()  # the span's values, oldest first
+        self.sorted = []  # ... its finite ones, sorted
+        self.nans = 0
+        self.end = 0  # the span holds the points before this one
+
+    def at(self, i):
+        w, size = self.w, self.size
+        lo = i - w + 1
+        if lo < w:
+            return math.nan
+        hist = self.history.values
+        offset = len(hist) - i  # hist[offset + j] is point j
+        gap = lo - self.end
+        if gap >= size // 4 or not self.values:  # one sort costs less than that many insertions
+            values = list(islice(hist, offset + max(lo - size, 0), offset + lo))
+            self.values = collections.deque(values)
+            finite = [x for x in values if x == x]
+            self.nans = len(values) - len(finite)
+            self.sorted = sorted(finite)
+        elif gap > 0:
+            values, xs = self.values, self.sorted
+            for x in islice(hist, offset + self.end, offset + lo):
+                values.append(x)
+                if x == x:
+                    _insort(xs, x)
+                else:
+                    self.nans += 1
+                if len(values) > size:
+                    old = values.popleft()
+                    if old == old:
+                        del xs[_bisect_left(xs, old)]
+                    else:
+                        self.nans -= 1
+        self.end = lo
+        xs = self.sorted
+        n = len(xs)
+        if (n < w) if lo < size else self.nans:
+            return math.nan
+        mid = n // 2
+        return xs[mid] if n % 2 else (xs[mid - 1] + xs[mid]) / 2.0
 
 
 @rule(
@@ -235,18 +286,17 @@ def loss_ratio_at(train, steps) -> np.ndarray:
 
 
 class _LossRatio:
-    """The train loss's side of the rule: its level over its best level at its last point."""
+    """The train loss's side of the rule: its level over its best level at its last point (the
+    monitor pushes the shared levels at every loss point, so it is read only when needed)."""
 
     def __init__(self, channel):
         self.level = shared_level(channel, LOSS_SMOOTH)
         self.best_level = shared_level(channel, LOSS_BEST_SMOOTH)
-        self.ratio = math.nan
 
-    def push(self, i, v):
-        level = self.level.at(i, v)
-        self.best_level.at(i, v)
+    @property
+    def ratio(self):
         best = self.best_level.low
-        self.ratio = level / best if best > 0 else math.nan
+        return self.level.value / best if best > 0 else math.nan
 
 
 _LOSS = "grad-norm-growth: loss level"  # Channel.shared key of the loss side

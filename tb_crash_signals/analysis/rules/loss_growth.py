@@ -28,7 +28,7 @@ from tb_crash_signals.analysis.stats import (
     smoothed_level,
     value_at_or_before,
 )
-from tb_crash_signals.analysis.streaming import InitialLevel, Level, Stream, StreamHit, shared_level
+from tb_crash_signals.analysis.streaming import Level, Stream, StreamHit, recent_logs, shared_level
 
 _GRAD = "loss-growth: grad norm trend"  # Channel.shared key of the grad-norm side
 _LR = "loss-growth: learning-rate trend"  # ... and of the learning rate's
@@ -185,6 +185,24 @@ class _LrTrend:
         self.rising = bool(len(self.values) > self.p.lr_back and v >= self.p.lr_up * back and back > 0)
 
 
+class _LrTrendOfChannel:
+    """_LrTrend read from the learning rate's channel when needed, for an `lr_back` within the
+    points the channel keeps (so nothing runs at the learning rate's points)."""
+
+    def __init__(self, p: LossGrowthParams, channel):
+        self.back, self.up = p.lr_back, p.lr_up
+        self.channel = channel
+
+    @property
+    def rising(self):
+        ch = self.channel
+        if ch.n <= self.back:
+            return False
+        values = ch.values
+        back = values[-1 - self.back]
+        return bool(values[-1] >= self.up * back and back > 0)
+
+
 def _grad_rising(g, p: LossGrowthParams) -> np.ndarray:
     """For each grad-norm point: whether its level climbs (see `grad_rise`)."""
     gl = smoothed_level(g.values, p.grad_smooth)
@@ -204,25 +222,34 @@ def _grad_rising(g, p: LossGrowthParams) -> np.ndarray:
 
 
 class _GradTrend:
-    """The grad norm's side of the rule: whether its level climbs, as of its last point."""
+    """The grad norm's side of the rule: whether its level climbs, as of its last point (worked
+    out when the loss's decision reads it, from the state kept at every grad-norm point)."""
 
     def __init__(self, p: LossGrowthParams):
         self.p = p
+        self.warmup = p.grad_warmup
         self.level = Level(p.grad_smooth)
         self.levels = collections.deque(maxlen=max(p.grad_back, 1) + 1)
         self.low = math.nan
         self.n = 0
-        self.rising = False
 
-    def push(self, v):
-        p = self.p
+    def check(self, i, step, v):
+        """Takes a grad-norm point (the stream's check on the grad norm: it never fires)."""
         gl = self.level.push(v)
         self.levels.append(gl)
-        if self.n >= p.grad_warmup and (gl < self.low or (self.low != self.low and gl == gl)):
+        if self.n >= self.warmup and (gl < self.low or (self.low != self.low and gl == gl)):
             self.low = gl
-        back = self.levels[0] if len(self.levels) > max(p.grad_back, 1) else math.nan
-        self.rising = bool(gl >= p.grad_rise * self.low and gl >= p.grad_up * back and self.low > 0)
         self.n += 1
+        return None
+
+    @property
+    def rising(self):
+        levels = self.levels
+        if not levels:
+            return False
+        p, gl, low = self.p, levels[-1], self.low
+        back = levels[0] if len(levels) > max(p.grad_back, 1) else math.nan
+        return bool(gl >= p.grad_rise * low and gl >= p.grad_up * back and low > 0)
 
 
 class LossGrowthStream(Stream):
@@ -235,36 +262,49 @@ class LossGrowthStream(Stream):
         self.lr = channels["lr"]
         if signal == "grad_norm":
             self.trend = self.grad.shared.setdefault(_GRAD, _GradTrend(p))
+            self.check = self.trend.check  # one call a grad-norm point, not two
             return
         if signal == "lr":
-            self.trend = self.lr.shared.setdefault(_LR, _LrTrend(p))
+            if p.lr_back < self.lr.values.maxlen:
+                self.lr.shared.setdefault(_LR, _LrTrendOfChannel(p, self.lr))
+                self.idle = True
+            else:
+                self.trend = self.lr.shared.setdefault(_LR, _LrTrend(p))
+                self.check = self._push_lr
             return
         self.level = shared_level(channels["train_loss"], p.smooth)
         self.best_level = shared_level(channels["train_loss"], p.best_smooth)
-        self.initial = InitialLevel()
-        self.recent = collections.deque(maxlen=max(p.spread_window, p.noise_window))
+        self.initial = channels["train_loss"].initial  # pushed after the checks: as of the points before
+        ch = channels["train_loss"]
+        self.noise = recent_logs(ch, p.noise_window, np.log10)  # of the points before
+        self.spread = recent_logs(ch, p.spread_window, np.log)
+        # Kept by the stream itself, if at all.
+        self.own = [r.values for r in (self.noise, self.spread) if hasattr(r, "values")]
         self.levels = collections.deque(maxlen=max(p.fit_window, p.smooth + 1))
         self.slow_levels = collections.deque(maxlen=p.smooth + 1)
         self.steps = collections.deque(maxlen=p.fit_window)
         self.run = 0  # points in a row that climbed, ending at the last one
         self.run_with_grad = 0  # ... with the grad norm climbing too
+        # A larger spread raises climbing's bars only for non-negative z's (the defaults).
+        self.bars_fall = p.z >= 0 and p.z_with_grad >= 0
+        self.low_ratio = min(p.ratio_with_grad, p.ratio_with_lr)
+
+    def _push_lr(self, i, step, v):
+        """The check on the learning rate, when its trend is not read from its channel."""
+        self.trend.push(v)
 
     def check(self, i, step, v):
-        if self.signal != "train_loss":
-            self.trend.push(v)
-            return None
         p = self.p
-        level = self.level.at(i, v)
-        b = self.best_level.at(i, v)
+        level = self.level.value
+        b = self.best_level.value
         best = self.best_level.low
         init = self.initial.value
         self.levels.append(level)
         self.slow_levels.append(b)
         self.steps.append(step)
         hit = None
-        low = min(p.ratio_with_grad, p.ratio_with_lr)
         if (i >= p.min_points and v - v == 0.0 and best > 0
-                and (level >= low * best or b >= p.slow_ratio * best)):
+                and (level >= self.low_ratio * best or b >= p.slow_ratio * best)):
             trend = self.grad.shared.get(_GRAD)
             rising = trend is not None and trend.rising
             lr_trend = self.lr.shared.get(_LR)
@@ -273,11 +313,14 @@ class LossGrowthStream(Stream):
             before = levels[-1 - p.smooth] if len(levels) > p.smooth else math.nan
             slow_before = self.slow_levels[0] if len(self.slow_levels) > p.smooth else math.nan
             top = p.max_ratio * best
-            # What `climbing` needs before its noise estimates (which cost the most) can matter.
-            if (before < level < top) or ((rising or lr_rising) and slow_before < b < top):
-                recent = list(self.recent)
-                how = climbing(level, before, b, slow_before, best, init, log_spread(recent[-p.spread_window:]),
-                               noise_decades(recent[-p.noise_window:]), rising, lr_rising, p)
+            # What `climbing` needs before its noise estimates (which cost the most) can matter:
+            # with a zero spread (which only lowers its bars when z >= 0) and no noise gate, it must climb.
+            if (((before < level < top) or ((rising or lr_rising) and slow_before < b < top))
+                    and (not self.bars_fall
+                         or climbing(level, before, b, slow_before, best, init, 0.0, math.nan,
+                                     rising, lr_rising, p))):
+                how = climbing(level, before, b, slow_before, best, init, self.spread.log_spread(),
+                               self.noise.noise_decades(), rising, lr_rising, p)
             else:
                 how = False
             self.run = self.run + 1 if how else 0
@@ -289,8 +332,8 @@ class LossGrowthStream(Stream):
                                            how in _CORROBORATED and lr_rising), fit=fit)
         else:
             self.run = self.run_with_grad = 0
-        self.initial.push(v)
-        self.recent.append(v)
+        for own in self.own:
+            own.append(v)
         return hit
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import array
-import collections
 import dataclasses
 import math
 
@@ -26,7 +25,7 @@ from tb_crash_signals.analysis.stats import (
     noise_decades,
     trailing_median_inclusive,
 )
-from tb_crash_signals.analysis.streaming import InitialLevel, Stream, StreamHit, finite_median
+from tb_crash_signals.analysis.streaming import Stream, StreamHit, recent_logs, shared_level
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,26 +115,22 @@ def _in_warmup(data, steps):
         return (pos >= 0) & (v[np.maximum(pos, 0)] > v[back])
 
 
-_LR_PEAK = "loss-plateau: learning-rate peak"  # Channel.shared key of the lr side
-
-
 class _LrPeak:
-    """The learning rate's side of the rule: its running peak (of finite values) and last value."""
+    """The learning rate's side of the rule, read from its channel (updated before the loss):
+    its running peak of finite values (the channel's max_finite) and its last value."""
 
-    def __init__(self):
-        self.peak = math.nan
-        self.last = math.nan
+    __slots__ = ("channel",)
 
-    def push(self, v):
-        if v - v == 0.0 and not v <= self.peak:  # fmax
-            self.peak = v
-        self.last = v
+    def __init__(self, channel):
+        self.channel = channel
 
     def low(self, floor) -> bool:
         return bool(self.fraction() <= floor)
 
     def fraction(self) -> float:
-        return self.last / self.peak if self.peak > 0 else math.nan
+        ch = self.channel
+        peak = ch.max_finite  # -inf before a finite value
+        return ch.values[-1] / peak if peak > 0 else math.nan
 
 
 def lr_fraction(data, steps) -> np.ndarray:
@@ -151,26 +146,19 @@ def lr_fraction(data, steps) -> np.ndarray:
 
 
 class PlateauStream(Stream):
-    """loss-plateau, point by point (the lr side tracks the learning rate's peak)."""
+    """loss-plateau, point by point (the learning rate's peak read from its channel)."""
 
-    hits = ("train_loss", "lr")
+    hits = ("train_loss",)  # the learning rate's side is read from its channel
 
     def __init__(self, p, signal, channels):
-        self.signal = signal
-        if signal == "lr":
-            self.peak = channels["lr"].shared.setdefault(_LR_PEAK, _LrPeak())
-            return
-        self.lr_peak = channels["lr"].shared.setdefault(_LR_PEAK, _LrPeak())
+        self.lr_peak = _LrPeak(channels["lr"])
         self.stuck, self.lr_floor, self.max_warmup = p.stuck, p.lr_floor, p.max_warmup
         self.max_noise = p.max_noise
-        self.recent = collections.deque(maxlen=p.noise_window)  # raw points before this one
-        self.initial = InitialLevel()
-        k = self.k = max(1, p.smooth)
-        self.mid, self.odd = k // 2, k % 2 == 1
-        self.window = collections.deque(maxlen=k)  # forward-filled losses, this point included
-        self.last = math.nan
-        self.best = math.nan
-        self.settled = False
+        self.noise = recent_logs(channels["train_loss"], p.noise_window, np.log10)  # of the points before
+        self.own = getattr(self.noise, "values", None)  # kept by the stream itself, if at all
+        self.initial = channels["train_loss"].initial  # pushed after the checks: as of the points before
+        # The smoothed loss at this point, and its best so far (`_running_best`'s).
+        self.level = shared_level(channels["train_loss"], p.smooth)
         self.warmed = -1  # the last point of the warm-up (a rising learning rate), -1 if none
         self.rel = p.rel_improvement
         self.fraction, self.min_patience = p.patience_fraction, p.min_patience
@@ -182,41 +170,17 @@ class PlateauStream(Stream):
         self.lr = channels["lr"].values
 
     def check(self, i, step, v):
-        if self.signal == "lr":
-            self.peak.push(v)
-            return None
         init = self.initial.value
-        self.initial.push(v)
         hit = self._check(i, v, init)
-        if hit is not None and noise_decades(self.recent) >= self.max_noise:
+        if hit is not None and self.noise.noise_decades() >= self.max_noise:
             hit = None
-        self.recent.append(v)
+        if self.own is not None:
+            self.own.append(v)
         return hit
 
     def _check(self, i, v, init):
         finite = v - v == 0.0
-        if finite:
-            self.last = v
-        window = self.window
-        y = self.last
-        window.append(y)
-        if i >= self.k - 1:
-            # Once settled, the window's median is >= best after every point,
-            # and for an odd window only a new value below best can take the
-            # median below it: otherwise the median need not be computed.
-            # Forward-filled: NaN can only lead, so a finite first value means all are.
-            if (y < self.best or not self.settled) and window[0] == window[0]:
-                xs = sorted(window)
-                mid = self.mid
-                sm = xs[mid] if self.odd else (xs[mid - 1] + xs[mid]) / 2.0
-                if not sm >= self.best:  # fmin: a NaN best takes sm
-                    self.best = sm
-                self.settled = self.odd
-        else:
-            sm = finite_median(window)
-            if sm - sm == 0.0 and not sm >= self.best:
-                self.best = sm
-        best = self.best
+        best = self.level.low
         if i < self.max_warmup:
             if self._lr_rising():
                 self.warmed = i
@@ -235,20 +199,9 @@ class PlateauStream(Stream):
         ref = ring[(i - patience) % size]
         if best > ref - self.rel * abs(ref) and i - patience >= self.warmed:
             gone = self.lr_peak.low(self.lr_floor)
-            if gone or self._level() >= self.stuck * init:
+            if gone or self.level.value >= self.stuck * init:
                 return StreamHit(note=plateau_note(patience, self.lr_peak.fraction() if gone else math.nan))
         return None
-
-    def _level(self):
-        """The smoothed loss now (the window's median, as `_smoothed` computes it)."""
-        window = self.window
-        if len(window) < self.k:
-            return finite_median(window)
-        if window[0] != window[0]:
-            return math.nan
-        xs = sorted(window)
-        mid = self.mid
-        return xs[mid] if self.odd else (xs[mid - 1] + xs[mid]) / 2.0
 
     def _lr_rising(self):
         """The last lr point above the one 3 points before it (warm-up)."""
