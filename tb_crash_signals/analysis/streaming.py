@@ -102,21 +102,14 @@ class Window:
     def maximum(self, k):
         """The maximum of the last k values, as stats.trailing_max sees it (NaN when none is
         finite)."""
-        values = self.values
-        if not values or values[-1] != values[-1]:
-            return _nan
-        n = len(values)
-        if n <= k:
-            first, tail = values[0], values
-        else:
-            first, tail = values[n - k], islice(values, n - k, None)
-        if first == first:  # NaN can only lead: none in the tail, max() needs no filter
-            return max(tail)
-        return max(x for x in tail if x == x)
+        return self._extreme(k, max)
 
     def minimum(self, k):
-        """The minimum of the last k values, as stats.trailing_min sees it
-        (NaN when none is finite; NaN can only lead, being forward-filled)."""
+        """The minimum of the last k values, as stats.trailing_min sees it (NaN when none is
+        finite)."""
+        return self._extreme(k, min)
+
+    def _extreme(self, k, pick):
         values = self.values
         if not values or values[-1] != values[-1]:
             return _nan
@@ -125,9 +118,9 @@ class Window:
             first, tail = values[0], values
         else:
             first, tail = values[n - k], islice(values, n - k, None)
-        if first == first:
-            return min(tail)
-        return min(x for x in tail if x == x)
+        if first == first:  # NaN can only lead (forward-filled): none in the tail, no filter needed
+            return pick(tail)
+        return pick(x for x in tail if x == x)
 
 
 class Channel:
