@@ -175,7 +175,7 @@ def article_config(with_defaults: bool = False) -> Config:
         "select": list(ARTICLE_CODES),
         "rules": {
             "CS101": {"count_nonfinite": True, "min_rise": 0.0},
-            "CS302": {"min_level": 0.0},
+            "CS302": {"min_level": 0.0, "tolerance": 0.001},
             "CS401": {"severity": "critical"},
         },
     })

@@ -16,7 +16,8 @@ from tb_crash_signals.analysis.streaming import HIT, Stream
 class StagnationParams:
     evaluations: int = param(10, "how many previous validation values are compared (the article's 10)")
     tolerance: float = param(
-        0.001, "all of them within this absolute distance of the current value (the article's 0.001)"
+        0.0005, "all of them within this absolute distance of the current value (the article's 0.001, "
+        "which a healthy run settling under a decayed learning rate meets; the `article` preset keeps it)"
     )
     min_level: float = param(
         0.05, "and the validation loss must still be at least this share of its first value: a loss "

@@ -214,6 +214,12 @@ def test_val_stagnation_is_the_article_rule():
     eps = episodes_of(analyze(val_loss=val), "CS302")
     assert [e.start_step for e in eps] == [30]  # 10 earlier values within 0.001
     assert "CS302" not in codes(analyze(val_loss=np.linspace(2.0, 1.0, 40)))
+    # Still settling, by 0.0007 over 10 evaluations (a healthy run under a decayed learning rate), is
+    # stagnation to the article, not by default: the default tolerance is 0.0005.
+    settling = np.concatenate([np.linspace(2.0, 1.0, 20), 0.9 - 0.00007 * np.arange(15)])
+    assert "CS302" not in codes(analyze(val_loss=settling))
+    article = episodes_of(analyze(article_config(), val_loss=settling), "CS302")
+    assert [e.start_step for e in article] == [30]
 
 
 def test_overfitting_is_the_article_rule_when_selected():
