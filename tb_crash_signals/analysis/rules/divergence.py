@@ -38,10 +38,7 @@ class DivergenceParams:
     )
     noise_window: int = noise_window_param()
     max_noise: float = max_noise_param("alarm")
-    min_points: int = param(
-        11, "points needed before the rule can fire: the initial level is known from the 11th on, and an "
-        "epoch-level run of 30 points can diverge"
-    )
+    min_points: int = param(31, "points needed before the rule can fire (the best level's median of 31)")
     cooldown: int = param(20, "points back under that level after which a new episode starts")
 
 
@@ -74,7 +71,6 @@ class LossDivergenceStream(Stream):
         self.noise = recent_logs(channels["train_loss"], p.noise_window, np.log10)  # of the points before
         self.own = getattr(self.noise, "values", None)  # kept by the stream itself, if at all
         self.run = 0
-        self.calm = False  # the loss was not pure noise where the current run of elevated points began
         self.inside = False  # fired, and the level not yet back under `back` x the best
 
     def check(self, i, step, v):
@@ -85,12 +81,11 @@ class LossDivergenceStream(Stream):
         # `elevated` on floats, without its numpy error state (a context manager a point).
         up = (i >= p.min_points and v - v == 0.0 and level >= p.factor * best and best > 0
               and not (init > best and level - best < p.lost * (init - best)))
-        if up and not self.run:  # the noise before the climb: the climb itself would read as noise
-            self.calm = not self.noise.noise_decades() >= p.max_noise
+        up = up and not self.noise.noise_decades() >= p.max_noise
         if self.own is not None:
             self.own.append(v)
         self.run = self.run + 1 if up else 0
-        if up and self.calm and self.run >= p.consecutive:
+        if up and self.run >= p.consecutive:
             self.inside = True
         elif level < p.back * best:
             self.inside = False
@@ -117,7 +112,7 @@ def loss_divergence(data, p: DivergenceParams, since=None):
     `factor` x its best level so far (the lowest trailing median of
     `best_smooth` points) and has lost at least `lost` of the progress from
     the initial level to that best, for `consecutive` points in a row, on a
-    loss that was not pure noise (tiny batches) where those points began. A spike that comes back does
+    loss that is not pure noise (tiny batches). A spike that comes back does
     not fire; a jump that stays, or a slow climb, does. Once fired, every finite
     point is part of the divergence until the level is back under `back` x
     the best.
@@ -133,15 +128,11 @@ def loss_divergence(data, p: DivergenceParams, since=None):
     inits = np.where(np.arange(len(v)) > known_after, init, np.nan)
     up = elevated(level, best, inits, p) & np.isfinite(v)
     up[: p.min_points] = False
-    runs = run_lengths(up)
+    for i in np.flatnonzero(up).tolist():  # rare: only where the level is that high
+        if noise_decades(v[max(i - p.noise_window, 0) : i]) >= p.max_noise:
+            up[i] = False
     points = np.arange(len(v))
-    # The noise is read where each run of elevated points begins: the climb itself would read as noise.
-    starts = np.flatnonzero(runs == 1)
-    noisy = np.zeros(len(v) + 1, bool)
-    for i in starts.tolist():  # rare: only where the level is that high
-        noisy[i] = noise_decades(v[max(i - p.noise_window, 0) : i]) >= p.max_noise
-    firing = (runs >= p.consecutive) & ~noisy[np.where(up, points - runs + 1, len(v))]
-    fired = np.maximum.accumulate(np.where(firing, points, -1))
+    fired = np.maximum.accumulate(np.where(run_lengths(up) >= p.consecutive, points, -1))
     with np.errstate(invalid="ignore"):
         recovered = np.maximum.accumulate(np.where(level < p.back * best, points, -1))
     # A point both firing and back under `back` (back > factor) fires, as in the stream.

@@ -137,16 +137,27 @@ def test_a_divergence_bouncing_around_its_level_is_one_episode():
     assert len(eps) == 1 and eps[0].end_step < 720
 
 
-def test_a_short_epoch_level_run_can_diverge():
-    # 30 epochs under an exponential learning rate: learns, then climbs 50x in a dozen epochs.
-    loss = np.array([2.39, 2.26, 2.13, 1.96, 1.81, 1.71, 1.72, 1.67, 1.67, 1.66, 1.69, 1.74, 1.75, 1.75,
+def test_an_epoch_level_climb_is_not_read_as_noise():
+    # 45 epochs under an exponential learning rate: learns, then climbs 50x in a dozen epochs.
+    loss = np.array([2.9, 2.85, 2.8, 2.75, 2.7, 2.65, 2.6, 2.55, 2.5, 2.45, 2.4, 2.4, 2.4, 2.4, 2.4,
+                     2.39, 2.26, 2.13, 1.96, 1.81, 1.71, 1.72, 1.67, 1.67, 1.66, 1.69, 1.74, 1.75, 1.75,
                      1.85, 1.95, 2.04, 2.51, 4.68, 17.8, 30.3, 33.1, 37.0, 44.9, 44.4, 53.0, 54.0, 66.9,
                      82.1, 92.1])
     # The climb fills the noise window's upper quartile within a few points: the noise that
     # counts is the one before it.
     eps = episodes_of(analyze(train_loss=loss), "CS113")
-    assert [e.start_step for e in eps] == [26]
-    assert "CS113" not in codes(analyze(train_loss=loss[:20]))
+    assert [e.start_step for e in eps] == [41]
+    assert "CS113" not in codes(analyze(train_loss=loss[:35]))
+
+
+def test_a_divergence_that_begins_in_noise_fires_once_the_noise_is_gone():
+    rng = np.random.default_rng(4)
+    t = np.arange(300)
+    noisy = (2.3 * np.exp(-t / 60) + 0.1) * np.exp(1.2 * rng.standard_normal(300))  # tiny batches
+    loss = np.concatenate([noisy, np.full(300, 2.0)])  # then stuck far above its best, calmly
+    eps = episodes_of(analyze(train_loss=loss), "CS113")
+    assert len(eps) == 1 and 320 < eps[0].start_step < 500, [(e.start_step, e.end_step) for e in eps]
+    assert "CS113" not in codes(analyze(train_loss=noisy))
 
 
 def test_growth_predicts_the_crossing_before_it_happens():
