@@ -45,7 +45,8 @@ class PlateauParams:
     )
     max_warmup: int = param(
         100, "a rising learning rate is a warm-up (no plateau) only within this many points: one that "
-        "keeps rising later is a schedule gone wrong, not a warm-up"
+        "rose through all of them ever faster (an exponential schedule, a range test) is a schedule gone "
+        "wrong, not a warm-up"
     )
     stuck: float = param(
         0.65, "a stall counts only while the smoothed loss is at least this share of the initial level "
@@ -87,12 +88,25 @@ def _warmup_ends(data, steps, max_warmup: int) -> np.ndarray:
     last point at or before it whose learning rate was still ramping up, -1 if none. A stall
     counts from the end of the warm-up: a loss held flat by a tiny warm-up learning rate has not
     had its chance to fall. A learning rate rising through all `max_warmup` points is a schedule
-    gone wrong, not a warm-up: from then on the stall counts from the start."""
+    gone wrong, not a warm-up, if it rose ever faster (`accelerating`): from then on the stall
+    counts from the start."""
     m = max(1, min(steps.shape[0], max_warmup))
     warm = _in_warmup(data, steps[:m])
     ends = np.maximum.accumulate(np.where(warm, np.arange(m), -1))
-    after = -1 if m == max_warmup and ends[-1] == m - 1 else ends[-1]
+    after = ends[-1]
+    if m == max_warmup and after == m - 1:
+        lr = data["lr"]
+        at = stats.value_at_or_before(lr.steps, lr.values, steps[[0, m // 2, m - 1]])
+        if accelerating(*at.tolist()):
+            after = -1
     return np.append(ends, after)
+
+
+def accelerating(first, middle, last) -> bool:
+    """Whether a learning rate rising through the `max_warmup` points (at their first, middle
+    and last) rose faster in their second half: an exponential schedule or a range test, where
+    a linear (or cosine) warm-up rises as fast or slower (NaN: as if it did)."""
+    return not (last - middle <= 1.1 * (middle - first))
 
 
 def _in_warmup(data, steps):
@@ -160,6 +174,7 @@ class PlateauStream(Stream):
         # The smoothed loss at this point, and its best so far (`_running_best`'s).
         self.level = shared_level(channels["train_loss"], p.smooth)
         self.warmed = -1  # the last point of the warm-up (a rising learning rate), -1 if none
+        self.lr_marks = {}  # the learning rate at the first, middle and last of the `max_warmup` points
         self.rel = p.rel_improvement
         self.fraction, self.min_patience = p.patience_fraction, p.min_patience
         self.cap = max(p.max_patience, p.min_patience)
@@ -184,8 +199,13 @@ class PlateauStream(Stream):
         if i < self.max_warmup:
             if self._lr_rising():
                 self.warmed = i
+            m = self.max_warmup
+            if i in (0, m // 2, m - 1):
+                self.lr_marks[i] = self.lr[-1] if self.lr else math.nan
         elif i == self.max_warmup and self.warmed == i - 1:
-            self.warmed = -1  # rising all along: not a warm-up (see _warmup_ends)
+            marks, m = self.lr_marks, self.max_warmup
+            if accelerating(*(marks.get(j, math.nan) for j in (0, m // 2, m - 1))):
+                self.warmed = -1  # rising all along, ever faster: not a warm-up (see _warmup_ends)
         ring = self.bests
         size = len(ring)
         ring[i % size] = best

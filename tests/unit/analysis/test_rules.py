@@ -214,10 +214,15 @@ def test_plateau_counts_its_patience_from_the_end_of_the_warmup():
     stuck = np.full(n, 2.3)
     eps = episodes_of(analyze(train_loss=stuck, lr=lr), "CS301")
     assert eps and eps[0].start_step >= 60 + 8
-    # A learning rate rising through all `max_warmup` points is no warm-up: the stall counts from the start.
+    # A learning rate rising through all `max_warmup` points ever faster is no warm-up: the stall
+    # counts from the start.
     rising = np.geomspace(1e-5, 1.0, 200)
     eps = episodes_of(analyze(train_loss=np.full(200, 2.3), lr=rising), "CS301")
     assert eps and eps[0].start_step == 100
+    # A long linear warm-up is one: the stall counts from the end of the first `max_warmup` points.
+    linear = np.linspace(1e-5, 1e-3, 200)
+    eps = episodes_of(analyze(train_loss=np.full(200, 2.3), lr=linear), "CS301")
+    assert eps and eps[0].start_step > 150, [e.start_step for e in eps]
 
 
 def test_val_stagnation_is_the_article_rule():
