@@ -399,7 +399,7 @@ def noise_decades(window) -> float:
     lg = _positive_logs(window, np.log10)
     if lg is None:
         return float("nan")
-    return _percentile_sorted(lg, 0.75) - _percentile_sorted(lg, 0.25)
+    return percentile_sorted(lg, 0.75) - percentile_sorted(lg, 0.25)
 
 
 def log_spread(window) -> float:
@@ -408,9 +408,9 @@ def log_spread(window) -> float:
     lg = _positive_logs(window, np.log)
     if lg is None:
         return float("nan")
-    m = _median_sorted(lg)
+    m = median_sorted(lg)
     deviations = sorted(abs(x - m) for x in lg)
-    return MAD_TO_SIGMA * _median_sorted(deviations)
+    return MAD_TO_SIGMA * median_sorted(deviations)
 
 
 # These run at every point of the online monitor on windows of tens of points, where a numpy
@@ -429,14 +429,14 @@ def _positive_logs(window, log) -> list | None:
     return lg
 
 
-def _median_sorted(xs: list) -> float:
+def median_sorted(xs: list) -> float:
     """np.median of sorted, NaN-free values."""
     n = len(xs)
     mid = n // 2
     return xs[mid] if n % 2 else (xs[mid - 1] + xs[mid]) / 2.0
 
 
-def _percentile_sorted(xs: list, q: float) -> float:
+def percentile_sorted(xs: list, q: float) -> float:
     """np.percentile(xs, 100 q) (method "linear") of sorted, NaN-free values."""
     n = len(xs)
     virtual = (n - 1) * q

@@ -38,7 +38,7 @@ import numpy as np
 
 from tb_crash_signals.analysis import stats as _stats
 from tb_crash_signals.analysis.signals import SIGNALS
-from tb_crash_signals.analysis.stats import MAD_TO_SIGMA, _median_sorted, _percentile_sorted
+from tb_crash_signals.analysis.stats import MAD_TO_SIGMA, median_sorted, percentile_sorted
 from tb_crash_signals.ingest.series import Series
 
 _isfinite = math.isfinite
@@ -413,7 +413,7 @@ class RecentLogs:
             self.at = self.channel.n
             self._advance()
             xs = self.sorted
-            self.result = (_percentile_sorted(xs, 0.75) - _percentile_sorted(xs, 0.25)
+            self.result = (percentile_sorted(xs, 0.75) - percentile_sorted(xs, 0.25)
                            if len(xs) >= 10 else _nan)
         return self.result
 
@@ -426,8 +426,8 @@ class RecentLogs:
             if len(xs) < 10:
                 self.result = _nan
             else:
-                m = _median_sorted(xs)
-                self.result = MAD_TO_SIGMA * _median_sorted(sorted(abs(x - m) for x in xs))
+                m = median_sorted(xs)
+                self.result = MAD_TO_SIGMA * median_sorted(sorted(abs(x - m) for x in xs))
         return self.result
 
 
