@@ -418,6 +418,19 @@ def log_spread(window) -> float:
 # the order statistics are taken in Python, with np.median's and np.percentile's arithmetic
 # (tests/unit/analysis/test_stats.py holds them to numpy's results bit for bit).
 
+def jitter(values) -> float:
+    """The point-to-point noise of a series around its own trend, in log units: a robust estimate
+    (1.4826 x the MAD, over sqrt(6)) of the standard deviation of white noise from the second
+    differences of the logs of its positive finite values (NaN under 10 of them). A smooth curve,
+    however fast it falls or bends, has nearly none; tiny-batch noise has much."""
+    x = np.asarray(values, dtype=np.float64)
+    x = x[np.isfinite(x) & (x > 0)]
+    if x.size < 10:
+        return float("nan")
+    d = np.diff(np.log(x), 2)
+    return MAD_TO_SIGMA * float(np.median(np.abs(d - np.median(d)))) / math.sqrt(6.0)
+
+
 def _positive_logs(window, log) -> list | None:
     """The sorted logs of the positive finite values, or None under 10 of them."""
     x = np.asarray(window, dtype=np.float64)

@@ -116,6 +116,33 @@ def test_whole_episodes_agree_on_long_series_with_small_windows(d):
     assert [i.to_json() for i in online.incidents()] == [i.to_json() for i in offline.incidents]
 
 
+@st.composite
+def short_smooth_runs(draw):
+    """A few dozen epochs, smooth: the loss falls, then may climb under an exponential learning
+    rate, slowly or fast (the rules' early regime, before their `min_points`)."""
+    n = draw(st.integers(12, 45))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    t = np.arange(n)
+    loss = (2.0 * np.exp(-t / draw(st.sampled_from([3.0, 8.0, 20.0]))) + 0.3) * np.exp(
+        draw(st.sampled_from([0.003, 0.02, 0.06])) * rng.standard_normal(n))
+    if draw(st.booleans()):
+        a = draw(st.integers(5, n - 3))
+        loss[a:] *= np.exp(draw(st.sampled_from([0.05, 0.2, 0.6, 2.0])) * np.arange(n - a))
+    lr = 0.01 * draw(st.sampled_from([1.0, 1.1, 1.4])) ** t
+    return {"train_loss": Series.from_arrays(t, loss), "lr": Series.from_arrays(t, lr)}
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_whole_episodes_agree_on_short_smooth_runs(d):
+    data = d.draw(short_smooth_runs())
+    offline = analyze_run(logical(**data), data, Config())
+    online = monitored(data, Config())
+    assert whole(online.episodes()) == whole(offline.episodes)
+    assert [i.to_json() for i in online.incidents()] == [i.to_json() for i in offline.incidents]
+
+
 def _logdirs():
     roots = [("demo", DEMO_LOGS)]
     real = os.environ.get("TBCS_REAL_LOGS") or os.path.join(os.path.dirname(REPO), "shared", "real_logs")

@@ -108,6 +108,22 @@ def max_noise_param(what: str = "alarm"):
     )
 
 
+def early_points_param():
+    """The points a rule comparing the loss with its best level needs on a smooth loss (see
+    `early_jitter_param`), before its `min_points`."""
+    return param(11, "... or this many on a smooth loss (see `early_jitter`): the per-epoch loss of a short run",
+                 at_least=1)
+
+
+def early_jitter_param():
+    """When a loss is smooth enough to be judged before `min_points`."""
+    return param(
+        0.05, "before `min_points`, the rule fires only on a loss whose points before its level's window "
+        "are smooth: their noise around their own trend (a robust standard deviation of log values, from "
+        "second differences) under this; epoch means and large batches, not tiny-batch noise"
+    )
+
+
 def param_doc(params_cls, name: str) -> str:
     field = next((f for f in dataclasses.fields(params_cls) if f.name == name), None)
     return "" if field is None else field.metadata.get("doc", "")

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import dataclasses
+import math
+from itertools import islice
 
 import numpy as np
 
 from tb_crash_signals.analysis.rules.base import (
     Hits,
     best_level_param,
+    early_jitter_param,
+    early_points_param,
     fmt,
     level_param,
     max_noise_param,
@@ -18,7 +22,7 @@ from tb_crash_signals.analysis.rules.base import (
     since_index,
 )
 from tb_crash_signals.analysis.signals import SIGNAL_LABELS
-from tb_crash_signals.analysis.stats import initial_level, noise_decades, run_lengths, smoothed_level
+from tb_crash_signals.analysis.stats import initial_level, jitter, noise_decades, run_lengths, smoothed_level
 from tb_crash_signals.analysis.streaming import Stream, StreamHit, recent_logs, shared_level
 
 
@@ -38,7 +42,9 @@ class DivergenceParams:
     )
     noise_window: int = noise_window_param()
     max_noise: float = max_noise_param("alarm")
-    min_points: int = param(31, "points needed before the rule can fire (the best level's median of 31)")
+    min_points: int = param(31, "points needed before the rule can fire (the best level's median of 31) ...")
+    early_points: int = early_points_param()
+    early_jitter: float = early_jitter_param()
     cooldown: int = param(20, "points back under that level after which a new episode starts")
 
 
@@ -51,6 +57,36 @@ def elevated(level, best, init, p: DivergenceParams):
             & (best > 0)
             & ~((init > best) & (level - best < p.lost * (init - best)))
         )
+
+
+def early_best(best, level_low):
+    """The best level before `min_points` (CS113, CS202): the lower of the best level and the
+    lowest current level so far. A short run's best level is the median of all its points, which
+    lags far behind a loss that fell fast."""
+    return level_low if best != best or level_low < best else best
+
+
+def early_bests(best, level, min_points):
+    """`early_best` at every point of a series: `best` and `level` arrays."""
+    k = min(min_points, best.shape[0])
+    out = best.copy()
+    out[:k] = np.fmin(best[:k], np.fmin.accumulate(level[:k]))
+    return out
+
+
+def early_jitter_at(i, head, p) -> float:
+    """The `jitter` of the points before the level's window at point i (`head(k)`: the run's first
+    k points): a short run's noise, which its quartiles would mistake for its trend and the climb."""
+    return jitter(head(i - p.smooth + 1))
+
+
+def gate_noise(i, noise_at, head, p) -> float:
+    """The noise the gates of CS113 and CS202 compare with `max_noise` at point i (batch and
+    stream): from `min_points` on, `noise_at(i)`, that of the `noise_window` points before i;
+    before it, 0 on a smooth loss (`early_jitter_at` under `early_jitter`), else inf."""
+    if i >= p.min_points:
+        return noise_at(i)
+    return 0.0 if early_jitter_at(i, head, p) < p.early_jitter else math.inf
 
 
 def _describe_divergence(ep, p):
@@ -70,18 +106,30 @@ class LossDivergenceStream(Stream):
         self.initial = channels["train_loss"].initial  # pushed after the checks: as of the points before
         self.noise = recent_logs(channels["train_loss"], p.noise_window, np.log10)  # of the points before
         self.own = getattr(self.noise, "values", None)  # kept by the stream itself, if at all
+        self.values = channels["train_loss"].values
+        self.start = min(p.min_points, p.early_points)
         self.run = 0
         self.inside = False  # fired, and the level not yet back under `back` x the best
+
+    def _noise_at(self, i):
+        return self.noise.noise_decades()  # of the points before the current one
+
+    def _head(self, k):
+        """The run's first k points (before min_points, the channel holds them all)."""
+        return list(islice(self.values, 0, max(k, 0)))
 
     def check(self, i, step, v):
         p = self.p
         level = self.level.value
         best = self.best_level.low
+        if i < p.min_points:
+            best = early_best(best, self.level.low)
         init = self.initial.value
         # `elevated` on floats, without its numpy error state (a context manager a point).
-        up = (i >= p.min_points and v - v == 0.0 and level >= p.factor * best and best > 0
+        up = (i >= self.start and v - v == 0.0 and level >= p.factor * best and best > 0
               and not (init > best and level - best < p.lost * (init - best)))
-        up = up and not self.noise.noise_decades() >= p.max_noise
+        if up:
+            up = not gate_noise(i, self._noise_at, self._head, p) >= p.max_noise
         if self.own is not None:
             self.own.append(v)
         self.run = self.run + 1 if up else 0
@@ -118,18 +166,24 @@ def loss_divergence(data, p: DivergenceParams, since=None):
     the best.
     """
     s = data.get("train_loss")
-    if s is None or len(s) <= p.min_points:
+    if s is None or len(s) <= min(p.min_points, p.early_points):
         return
     v = s.values
     level = smoothed_level(v, p.smooth)
-    best = np.fmin.accumulate(smoothed_level(v, p.best_smooth))
+    best = early_bests(np.fmin.accumulate(smoothed_level(v, p.best_smooth)), level, p.min_points)
     init, known_after = initial_level(v)
     # The initial level is known from the point after its 10th.
     inits = np.where(np.arange(len(v)) > known_after, init, np.nan)
     up = elevated(level, best, inits, p) & np.isfinite(v)
-    up[: p.min_points] = False
+    up[: min(p.min_points, p.early_points)] = False
+    def noise_at(i):
+        return noise_decades(v[max(i - p.noise_window, 0) : i])
+
+    def head(k):
+        return v[: max(k, 0)]
+
     for i in np.flatnonzero(up).tolist():  # rare: only where the level is that high
-        if noise_decades(v[max(i - p.noise_window, 0) : i]) >= p.max_noise:
+        if gate_noise(i, noise_at, head, p) >= p.max_noise:
             up[i] = False
     points = np.arange(len(v))
     fired = np.maximum.accumulate(np.where(run_lengths(up) >= p.consecutive, points, -1))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import math
+from itertools import islice
 
 import numpy as np
 
@@ -12,6 +13,8 @@ from tb_crash_signals.analysis.rules.base import (
     Fit,
     Hits,
     best_level_param,
+    early_jitter_param,
+    early_points_param,
     fmt,
     level_param,
     max_noise_param,
@@ -20,6 +23,7 @@ from tb_crash_signals.analysis.rules.base import (
     rule,
     since_index,
 )
+from tb_crash_signals.analysis.rules.divergence import early_best, early_bests, early_jitter_at
 from tb_crash_signals.analysis.stats import (
     initial_level,
     linear_fit,
@@ -84,32 +88,44 @@ class LossGrowthParams:
     consecutive_alone: int = param(
         10, "... and without the grad norm climbing: longer than the slow recovery of a spike", at_least=1,
     )
-    min_points: int = param(31, "points needed before the rule can fire")
+    min_points: int = param(31, "points needed before the rule can fire ...")
+    early_points: int = early_points_param()
+    early_jitter: float = early_jitter_param()
     cooldown: int = param(
         60, "points without a climb after which a new episode starts: a loss bouncing after it diverged "
         "climbs again every few dozen points, and that is the same divergence"
     )
 
 
+def early_spread_noise(i, head, p: LossGrowthParams):
+    """Before `min_points`: the loss's spread (its `jitter`) and the noise its gate reads (0 on a
+    smooth loss, else inf), from the points before the level's window (`head(k)`: the first k)."""
+    spread = early_jitter_at(i, head, p)
+    return spread, (0.0 if spread < p.early_jitter else math.inf)
+
+
 def climbing(level, before, slow, slow_before, best, init, spread, noise, grad_rising, lr_rising,
-             p: LossGrowthParams):
+             p: LossGrowthParams, finishing=False):
     """The decision at one loss point, from its level now and `smooth` points before, and its slow
     level (`best_smooth` points) now and `smooth` points before: "with grad" (the grad norm
     climbing or the learning rate rising with it), "slow with grad" (the slow level climbing,
     with one of them), "alone" or False (shared by the batch rule and its
-    stream)."""
+    stream). `finishing`: a climb with the grad norm or the learning rate is under way and has not
+    fired yet; it may then pass `max_ratio` ("with grad" only): a short run diverging fast outruns its
+    level, and the sustained divergence needs more points still."""
     if not best > 0 or noise >= p.max_noise:
         return False
     progress = p.lost * (init - best) if init > best else 0.0
     if level > 0 and level > before and level - best >= progress:
         r = level / best
-        if r < p.max_ratio:  # beyond it the run has diverged: the sustained divergence (CS113) tells the rest
+        # Beyond max_ratio the run has diverged: the sustained divergence (CS113) tells the rest.
+        if r < p.max_ratio or finishing:
             sd = 1.25 * spread / math.sqrt(p.smooth) if spread == spread else 0.0
             if bool(grad_rising) and r >= p.ratio_with_grad and math.log(r) > p.z_with_grad * sd:
                 return "with grad"
             if bool(lr_rising) and r >= p.ratio_with_lr and math.log(r) > p.z_with_grad * sd:
                 return "with grad"
-            if r >= p.ratio and math.log(r) > p.z * sd:
+            if r >= p.ratio and math.log(r) > p.z * sd and r < p.max_ratio:
                 return "alone"
     # A per-step loss too noisy for the short level still shows its climb in the long one; alone
     # that is also how a spike's slow recovery looks, so it needs the grad norm or the LR with it.
@@ -276,6 +292,8 @@ class LossGrowthStream(Stream):
         self.best_level = shared_level(channels["train_loss"], p.best_smooth)
         self.initial = channels["train_loss"].initial  # pushed after the checks: as of the points before
         ch = channels["train_loss"]
+        self.values = ch.values
+        self.start = min(p.min_points, p.early_points)
         self.noise = recent_logs(ch, p.noise_window, np.log10)  # of the points before
         self.spread = recent_logs(ch, p.spread_window, np.log)
         # Kept by the stream itself, if at all.
@@ -288,6 +306,10 @@ class LossGrowthStream(Stream):
         # A larger spread raises climbing's bars only for non-negative z's (the defaults).
         self.bars_fall = p.z >= 0 and p.z_with_grad >= 0
         self.low_ratio = min(p.ratio_with_grad, p.ratio_with_lr)
+
+    def _head(self, k):
+        """The run's first k points (before min_points, the channel holds them all)."""
+        return list(islice(self.values, 0, max(k, 0)))
 
     def _push_lr(self, i, step, v):
         """The check on the learning rate, when its trend is not read from its channel."""
@@ -302,8 +324,11 @@ class LossGrowthStream(Stream):
         self.levels.append(level)
         self.slow_levels.append(b)
         self.steps.append(step)
+        early = i < p.min_points
+        if early:  # a short run: its own best level, no slow level, the jitter gate for noise
+            best, b = early_best(best, self.level.low), math.nan
         hit = None
-        if (i >= p.min_points and v - v == 0.0 and best > 0
+        if (i >= self.start and v - v == 0.0 and best > 0
                 and (level >= self.low_ratio * best or b >= p.slow_ratio * best)):
             trend = self.grad.shared.get(_GRAD)
             rising = trend is not None and trend.rising
@@ -312,15 +337,20 @@ class LossGrowthStream(Stream):
             levels = self.levels
             before = levels[-1 - p.smooth] if len(levels) > p.smooth else math.nan
             slow_before = self.slow_levels[0] if len(self.slow_levels) > p.smooth else math.nan
-            top = p.max_ratio * best
+            finishing = 0 < self.run_with_grad < p.consecutive
+            top = math.inf if finishing else p.max_ratio * best
             # What `climbing` needs before its noise estimates (which cost the most) can matter:
             # with a zero spread (which only lowers its bars when z >= 0) and no noise gate, it must climb.
             if (((before < level < top) or ((rising or lr_rising) and slow_before < b < top))
                     and (not self.bars_fall
                          or climbing(level, before, b, slow_before, best, init, 0.0, math.nan,
-                                     rising, lr_rising, p))):
-                how = climbing(level, before, b, slow_before, best, init, self.spread.log_spread(),
-                               self.noise.noise_decades(), rising, lr_rising, p)
+                                     rising, lr_rising, p, finishing))):
+                if early:
+                    spread, noise = early_spread_noise(i, self._head, p)
+                else:
+                    spread, noise = self.spread.log_spread(), self.noise.noise_decades()
+                how = climbing(level, before, b, slow_before, best, init, spread, noise, rising, lr_rising, p,
+                               finishing)
             else:
                 how = False
             self.run = self.run + 1 if how else 0
@@ -366,20 +396,24 @@ def loss_growth(data, p: LossGrowthParams, since=None):
     with a grad norm far under any explosion threshold.
     """
     s = data.get("train_loss")
-    if s is None or len(s) <= p.min_points:
+    start = min(p.min_points, p.early_points)
+    if s is None or len(s) <= start:
         return
     v = s.values
     level = smoothed_level(v, p.smooth)
     slow = smoothed_level(v, p.best_smooth)
-    best = np.fmin.accumulate(slow)
+    best = early_bests(np.fmin.accumulate(slow), level, p.min_points)
+    # Before min_points: no slow level (see the stream).
+    slow_told = slow.copy()
+    slow_told[: p.min_points] = np.nan
     init, known_after = initial_level(v)
     first = since_index(s, since)
     # A hit at i needs the points before it to have climbed too.
-    i0 = max(first - (max(p.consecutive, p.consecutive_alone) - 1), p.min_points)
+    i0 = max(first - (max(p.consecutive, p.consecutive_alone) - 1), start)
     with np.errstate(invalid="ignore"):
         cand = np.flatnonzero(
             ((level[i0:] >= min(p.ratio_with_grad, p.ratio_with_lr) * best[i0:])
-             | (slow[i0:] >= p.slow_ratio * best[i0:])) & (best[i0:] > 0) & np.isfinite(v[i0:])
+             | (slow_told[i0:] >= p.slow_ratio * best[i0:])) & (best[i0:] > 0) & np.isfinite(v[i0:])
         ) + i0
     if cand.size == 0:
         return
@@ -394,21 +428,27 @@ def loss_growth(data, p: LossGrowthParams, since=None):
         # The learning rate is logged before the loss at a step (the monitor's order): its point at the step counts.
         lr_rising = value_at_or_before(lr.steps, _lr_rising(lr, p).astype(np.float64), s.steps[cand]) > 0
     hits, fits, notes = [], {}, {}
+
+    def head(k):
+        return v[: max(k, 0)]
+
     w = p.fit_window
     run = run_with_grad = 0  # climbing points in a row (with the grad norm), ending at point `last`
     last = -2
     for i, grad_up, lr_up in zip(cand.tolist(), rising.tolist(), lr_rising.tolist()):
         before = v[max(i - max(p.spread_window, p.noise_window), 0) : i]
-        spread = log_spread(before[-p.spread_window:])
-        noise = noise_decades(before[-p.noise_window:])
+        if i < p.min_points:
+            spread, noise = early_spread_noise(i, head, p)
+        else:
+            spread, noise = log_spread(before[-p.spread_window:]), noise_decades(before[-p.noise_window:])
         init_i = init if i > known_after else math.nan
         before_level = float(level[i - p.smooth]) if i >= p.smooth else math.nan
         slow_before = float(slow[i - p.smooth]) if i >= p.smooth else math.nan
-        how = climbing(float(level[i]), before_level, float(slow[i]), slow_before, float(best[i]), init_i,
-                       spread, noise, grad_up, lr_up, p)
         if last != i - 1:
             run = run_with_grad = 0
         last = i
+        how = climbing(float(level[i]), before_level, float(slow_told[i]), slow_before, float(best[i]), init_i,
+                       spread, noise, grad_up, lr_up, p, finishing=0 < run_with_grad < p.consecutive)
         run = run + 1 if how else 0
         run_with_grad = run_with_grad + 1 if how in _CORROBORATED else 0
         if how:

@@ -150,6 +150,24 @@ def test_an_epoch_level_climb_is_not_read_as_noise():
     assert "CS113" not in codes(analyze(train_loss=loss[:35]))
 
 
+def test_a_short_smooth_run_can_diverge_before_its_31st_point():
+    # 30 epochs of a Keras run under an exponential learning rate: learns, then climbs 50x.
+    loss = np.array([2.39, 2.26, 2.13, 1.96, 1.81, 1.71, 1.72, 1.67, 1.67, 1.66, 1.69, 1.74, 1.75, 1.75,
+                     1.85, 1.95, 2.04, 2.51, 4.68, 17.8, 30.3, 33.1, 37.0, 44.9, 44.4, 53.0, 54.0, 66.9,
+                     82.1, 92.1])
+    eps = episodes_of(analyze(train_loss=loss), "CS113")
+    # The level (median of 9) is 2.7x the best at point 22; the fifth such point fires.
+    assert [e.start_step for e in eps] == [26]
+    # Without the early allowance the run is too short to be told.
+    late = Config(params={"CS113": dataclasses.replace(RULES["CS113"].default_params(), early_points=31)})
+    assert "CS113" not in codes(analyze(late, train_loss=loss))
+    # The same climb after 20 points of tiny-batch noise is not judged before the 31st point.
+    rng = np.random.default_rng(3)
+    noisy = loss.copy()
+    noisy[:18] *= np.exp(0.5 * rng.standard_normal(18))
+    assert "CS113" not in codes(analyze(train_loss=noisy))
+
+
 def test_a_divergence_that_begins_in_noise_fires_once_the_noise_is_gone():
     rng = np.random.default_rng(4)
     t = np.arange(300)

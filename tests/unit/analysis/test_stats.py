@@ -114,3 +114,12 @@ def test_noise_decades_and_log_spread_are_numpys_bit_for_bit(window):
     for ours, theirs in ((stats.noise_decades, _numpy_noise_decades), (stats.log_spread, _numpy_log_spread)):
         got, want = ours(window), theirs(window)
         assert (got != got and want != want) or got == want, (ours.__name__, got, want)
+
+
+def test_jitter_reads_the_noise_around_a_trend_not_the_trend():
+    t = np.arange(40)
+    assert stats.jitter(3.0 * np.exp(-t / 4.0) + 0.2) < 0.01  # smooth, however fast it falls and bends
+    rng = np.random.default_rng(0)
+    noisy = (3.0 * np.exp(-t / 4.0) + 0.2) * np.exp(0.2 * rng.standard_normal(40))
+    assert 0.1 < stats.jitter(noisy) < 0.4  # estimates the log noise's standard deviation (0.2)
+    assert np.isnan(stats.jitter([1.0, 2.0, np.nan, -1.0] * 3))  # under 10 positive finite values
