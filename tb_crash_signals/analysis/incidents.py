@@ -124,10 +124,14 @@ def build_incidents(episodes: list[Episode], run_steps: int = 0) -> list[Inciden
     crash_like = [i for i in order if episodes[i].code in _CRASH + _PRECURSOR and episodes[i].severity == "critical"]
     if crash_like:
         first = min(episodes[i].start_step for i in crash_like)
+        # Where the growth its precursors fitted began: a validation loss rising from there on is the
+        # divergence showing on held-out data first, not overfitting.
+        climb = min((f.start_step for i in crash_like if episodes[i].code in _PRECURSOR
+                     for f in (episodes[i].first_fit or episodes[i].fit,) if f is not None), default=first)
         members = [
             i for i in order
             if i in crash_like
-            or episodes[i].start_step >= first
+            or episodes[i].start_step >= min(first, climb)
             or (episodes[i].start_step >= first - window and episodes[i].code not in _OVERFIT)
             # a learning rate (or update size) out of band still going on: the cause
             or (episodes[i].family == "optimizer" and episodes[i].start_step <= first <= episodes[i].end_step)

@@ -1,0 +1,47 @@
+"""build_incidents: which episodes tell one story."""
+
+from __future__ import annotations
+
+from tb_crash_signals.analysis.episodes import Episode
+from tb_crash_signals.analysis.incidents import build_incidents
+from tb_crash_signals.analysis.rules import RULES
+from tb_crash_signals.analysis.rules.base import Fit
+
+
+def episode(code, start, end=None, signal="train_loss", fit_from=None):
+    rule = RULES[code]
+    fit = None
+    if fit_from is not None:
+        fit = Fit(code=code, signal=signal, start_step=fit_from, end_step=start, start_value=1.0,
+                  growth_per_step=0.05, doubling_steps=13.9, r2=0.99, projected_step=start + 5, threshold=2.0)
+    return Episode(code=code, rule=rule.symbol, family=rule.family, severity=rule.severity, signal=signal,
+                   start_step=start, end_step=start if end is None else end, peak_step=start, peak_value=1.0,
+                   open=False, message=f"{code} at {start}", advice=rule.advice, fit=fit, first_fit=fit)
+
+
+def kinds(incidents):
+    return [(i.kind, [e for e in i.episodes]) for i in incidents]
+
+
+def test_a_validation_loss_rising_while_the_train_loss_climbs_is_the_divergence():
+    # The train loss climbs from step 110 (the growth fit's start), the validation loss shows it first.
+    eps = [episode("CS402", 140, 160, signal="val_loss"), episode("CS202", 200, 210, fit_from=110),
+           episode("CS002", 210, 230)]
+    (incident,) = build_incidents(eps, run_steps=300)
+    assert incident.kind == "divergence" and incident.episodes == (0, 1, 2)
+    assert incident.advice.startswith("lower the learning rate")
+
+
+def test_an_overfit_before_the_climb_began_is_its_own_story():
+    eps = [episode("CS402", 60, 90, signal="val_loss"), episode("CS202", 200, 210, fit_from=110),
+           episode("CS002", 210, 230)]
+    incidents = build_incidents(eps, run_steps=300)
+    assert kinds(incidents) == [("divergence", [1, 2]), ("overfit", [0])]
+    assert incidents[0].crash_step == 210 and incidents[0].lead_steps == 10
+
+
+def test_recurring_spikes_are_one_incident_with_their_count():
+    eps = [episode("CS112", s) for s in (100, 300, 301, 500)]
+    (incident,) = build_incidents(eps, run_steps=1000)
+    assert incident.kind == "spikes" and incident.occurrences == 3
+    assert incident.headline.startswith("3 loss spikes from step 100")
