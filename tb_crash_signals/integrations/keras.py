@@ -87,16 +87,19 @@ class CrashSignals(Watching, _keras.callbacks.Callback):
         # read once a batch (each read converts a tensor); None: read it.
         self._next: int | None = None
         self._variables: list | None = None  # the trainable variables, listed once per epoch
+        self._tensors: list | None = None  # ... and their backend tensors (torch: what holds .grad)
         self.last: dict = {}
 
     def _iterations(self) -> int:
-        return int(_numpy(self.model.optimizer.iterations))
+        x = getattr(self.model.optimizer.iterations, "value", None)
+        item = getattr(x, "item", None)  # a backend scalar (torch, jax, numpy): no conversion to an array
+        return int(item()) if item is not None else int(_numpy(self.model.optimizer.iterations))
 
     def on_train_begin(self, logs=None):
         self._next = None
 
     def on_epoch_begin(self, epoch, logs=None):
-        self._variables = None
+        self._variables = self._tensors = None
 
     def on_train_batch_begin(self, batch, logs=None):
         if self._next is None:
@@ -133,7 +136,10 @@ class CrashSignals(Watching, _keras.callbacks.Callback):
     def _grad_norm(self):
         from tb_crash_signals.torch_utils import global_grad_norm
 
-        params = [p for p in (v.value for v in self._trainable()) if getattr(p, "grad", None) is not None]
+        if self._tensors is None:
+            # On torch a variable's value is one Parameter, updated in place: listed once per epoch.
+            self._tensors = [v.value for v in self._trainable()]
+        params = [p for p in self._tensors if p.grad is not None]
         return global_grad_norm(params) if params else None
 
     def _trainable(self) -> list:
