@@ -88,18 +88,40 @@ def _warmup_ends(data, steps, max_warmup: int) -> np.ndarray:
     last point at or before it whose learning rate was still ramping up, -1 if none. A stall
     counts from the end of the warm-up: a loss held flat by a tiny warm-up learning rate has not
     had its chance to fall. A learning rate rising through all `max_warmup` points is a schedule
-    gone wrong, not a warm-up, if it rose ever faster (`accelerating`): from then on the stall
-    counts from the start."""
+    gone wrong, not a warm-up, if it rose ever faster (`accelerating`); so is one rising
+    exponentially (`exponential`, from the 20th point on): from then on the stall counts from the
+    start."""
     m = max(1, min(steps.shape[0], max_warmup))
     warm = _in_warmup(data, steps[:m])
     ends = np.maximum.accumulate(np.where(warm, np.arange(m), -1))
+    lr = data.get("lr")
+    if lr is not None and m > _EXP_FROM and warm[_EXP_FROM:].any():
+        at = stats.value_at_or_before(lr.steps, lr.values, steps[:m]).tolist()
+        for k in np.flatnonzero(warm[_EXP_FROM:]).tolist():
+            k += _EXP_FROM
+            if exponential(at[0], at[k // 2], at[k]):
+                ends[k:] = -1
+                return np.append(ends, -1)
     after = ends[-1]
     if m == max_warmup and after == m - 1:
-        lr = data["lr"]
         at = stats.value_at_or_before(lr.steps, lr.values, steps[[0, m // 2, m - 1]])
         if accelerating(*at.tolist()):
             after = -1
     return np.append(ends, after)
+
+
+# The first point at which a rising learning rate can be told exponential.
+_EXP_FROM = 20
+
+
+def exponential(first, middle, last) -> bool:
+    """Whether a learning rate, at the first point, half way and now, rose exponentially: at least
+    doubled, as much (x 0.8) on a log scale in the second half as in the first. A warm-up from ~0
+    rises mostly early on that scale (linear: log t); an exponential schedule or a range test rises
+    evenly (not finite: no)."""
+    if not (0.0 < first < middle < math.inf and 2.0 * first <= last < math.inf):
+        return False
+    return math.log(last / middle) >= 0.8 * math.log(middle / first)
 
 
 def accelerating(first, middle, last) -> bool:
@@ -175,6 +197,8 @@ class PlateauStream(Stream):
         self.level = shared_level(channels["train_loss"], p.smooth)
         self.warmed = -1  # the last point of the warm-up (a rising learning rate), -1 if none
         self.lr_marks = {}  # the learning rate at the first, middle and last of the `max_warmup` points
+        self.lr_head = []  # ... and at each of them, until it is told exponential
+        self.exp_at = None  # the point it was, if it was
         self.rel = p.rel_improvement
         self.fraction, self.min_patience = p.patience_fraction, p.min_patience
         self.cap = max(p.max_patience, p.min_patience)
@@ -197,11 +221,17 @@ class PlateauStream(Stream):
         finite = v - v == 0.0
         best = self.level.low
         if i < self.max_warmup:
-            if self._lr_rising():
+            lr = self.lr[-1] if self.lr else math.nan
+            if self.exp_at is None:
+                self.lr_head.append(lr)
+            if self._lr_rising() and self.exp_at is None:
                 self.warmed = i
+                head = self.lr_head
+                if i >= _EXP_FROM and exponential(head[0], head[i // 2], head[i]):
+                    self.exp_at, self.warmed, self.lr_head = i, -1, []  # not a warm-up (see _warmup_ends)
             m = self.max_warmup
             if i in (0, m // 2, m - 1):
-                self.lr_marks[i] = self.lr[-1] if self.lr else math.nan
+                self.lr_marks[i] = lr
         elif i == self.max_warmup and self.warmed == i - 1:
             marks, m = self.lr_marks, self.max_warmup
             if accelerating(*(marks.get(j, math.nan) for j in (0, m // 2, m - 1))):

@@ -1,6 +1,7 @@
 """A case per rule: a series that must fire, and one that must not."""
 
 import dataclasses
+import math
 
 import numpy as np
 import pytest
@@ -232,11 +233,23 @@ def test_plateau_counts_its_patience_from_the_end_of_the_warmup():
     stuck = np.full(n, 2.3)
     eps = episodes_of(analyze(train_loss=stuck, lr=lr), "CS301")
     assert eps and eps[0].start_step >= 60 + 8
-    # A learning rate rising through all `max_warmup` points ever faster is no warm-up: the stall
-    # counts from the start.
+    # A learning rate rising exponentially is no warm-up: from the 20th point, where it can be told,
+    # the stall counts from the start; a short run (60 epochs) gets its plateau.
     rising = np.geomspace(1e-5, 1.0, 200)
     eps = episodes_of(analyze(train_loss=np.full(200, 2.3), lr=rising), "CS301")
+    assert eps and eps[0].start_step == 20
+    eps = episodes_of(analyze(train_loss=np.full(60, 2.3), lr=np.geomspace(1e-3, 1.0, 60)), "CS301")
+    assert eps and eps[0].start_step == 20
+    # Rising through all `max_warmup` points ever faster, but not exponentially (a quadratic ramp
+    # from 0): no warm-up either, from the 100th point.
+    quadratic = 1e-3 * (np.arange(200) / 100.0) ** 2
+    eps = episodes_of(analyze(train_loss=np.full(200, 2.3), lr=quadratic), "CS301")
     assert eps and eps[0].start_step == 100
+    # Warm-ups from ~0, linear or cosine, rise mostly early on a log scale: they stay warm-ups.
+    t = np.arange(150)
+    cosine = 1e-3 * (1 - np.cos(np.pi * np.minimum(t / 140.0, 1.0))) / 2 + 1e-7
+    eps = episodes_of(analyze(train_loss=np.full(150, 2.3), lr=cosine), "CS301")
+    assert not eps or eps[0].start_step >= 100, [e.start_step for e in eps]
     # A long linear warm-up is one: the stall counts from the end of the first `max_warmup` points.
     linear = np.linspace(1e-5, 1e-3, 200)
     eps = episodes_of(analyze(train_loss=np.full(200, 2.3), lr=linear), "CS301")
@@ -346,3 +359,14 @@ def test_tiny_and_degenerate_series_never_raise(n):
         dict(train_loss=-np.ones(n), grad_norm=np.full(n, 1e308)),
     ):
         analyze(**data)
+
+
+def test_an_exponential_learning_rate_is_told_on_a_log_scale():
+    from tb_crash_signals.analysis.rules.plateau import exponential
+
+    assert exponential(1e-4, 1e-3, 1e-2)  # even on a log scale
+    assert not exponential(1e-4, 5e-4, 1e-3)  # linear from ~0: mostly early on a log scale
+    assert not exponential(1.0, 1.2, 1.5)  # under 2x: a near-constant rate
+    for bad in (math.nan, math.inf, 0.0, -1.0):
+        assert not exponential(1e-4, bad, 1e-2) and not exponential(bad, 1e-3, 1e-2)
+        assert not exponential(1e-4, 1e-3, bad)
