@@ -61,8 +61,8 @@ def elevated(level, best, init, p: DivergenceParams):
 
 def early_best(best, level_low):
     """The best level before `min_points` (CS113, CS202): the lower of the best level and the
-    lowest current level so far. A short run's best level is the median of all its points, which
-    lags far behind a loss that fell fast."""
+    lowest current level so far. Before its `best_smooth` points the best level is the median of
+    all the points so far, which lags far behind a loss that fell fast."""
     return level_low if best != best or level_low < best else best
 
 
@@ -163,7 +163,9 @@ def loss_divergence(data, p: DivergenceParams, since=None):
     loss that is not pure noise (tiny batches). A spike that comes back does
     not fire; a jump that stays, or a slow climb, does. Once fired, every finite
     point is part of the divergence until the level is back under `back` x
-    the best.
+    the best. Before `min_points`, from `early_points` on, a smooth loss (see
+    `early_jitter`: epoch means of a short run) is judged against the lower
+    of its best level and its lowest current level.
     """
     s = data.get("train_loss")
     if s is None or len(s) <= min(p.min_points, p.early_points):
@@ -176,6 +178,7 @@ def loss_divergence(data, p: DivergenceParams, since=None):
     inits = np.where(np.arange(len(v)) > known_after, init, np.nan)
     up = elevated(level, best, inits, p) & np.isfinite(v)
     up[: min(p.min_points, p.early_points)] = False
+
     def noise_at(i):
         return noise_decades(v[max(i - p.noise_window, 0) : i])
 

@@ -393,7 +393,12 @@ def loss_growth(data, p: LossGrowthParams, since=None):
     the progress from the initial level, and the loss must not be pure noise
     (tiny batches). A log-linear fit of the last levels projects when the
     loss reaches `target` x its best. Many small models diverge this way
-    with a grad norm far under any explosion threshold.
+    with a grad norm far under any explosion threshold. Before `min_points`,
+    from `early_points` on, a smooth loss (see `early_jitter`: epoch means of a
+    short run) is judged against the lower of its best level and its lowest
+    current level, with its jitter as its noise and no slow level. A climb
+    under way with the grad norm or the learning rate may finish its count
+    past `max_ratio` (a fast divergence outruns its level).
     """
     s = data.get("train_loss")
     start = min(p.min_points, p.early_points)

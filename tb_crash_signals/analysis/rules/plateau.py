@@ -294,7 +294,9 @@ def loss_plateau(data, p: PlateauParams, since=None):
     has decayed to ~0 (`lr_floor` x its peak). The P points must all come
     after the warm-up (a learning rate still ramping up within the first
     `max_warmup` points): a loss held flat by a tiny warm-up learning rate
-    has not had its chance yet. A run that learnt and slows down under a
+    has not had its chance yet. A learning rate rising exponentially (from
+    the 20th point), or ever faster through all `max_warmup` points, is no
+    warm-up. A run that learnt and slows down under a
     working learning rate is converging.
     """
     s = data.get("train_loss")
