@@ -30,7 +30,7 @@ from tb_crash_signals.analysis.rules import RULES
 from tb_crash_signals.analysis.rules.base import EpisodeView
 from tb_crash_signals.analysis.signals import SIGNALS
 from tb_crash_signals.analysis.streaming import ORDER, Channel
-from tb_crash_signals.online.screen import Screen
+from tb_crash_signals.online.screen import RestScreen, Screen
 from tb_crash_signals.report.document import fit_to_json
 
 _log, _nan = math.log, math.nan
@@ -86,6 +86,7 @@ class _State:
                 for other, size, log in cls.needs(params, sig):
                     self.channels[other].need(size, log)
         quiets = {s: [] for s in SIGNALS}
+        rests = {s: [] for s in SIGNALS}
         for code, cls, params in built:
             for sig in cls.hits:
                 stream = cls(params, sig, self.channels)
@@ -97,11 +98,21 @@ class _State:
                 quiet = stream.quiet()
                 if quiet is None:
                     ch.always.append((code, stream.check))
+                    rest = stream.rest()
+                    if rest is not None:
+                        rests[sig].append((code, stream, rest))
                 else:
                     quiets[sig].append(quiet)
         for sig, found in quiets.items():
             if found:
                 self.channels[sig].screen = Screen(found, self.channels[sig])
+        for sig, found in rests.items():
+            if found:
+                ch = self.channels[sig]
+                ch.rest = RestScreen([(stream, rest) for _, stream, rest in found])
+                resting = {code for code, _, _ in found}
+                ch.checks_at_rest = [c for c in ch.checks if c[0] not in resting]
+                ch.always_at_rest = [c for c in ch.always if c[0] not in resting]
         self.episodes: list[_Record] = []  # in opening order, growing until closed
         self.max_step = None
         self.first_step = None
@@ -270,6 +281,9 @@ class Monitor:
                 screen = ch.screen
                 if screen is not None and screen.quiet(v):
                     checks = ch.always
+                rest = ch.rest
+                if rest is not None and rest.quiet(i):
+                    checks = ch.always_at_rest if checks is ch.always else ch.checks_at_rest
             for code, check in checks:
                 hit = check(i, step, v)
                 if hit is not None:
