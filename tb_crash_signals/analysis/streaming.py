@@ -150,7 +150,7 @@ class Channel:
         # What the streams of one rule derive from this signal for each other (a rule
         # checked on another signal reads it): key -> object, made by the first that needs it.
         self.shared = {}
-        self.levels = []  # the Levels among them, pushed at every point before the checks
+        self.levels = None  # Levels of those among them, pushed at every point before the checks
         self.initial = InitialLevel()  # pushed after the checks: known from the 11th finite point on
 
     def need(self, size, log=False):
@@ -348,6 +348,60 @@ class Level:
         return b
 
 
+class Levels:
+    """A channel's shared Levels, pushed together. Until every one is full and finite each is
+    pushed on its own; from then on (as it stays, forward-filled) they share one window of the
+    last points, the longest level's, and one push updates them all in place, as each would:
+    a point enters every sorted list and the point k back leaves that of the level of k."""
+
+    __slots__ = ("levels", "window", "last", "fast")
+
+    def __init__(self):
+        self.levels = []
+        self.window = None  # the shared window, once every level is in its usual case
+        self.last = _nan
+        self.fast = ()  # (level, k, its sorted list, mid, odd) for each level, then
+
+    def add(self, level: Level):
+        """Adds a level (before any point)."""
+        self.levels.append(level)
+
+    def push(self, v):
+        """Takes the next point, for every level."""
+        window = self.window
+        if window is None:
+            for level in self.levels:
+                level.push(v)
+            if all(not level.nans and len(level.window) == level.k for level in self.levels):
+                self._share()
+            return
+        if v - v == 0.0:
+            self.last = v
+        x = self.last
+        for level, k, xs, mid, odd in self.fast:
+            old = window[-k]
+            # As in Level.push: the same value leaving and coming leaves the list as it was.
+            if old != x or x == 0.0:
+                del xs[_bisect_left(xs, old)]
+                _insort(xs, x)
+            b = level.value = xs[mid] if odd else (xs[mid - 1] + xs[mid]) / 2.0
+            if not b >= level.low:
+                level.low = b
+            history = level.history
+            if history is not None:
+                history.append(b)
+        window.append(x)
+
+    def _share(self):
+        longest = max(self.levels, key=lambda level: level.k)
+        # Every level's window is the last k points of the same forward-filled series.
+        self.window = collections.deque(longest.window, maxlen=longest.k)
+        self.last = longest.last
+        self.fast = tuple((level, level.k, level.sorted, level.mid, level.odd) for level in self.levels)
+        for level in self.levels:
+            level.window = None  # superseded by the shared one (smaller snapshots)
+
+
 def shared_level(channel, k: int, history: int = 0) -> Level:
     """The channel's trailing median of `k` points, shared by every stream that asks for it
     (made before any point). The monitor pushes it at every point of the channel before the
@@ -358,7 +412,9 @@ def shared_level(channel, k: int, history: int = 0) -> Level:
     level = channel.shared.get(key)
     if level is None:
         level = channel.shared[key] = Level(k)
-        channel.levels.append(level)
+        if channel.levels is None:
+            channel.levels = Levels()
+        channel.levels.add(level)
     if history > 0:
         level.keep(history)
     return level

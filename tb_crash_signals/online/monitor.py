@@ -264,9 +264,8 @@ class Monitor:
             ch.steps.append(step)
             ch.values.append(v)
             levels = ch.levels
-            if levels:
-                for level in levels:
-                    level.push(v)
+            if levels is not None:
+                levels.push(v)
             checks = ch.checks
             log_window = ch.log_window
             if log_window is not None:
