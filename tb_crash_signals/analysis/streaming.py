@@ -129,7 +129,7 @@ class Channel:
 
     __slots__ = ("name", "n", "steps", "values", "max_finite", "window", "log_window",
                  "log_value", "checks", "always", "screen", "rest", "checks_at_rest", "always_at_rest",
-                 "open", "follows", "shared", "levels", "initial")
+                 "open", "follows", "shared", "levels", "initial", "heading")
 
     def __init__(self, name, recent):
         self.name = name
@@ -152,6 +152,7 @@ class Channel:
         self.shared = {}
         self.levels = None  # Levels of those among them, pushed at every point before the checks
         self.initial = InitialLevel()  # pushed after the checks: known from the 11th finite point on
+        self.heading = True  # the initial level is still unknown: pushed at this point
 
     def need(self, size, log=False):
         """Makes the shared window at least `size` long (before any point)."""

@@ -33,7 +33,7 @@ from tb_crash_signals.analysis.streaming import ORDER, Channel
 from tb_crash_signals.online.screen import RestScreen, Screen
 from tb_crash_signals.report.document import fit_to_json
 
-_log, _nan = math.log, math.nan
+_log, _nan, _inf = math.log, math.nan, math.inf
 # Points kept per signal for messages and the summary (not for the rules).
 _RECENT = 256
 _SIGNAL_SET = frozenset(SIGNALS)
@@ -247,9 +247,12 @@ class Monitor:
         st = self._state
         if not values:
             return []
-        if st.max_step is None or step > st.max_step:
+        # Both are None until the first step; then a step is mostly past the last one.
+        if st.max_step is None:
+            st.max_step = st.first_step = step
+        elif step > st.max_step:
             st.max_step = step
-        if st.first_step is None or step < st.first_step:
+        elif step < st.first_step:
             st.first_step = step
         opened = []
         hits = self.last_hits = []
@@ -290,8 +293,9 @@ class Monitor:
                     ep = self._hit(code, name, i, step, v, hit)
                     if ep is not None:
                         opened.append(ep)
-            if len(ch.initial.head) < 10:
+            if ch.heading:
                 ch.initial.push(v)
+                ch.heading = ch.initial.known == _inf
             if ch.window is not None:
                 ch.window.push(v)
             if log_window is not None:
