@@ -486,7 +486,8 @@ class RecentLogs:
             self.logs = collections.deque(next(it) if x > 0 and x - x == 0.0 else None for x in new)
             return
         log = self.log
-        for x in islice(values, n - 1 - gap, n - 1):
+        # By index, not an islice: that would walk the deque from its start.
+        for x in [values[j] for j in range(n - 1 - gap, n - 1)]:
             if x > 0 and x - x == 0.0:
                 y = float(log(x))  # numpy's log of one value: the one it takes within an array
                 logs.append(y)

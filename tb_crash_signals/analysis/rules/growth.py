@@ -122,12 +122,19 @@ class GradGrowthStream(Stream):
         hist = self.history
         if x - hist.low < self.min_excess:
             return None
-        # A necessary condition on the quarters' sums, with a slack far above their rounding.
+        # A necessary condition on the quarters' sums, with a slack far above their rounding (in
+        # whatever order they are summed). Read from the right end: an islice of a deque walks it
+        # from its start.
         logs = hist.values
-        n = len(logs)
         q = self.q
-        first = sum(islice(logs, n - w + 1, n - w + 1 + q))
-        last = sum(islice(logs, n - q + 1, n)) + x
+        if w >= 2 * q:
+            back = reversed(logs)
+            last = sum(islice(back, q - 1)) + x
+            first = sum(islice(back, w - 2 * q, w - q))  # the iterator has passed q - 1 of them
+        else:  # quarters that overlap (w < 4)
+            n = len(logs)
+            first = sum(islice(logs, n - w + 1, n - w + 1 + q))
+            last = sum(islice(logs, n - q + 1, n)) + x
         if last - first < self.q_rise - self._SLACK:
             return None
         return self._decide(i, x)
