@@ -128,8 +128,8 @@ class Channel:
     (for messages and the summary) and the forward-filled windows rules share."""
 
     __slots__ = ("name", "n", "steps", "values", "max_finite", "window", "log_window",
-                 "log_value", "checks", "always", "screen", "open", "follows", "shared", "levels",
-                 "initial")
+                 "log_value", "checks", "always", "screen", "rest", "checks_at_rest", "always_at_rest",
+                 "open", "follows", "shared", "levels", "initial", "heading")
 
     def __init__(self, name, recent):
         self.name = name
@@ -143,13 +143,16 @@ class Channel:
         self.checks = []  # (code, bound check method) of the rules that fire on it
         self.always = []  # ... those the screen cannot vouch for
         self.screen = None  # Screen of the others, if any
+        self.rest = None  # RestScreen of some of `always`, if any
+        self.checks_at_rest = self.always_at_rest = None  # checks and always without those
         self.open = {}  # code -> the episode of that rule on this signal that can still grow
         self.follows = []  # episodes whose note still reads this signal's points
         # What the streams of one rule derive from this signal for each other (a rule
         # checked on another signal reads it): key -> object, made by the first that needs it.
         self.shared = {}
-        self.levels = []  # the Levels among them, pushed at every point before the checks
+        self.levels = None  # Levels of those among them, pushed at every point before the checks
         self.initial = InitialLevel()  # pushed after the checks: known from the 11th finite point on
+        self.heading = True  # the initial level is still unknown: pushed at this point
 
     def need(self, size, log=False):
         """Makes the shared window at least `size` long (before any point)."""
@@ -184,6 +187,18 @@ class Quiet:
     log_margin: float | None = None
 
 
+@dataclasses.dataclass(frozen=True)
+class Rest:
+    """When a stream that keeps counts may be skipped at a finite point (see Stream.rest): at
+    points from `after` on, while its `busy` is false (nothing counted, nothing fired that the
+    point could extend), if every bar (level, factor, best) holds: level.value < factor x
+    best.low with best.low > 0, of the signal's shared Levels (pushed before the checks). Its
+    check would then return None and leave its state as it was."""
+
+    after: int
+    bars: tuple = ()
+
+
 class Stream:
     """Base of the streaming rules: `hits` are the signals it is checked on."""
 
@@ -191,6 +206,8 @@ class Stream:
     # True: nothing to do at this signal's points (what the rule needs of it is read from the
     # channel when needed); the monitor does not call its check.
     idle: bool = False
+    # For a stream with a Rest: true while a point could change its counts (kept by its check).
+    busy: bool = False
 
     @classmethod
     def needs(cls, p, signal) -> list:
@@ -199,6 +216,10 @@ class Stream:
 
     def quiet(self) -> Quiet | None:
         """When this stream may be skipped (see Quiet); None: never."""
+        return None
+
+    def rest(self) -> Rest | None:
+        """When a stream that is never quiet may be skipped (see Rest); None: never."""
         return None
 
 
@@ -259,7 +280,7 @@ class Level:
     the window holds finite values after its leading NaNs, which are only counted.
     """
 
-    __slots__ = ("k", "window", "last", "n", "sorted", "nans", "mid", "odd", "value", "low")
+    __slots__ = ("k", "window", "last", "n", "sorted", "nans", "mid", "odd", "value", "low", "history")
 
     def __init__(self, k):
         self.k = max(1, k)
@@ -271,6 +292,13 @@ class Level:
         self.mid, self.odd = self.k // 2, self.k % 2
         self.value = _nan  # the level at the last point
         self.low = _nan  # the lowest level so far
+        self.history = None  # its last values (see keep), if a stream reads them
+
+    def keep(self, size):
+        """Keeps at least its last `size` levels in `history` (the last is that at the last
+        point): one deque shared by the streams that read past levels, appended as it is pushed."""
+        if self.history is None or self.history.maxlen < size:
+            self.history = collections.deque(self.history or (), maxlen=size)
 
     def push(self, v):
         """Takes the next point; returns the level at it (NaN while unknown)."""
@@ -293,6 +321,8 @@ class Level:
             b = self.value = xs[mid] if self.odd else (xs[mid - 1] + xs[mid]) / 2.0
             if not b >= self.low:  # b is finite here: fmin
                 self.low = b
+            if self.history is not None:
+                self.history.append(b)
             return b
         self.n += 1
         if len(window) == self.k:
@@ -309,24 +339,85 @@ class Level:
         n = len(xs)
         if (self.n >= self.k and self.nans) or n == 0:  # NaN can only lead, being forward-filled
             b = self.value = _nan
-            return b
-        mid = n // 2
-        b = self.value = xs[mid] if n % 2 else (xs[mid - 1] + xs[mid]) / 2.0
-        if not b >= self.low:
-            self.low = b
+        else:
+            mid = n // 2
+            b = self.value = xs[mid] if n % 2 else (xs[mid - 1] + xs[mid]) / 2.0
+            if not b >= self.low:
+                self.low = b
+        if self.history is not None:
+            self.history.append(b)
         return b
 
 
-def shared_level(channel, k: int) -> Level:
+class Levels:
+    """A channel's shared Levels, pushed together. Until every one is full and finite each is
+    pushed on its own; from then on (as it stays, forward-filled) they share one window of the
+    last points, the longest level's, and one push updates them all in place, as each would:
+    a point enters every sorted list and the point k back leaves that of the level of k."""
+
+    __slots__ = ("levels", "window", "last", "fast")
+
+    def __init__(self):
+        self.levels = []
+        self.window = None  # the shared window, once every level is in its usual case
+        self.last = _nan
+        self.fast = ()  # (level, k, its sorted list, mid, odd) for each level, then
+
+    def add(self, level: Level):
+        """Adds a level (before any point)."""
+        self.levels.append(level)
+
+    def push(self, v):
+        """Takes the next point, for every level."""
+        window = self.window
+        if window is None:
+            for level in self.levels:
+                level.push(v)
+            if all(not level.nans and len(level.window) == level.k for level in self.levels):
+                self._share()
+            return
+        if v - v == 0.0:
+            self.last = v
+        x = self.last
+        for level, k, xs, mid, odd in self.fast:
+            old = window[-k]
+            # As in Level.push: the same value leaving and coming leaves the list as it was.
+            if old != x or x == 0.0:
+                del xs[_bisect_left(xs, old)]
+                _insort(xs, x)
+            b = level.value = xs[mid] if odd else (xs[mid - 1] + xs[mid]) / 2.0
+            if not b >= level.low:
+                level.low = b
+            history = level.history
+            if history is not None:
+                history.append(b)
+        window.append(x)
+
+    def _share(self):
+        longest = max(self.levels, key=lambda level: level.k)
+        # Every level's window is the last k points of the same forward-filled series.
+        self.window = collections.deque(longest.window, maxlen=longest.k)
+        self.last = longest.last
+        self.fast = tuple((level, level.k, level.sorted, level.mid, level.odd) for level in self.levels)
+        for level in self.levels:
+            level.window = None  # superseded by the shared one (smaller snapshots)
+
+
+def shared_level(channel, k: int, history: int = 0) -> Level:
     """The channel's trailing median of `k` points, shared by every stream that asks for it
     (made before any point). The monitor pushes it at every point of the channel before the
-    checks, so during a check its `value` and `low` are those at the point being checked."""
+    checks, so during a check its `value` and `low` are those at the point being checked, and
+    its `history` (kept if a stream asks for `history` > 0 levels) ends with that point's."""
     k = max(1, k)
     key = ("level", k)
     level = channel.shared.get(key)
     if level is None:
         level = channel.shared[key] = Level(k)
-        channel.levels.append(level)
+        if channel.levels is None:
+            channel.levels = Levels()
+        channel.levels.add(level)
+    if history > 0:
+        level.keep(history)
     return level
 
 
@@ -395,7 +486,8 @@ class RecentLogs:
             self.logs = collections.deque(next(it) if x > 0 and x - x == 0.0 else None for x in new)
             return
         log = self.log
-        for x in islice(values, n - 1 - gap, n - 1):
+        # By index, not an islice: that would walk the deque from its start.
+        for x in [values[j] for j in range(n - 1 - gap, n - 1)]:
             if x > 0 and x - x == 0.0:
                 y = float(log(x))  # numpy's log of one value: the one it takes within an array
                 logs.append(y)

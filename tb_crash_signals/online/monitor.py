@@ -30,10 +30,10 @@ from tb_crash_signals.analysis.rules import RULES
 from tb_crash_signals.analysis.rules.base import EpisodeView
 from tb_crash_signals.analysis.signals import SIGNALS
 from tb_crash_signals.analysis.streaming import ORDER, Channel
-from tb_crash_signals.online.screen import Screen
+from tb_crash_signals.online.screen import RestScreen, Screen
 from tb_crash_signals.report.document import fit_to_json
 
-_log, _nan = math.log, math.nan
+_log, _nan, _inf = math.log, math.nan, math.inf
 # Points kept per signal for messages and the summary (not for the rules).
 _RECENT = 256
 _SIGNAL_SET = frozenset(SIGNALS)
@@ -86,6 +86,7 @@ class _State:
                 for other, size, log in cls.needs(params, sig):
                     self.channels[other].need(size, log)
         quiets = {s: [] for s in SIGNALS}
+        rests = {s: [] for s in SIGNALS}
         for code, cls, params in built:
             for sig in cls.hits:
                 stream = cls(params, sig, self.channels)
@@ -97,11 +98,21 @@ class _State:
                 quiet = stream.quiet()
                 if quiet is None:
                     ch.always.append((code, stream.check))
+                    rest = stream.rest()
+                    if rest is not None:
+                        rests[sig].append((code, stream, rest))
                 else:
                     quiets[sig].append(quiet)
         for sig, found in quiets.items():
             if found:
                 self.channels[sig].screen = Screen(found, self.channels[sig])
+        for sig, found in rests.items():
+            if found:
+                ch = self.channels[sig]
+                ch.rest = RestScreen([(stream, rest) for _, stream, rest in found])
+                resting = {code for code, _, _ in found}
+                ch.checks_at_rest = [c for c in ch.checks if c[0] not in resting]
+                ch.always_at_rest = [c for c in ch.always if c[0] not in resting]
         self.episodes: list[_Record] = []  # in opening order, growing until closed
         self.max_step = None
         self.first_step = None
@@ -236,9 +247,12 @@ class Monitor:
         st = self._state
         if not values:
             return []
-        if st.max_step is None or step > st.max_step:
+        # Both are None until the first step; then a step is mostly past the last one.
+        if st.max_step is None:
+            st.max_step = st.first_step = step
+        elif step > st.max_step:
             st.max_step = step
-        if st.first_step is None or step < st.first_step:
+        elif step < st.first_step:
             st.first_step = step
         opened = []
         hits = self.last_hits = []
@@ -253,9 +267,8 @@ class Monitor:
             ch.steps.append(step)
             ch.values.append(v)
             levels = ch.levels
-            if levels:
-                for level in levels:
-                    level.push(v)
+            if levels is not None:
+                levels.push(v)
             checks = ch.checks
             log_window = ch.log_window
             if log_window is not None:
@@ -270,6 +283,9 @@ class Monitor:
                 screen = ch.screen
                 if screen is not None and screen.quiet(v):
                     checks = ch.always
+                rest = ch.rest
+                if rest is not None and rest.quiet(i):
+                    checks = ch.always_at_rest if checks is ch.always else ch.checks_at_rest
             for code, check in checks:
                 hit = check(i, step, v)
                 if hit is not None:
@@ -277,8 +293,9 @@ class Monitor:
                     ep = self._hit(code, name, i, step, v, hit)
                     if ep is not None:
                         opened.append(ep)
-            if len(ch.initial.head) < 10:
+            if ch.heading:
                 ch.initial.push(v)
+                ch.heading = ch.initial.known == _inf
             if ch.window is not None:
                 ch.window.push(v)
             if log_window is not None:

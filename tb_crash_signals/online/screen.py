@@ -1,4 +1,4 @@
-"""A signal's combined quiet screen: which streams the monitor may skip at a point."""
+"""A signal's combined screens: which streams the monitor may skip at a point."""
 
 from __future__ import annotations
 
@@ -49,6 +49,41 @@ class Screen:
         w = self.log_window
         if w is not None:  # w.low is inf while nothing finite was pushed: quiet
             if self.channel.log_value - w.low > self.log_margin:
+                return False
+        return True
+
+
+class RestScreen:
+    """The Rest conditions of one signal's stateful streams, combined: while none of them is
+    busy and the shared levels are under every bar (most points of a healthy run), the monitor
+    skips those streams' checks, so they cost one call, not one each."""
+
+    __slots__ = ("after", "streams", "bars")
+
+    def __init__(self, rests: list):
+        """`rests`: (stream, its Rest) pairs."""
+        self.after = max(r.after for _, r in rests)
+        self.streams = tuple(stream for stream, _ in rests)
+        # Per (level, best) the smallest factor, which implies the others (best.low > 0).
+        least = {}
+        for _, r in rests:
+            for level, factor, best in r.bars:
+                key = (id(level), id(best))
+                if key not in least or factor < least[key][1]:
+                    least[key] = (level, factor, best)
+        self.bars = tuple(least.values())
+
+    def quiet(self, i):
+        """True if every rested stream is sure to return None at point i, its state unchanged
+        (a finite point; the shared levels hold it)."""
+        if i < self.after:
+            return False
+        for stream in self.streams:
+            if stream.busy:
+                return False
+        for level, factor, best in self.bars:
+            b = best.low
+            if not (b > 0 and level.value < factor * b):
                 return False
         return True
 

@@ -23,7 +23,7 @@ from tb_crash_signals.analysis.rules.base import (
 )
 from tb_crash_signals.analysis.signals import SIGNAL_LABELS
 from tb_crash_signals.analysis.stats import initial_level, jitter, noise_decades, run_lengths, smoothed_level
-from tb_crash_signals.analysis.streaming import Stream, StreamHit, recent_logs, shared_level
+from tb_crash_signals.analysis.streaming import Rest, Stream, StreamHit, recent_logs, shared_level
 
 
 @dataclasses.dataclass(frozen=True)
@@ -111,6 +111,14 @@ class LossDivergenceStream(Stream):
         self.run = 0
         self.inside = False  # fired, and the level not yet back under `back` x the best
 
+    def rest(self):
+        # Under `factor` x the best nothing is elevated (see check); nothing must be counted or
+        # inside, nor kept per point by the stream itself.
+        if self.own is not None:
+            return None
+        p = self.p
+        return Rest(after=max(p.min_points, self.start), bars=((self.level, p.factor, self.best_level),))
+
     def _noise_at(self, i):
         return self.noise.noise_decades()  # of the points before the current one
 
@@ -137,6 +145,7 @@ class LossDivergenceStream(Stream):
             self.inside = True
         elif level < p.back * best:
             self.inside = False
+        self.busy = self.run > 0 or self.inside
         if self.inside and v - v == 0.0:
             return StreamHit(note=_note(level, best))
         return None

@@ -7,7 +7,7 @@ import dataclasses
 import math
 from bisect import bisect_left as _bisect_left
 from bisect import insort as _insort
-from itertools import islice
+from itertools import chain, islice
 
 import numpy as np
 
@@ -77,9 +77,8 @@ def _describe_growth(ep, p):
 class GradGrowthStream(Stream):
     hits = ("grad_norm",)  # the loss's side is read from its shared levels when a window decides
 
-    # The running quarter sums are recomputed exactly this often, so their
-    # rounding drift stays far below _SLACK.
-    _RESYNC = 1024
+    # The slack of the quarter pre-filter: far above the rounding of a Python sum of q logs,
+    # so the exact (numpy) test in _decide settles close calls.
     _SLACK = 1e-6
 
     @classmethod
@@ -91,79 +90,69 @@ class GradGrowthStream(Stream):
         self.signal = signal
         self.loss = channels["train_loss"].shared.setdefault(_LOSS, _LossRatio(channels["train_loss"]))
         self.p = p
-        w = self.w = p.window
+        self.w = p.window
         self.threshold = p.threshold
         self.q, self.rise = quarter_rise(p)
         self.q_rise = self.q * self.rise
         self.min_excess = math.log(p.min_excess)  # as fit_window computes it
-        self.logs = collections.deque(maxlen=w)  # logs, 0.0 where not finite
-        self.steps = collections.deque(maxlen=w)
         self.channel = channels[signal]  # its log_value: log(v), computed once a point
+        # The fit window is read from the log window (which ends at the point before) only when
+        # it holds w finite logs: then they are the window's logs, unfilled, so the stream keeps
+        # nothing per point but the index of the last non-finite log.
         self.history = self.channel.log_window
-        self.baseline = _Baseline(self.history, w, p.baseline_window)
-        self.last_bad = -w  # index of the last non-finite log
-        # Sums of the first and the last q logs of the window, kept running
-        # once the window is full, and recomputed every _RESYNC points.
-        self.first = self.last = 0.0
-        self.count = self._RESYNC
-        self.full = False
+        self.baseline = _Baseline(self.history, self.w, p.baseline_window)
+        self.last_bad = -self.w
+        # The window's steps: the channel's recent ones, unless it keeps fewer than w.
+        self.own_steps = collections.deque(maxlen=self.w) if self.w > self.channel.steps.maxlen else None
 
     def check(self, i, step, v):
-        logs = self.logs
+        if self.own_steps is not None:
+            self.own_steps.append(step)
         x = self.channel.log_value
         if not x - x == 0.0:
-            x = 0.0
             self.last_bad = i
-        if self.full:  # the window slides (the usual case)
-            q = self.q
-            self.last += x - logs[-q]
-            self.first += logs[q] - logs[0]
-            logs.append(x)
-            self.steps.append(step)
-            self.count -= 1
-            if not self.count:
-                self._resync()
-        else:
-            self._fill(x, step)
-        if i - self.last_bad < self.w or not v < self.threshold or i < self.w - 1:
             return None
-        # A necessary condition, with a slack far above the running sums'
-        # rounding: the exact (numpy) test in _decide settles close calls.
-        if self.last - self.first < self.q_rise - self._SLACK:
-            return None
+        w = self.w
         # fit_window's first test needs the run's normal level: the median of the history
         # before the window, unknown while the window reaches back under w points, and at least
-        # the history's lower bound (its window holds those points).
-        if i - self.w + 1 < self.w or x - self.history.low < self.min_excess:
+        # the history's lower bound (its window holds those points). Cheapest first: on most
+        # points the current log is not min_excess above that bound.
+        if i - self.last_bad < w or not v < self.threshold or i - w + 1 < w:
             return None
-        return self._decide(i)
+        hist = self.history
+        if x - hist.low < self.min_excess:
+            return None
+        # A necessary condition on the quarters' sums, with a slack far above their rounding (in
+        # whatever order they are summed). Read from the right end: an islice of a deque walks it
+        # from its start.
+        logs = hist.values
+        q = self.q
+        if w >= 2 * q:
+            back = reversed(logs)
+            last = sum(islice(back, q - 1)) + x
+            first = sum(islice(back, w - 2 * q, w - q))  # the iterator has passed q - 1 of them
+        else:  # quarters that overlap (w < 4)
+            n = len(logs)
+            first = sum(islice(logs, n - w + 1, n - w + 1 + q))
+            last = sum(islice(logs, n - q + 1, n)) + x
+        if last - first < self.q_rise - self._SLACK:
+            return None
+        return self._decide(i, x)
 
-    def _fill(self, x, step):
-        """Appends while the window is not full yet (or is no longer than a quarter)."""
-        self.logs.append(x)
-        self.steps.append(step)
-        self._resync()
-        self.full = len(self.logs) == self.w and self.w > self.q
-
-    def _resync(self):
-        """The quarter sums afresh (exactly, from the window)."""
-        logs, q = self.logs, self.q
-        n = len(logs)
-        self.first = sum(islice(logs, min(q, n)))
-        self.last = sum(islice(logs, max(n - q, 0), None))
-        self.count = self._RESYNC
-
-    def _decide(self, i):
+    def _decide(self, i, x):
         p, w, q = self.p, self.w, self.q
         base = self.baseline.at(i)
         # fit_window's first test, before the arrays are built: it rejects most windows.
-        if not base - base == 0.0 or self.logs[-1] - base < self.min_excess:
+        if not base - base == 0.0 or x - base < self.min_excess:
             return None
-        logs = np.fromiter(self.logs, dtype=np.float64, count=w)  # all finite here
+        hist = self.history.values
+        n = len(hist)
+        logs = np.fromiter(chain(islice(hist, n - w + 1, n), (x,)), dtype=np.float64, count=w)  # all finite
         # The batch rule's exact arithmetic.
         if logs[w - q :].sum() / q - logs[:q].sum() / q < self.rise:
             return None
-        steps = np.fromiter(self.steps, dtype=np.int64, count=w)
+        steps = self.channel.steps if self.own_steps is None else self.own_steps  # ending at this point
+        steps = np.fromiter(islice(steps, len(steps) - w, None), dtype=np.int64, count=w)
         fit = fit_window(steps, logs, base, p, self.loss.ratio)
         return None if fit is None else StreamHit(fit=fit)
 

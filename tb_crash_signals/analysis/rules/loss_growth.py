@@ -32,7 +32,7 @@ from tb_crash_signals.analysis.stats import (
     smoothed_level,
     value_at_or_before,
 )
-from tb_crash_signals.analysis.streaming import Level, Stream, StreamHit, recent_logs, shared_level
+from tb_crash_signals.analysis.streaming import Level, Rest, Stream, StreamHit, recent_logs, shared_level
 
 _GRAD = "loss-growth: grad norm trend"  # Channel.shared key of the grad-norm side
 _LR = "loss-growth: learning-rate trend"  # ... and of the learning rate's
@@ -288,24 +288,36 @@ class LossGrowthStream(Stream):
                 self.trend = self.lr.shared.setdefault(_LR, _LrTrend(p))
                 self.check = self._push_lr
             return
-        self.level = shared_level(channels["train_loss"], p.smooth)
-        self.best_level = shared_level(channels["train_loss"], p.best_smooth)
-        self.initial = channels["train_loss"].initial  # pushed after the checks: as of the points before
+        # The levels of the last points (for the level `smooth` points before and the fit) are
+        # the shared Levels' histories, so a point where the rule rests changes nothing here.
         ch = channels["train_loss"]
+        self.level = shared_level(ch, p.smooth, history=max(p.fit_window, p.smooth + 1))
+        self.best_level = shared_level(ch, p.best_smooth, history=p.smooth + 1)
+        self.initial = ch.initial  # pushed after the checks: as of the points before
         self.values = ch.values
         self.start = min(p.min_points, p.early_points)
         self.noise = recent_logs(ch, p.noise_window, np.log10)  # of the points before
         self.spread = recent_logs(ch, p.spread_window, np.log)
         # Kept by the stream itself, if at all.
         self.own = [r.values for r in (self.noise, self.spread) if hasattr(r, "values")]
-        self.levels = collections.deque(maxlen=max(p.fit_window, p.smooth + 1))
-        self.slow_levels = collections.deque(maxlen=p.smooth + 1)
-        self.steps = collections.deque(maxlen=p.fit_window)
+        # The fit's steps: the channel's recent ones, unless it keeps fewer than fit_window.
+        self.steps = ch.steps if p.fit_window <= ch.steps.maxlen else collections.deque(maxlen=p.fit_window)
+        self.own_steps = self.steps is not ch.steps
         self.run = 0  # points in a row that climbed, ending at the last one
         self.run_with_grad = 0  # ... with the grad norm climbing too
         # A larger spread raises climbing's bars only for non-negative z's (the defaults).
         self.bars_fall = p.z >= 0 and p.z_with_grad >= 0
         self.low_ratio = min(p.ratio_with_grad, p.ratio_with_lr)
+
+    def rest(self):
+        # A point is no candidate while both levels are under their bars (see check); the run
+        # counts must be zero, and nothing kept per point by the stream itself.
+        if self.signal != "train_loss" or self.own or self.own_steps:
+            return None
+        p = self.p
+        return Rest(after=max(p.min_points, self.start),
+                    bars=((self.level, self.low_ratio, self.best_level),
+                          (self.best_level, p.slow_ratio, self.best_level)))
 
     def _head(self, k):
         """The run's first k points (before min_points, the channel holds them all)."""
@@ -321,9 +333,8 @@ class LossGrowthStream(Stream):
         b = self.best_level.value
         best = self.best_level.low
         init = self.initial.value
-        self.levels.append(level)
-        self.slow_levels.append(b)
-        self.steps.append(step)
+        if self.own_steps:
+            self.steps.append(step)
         early = i < p.min_points
         if early:  # a short run: its own best level, no slow level, the jitter gate for noise
             best, b = early_best(best, self.level.low), math.nan
@@ -334,9 +345,10 @@ class LossGrowthStream(Stream):
             rising = trend is not None and trend.rising
             lr_trend = self.lr.shared.get(_LR)
             lr_rising = lr_trend is not None and lr_trend.rising
-            levels = self.levels
+            levels = self.level.history
             before = levels[-1 - p.smooth] if len(levels) > p.smooth else math.nan
-            slow_before = self.slow_levels[0] if len(self.slow_levels) > p.smooth else math.nan
+            slow = self.best_level.history
+            slow_before = slow[-1 - p.smooth] if len(slow) > p.smooth else math.nan
             finishing = 0 < self.run_with_grad < p.consecutive
             top = math.inf if finishing else p.max_ratio * best
             # What `climbing` needs before its noise estimates (which cost the most) can matter:
@@ -356,12 +368,15 @@ class LossGrowthStream(Stream):
             self.run = self.run + 1 if how else 0
             self.run_with_grad = self.run_with_grad + 1 if how in _CORROBORATED else 0
             if self.run >= p.consecutive_alone or self.run_with_grad >= p.consecutive:
-                fit = projection(list(self.steps), list(levels)[-p.fit_window:], best, p)
+                w = p.fit_window
+                steps = list(islice(self.steps, max(len(self.steps) - w, 0), None))
+                fit = projection(steps, list(islice(levels, max(len(levels) - w, 0), None)), best, p)
                 told = b if how.startswith("slow") else level
                 hit = StreamHit(note=_note(told, best, how in _CORROBORATED and rising,
                                            how in _CORROBORATED and lr_rising), fit=fit)
         else:
             self.run = self.run_with_grad = 0
+        self.busy = self.run > 0
         for own in self.own:
             own.append(v)
         return hit

@@ -210,6 +210,18 @@ class PlateauStream(Stream):
 
     def check(self, i, step, v):
         init = self.initial.value
+        if i > self.max_warmup:
+            # The usual point of a run that learns: its learning rate not gone and its level well
+            # under `stuck` x the initial one, it cannot fire; only the best is recorded.
+            best = self.level.low
+            ring = self.bests
+            ring[i % len(ring)] = best
+            lr = self.lr_peak.channel
+            peak = lr.max_finite
+            if not (peak > 0 and lr.values[-1] / peak <= self.lr_floor) and not self.level.value >= self.stuck * init:
+                if self.own is not None:
+                    self.own.append(v)
+                return None
         hit = self._check(i, v, init)
         if hit is not None and self.noise.noise_decades() >= self.max_noise:
             hit = None

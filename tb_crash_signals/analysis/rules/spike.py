@@ -196,9 +196,12 @@ class _SpikeStream(Stream):
         if not v >= p.envelope * top:
             return None
         med, _ = median_mad_before(window, i, p.window, p.min_points, mad=False)
+        # The noise (a numpy pass over noise_window points) is is_spike's last test: only then.
+        if not is_spike(v, med, top, self.channel.initial.value, math.nan, p):
+            return None
         values = self.channel.values  # the raw recent points, this one last
         before = list(islice(values, max(len(values) - 1 - p.noise_window, 0), len(values) - 1))
-        if not is_spike(v, med, top, self.channel.initial.value, noise_decades(before), p):
+        if noise_decades(before) >= p.max_noise:
             return None
         return StreamHit(note=spike_note(v, med), follow=Recovery(step, v, med))
 

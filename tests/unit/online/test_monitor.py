@@ -25,7 +25,7 @@ from support.helpers import healthy_grad, healthy_loss
 from support.paths import SCHEMA
 from tb_crash_signals import Monitor
 from tb_crash_signals.analysis.config import Config
-from tb_crash_signals.online.screen import Screen
+from tb_crash_signals.online.screen import RestScreen, Screen
 from tb_crash_signals.scan import scan_logdir
 
 TAGS = {
@@ -126,7 +126,8 @@ def test_monitor_matches_scan_on_random_series(tmp_path_factory, updates):
 @given(update_streams())
 def test_screens_skip_only_checks_that_would_not_fire(updates):
     screened = online(updates)
-    with mock.patch.object(Screen, "quiet", return_value=False):
+    with mock.patch.object(Screen, "quiet", return_value=False), \
+            mock.patch.object(RestScreen, "quiet", return_value=False):
         every_check = online(updates)
     assert [e.to_json() for e in screened.episodes()] == [e.to_json() for e in every_check.episodes()]
     assert screened.summary() == every_check.summary()
