@@ -413,11 +413,6 @@ def log_spread(window) -> float:
     return MAD_TO_SIGMA * median_sorted(deviations)
 
 
-# These run at every point of the online monitor on windows of tens of points, where a numpy
-# reduction's call overhead is most of the cost: the logs stay numpy's (its log is not libm's),
-# the order statistics are taken in Python, with np.median's and np.percentile's arithmetic
-# (tests/unit/analysis/test_stats.py holds them to numpy's results bit for bit).
-
 def jitter(values) -> float:
     """The point-to-point noise of a series around its own trend, in log units: a robust estimate
     (1.4826 x the MAD, over sqrt(6)) of the standard deviation of white noise from the second
@@ -430,6 +425,11 @@ def jitter(values) -> float:
     d = np.diff(np.log(x), 2)
     return MAD_TO_SIGMA * float(np.median(np.abs(d - np.median(d)))) / math.sqrt(6.0)
 
+
+# These run at every point of the online monitor on windows of tens of points, where a numpy
+# reduction's call overhead is most of the cost: the logs stay numpy's (its log is not libm's),
+# the order statistics are taken in Python, with np.median's and np.percentile's arithmetic
+# (tests/unit/analysis/test_stats.py holds them to numpy's results bit for bit).
 
 def _positive_logs(window, log) -> list | None:
     """The sorted logs of the positive finite values, or None under 10 of them."""
