@@ -83,5 +83,5 @@ def test_a_short_run_diverging_is_told_before_it_explodes(tmp_path):
     assert incident["first_alarm_step"] < bound, (incident, losses)
     assert nonfinite is None or incident["first_alarm_step"] < nonfinite
     assert "CS202" in {run["episodes"][i]["code"] for i in incident["episodes"]}
-    # One story: the validation loss, rising a few epochs before the train loss turned, is not overfitting.
+    # One story: the validation loss rising as the train loss begins its climb is not overfitting.
     assert len(run["incidents"]) == 1, [i["headline"] for i in run["incidents"]]

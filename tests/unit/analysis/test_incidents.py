@@ -20,7 +20,7 @@ def episode(code, start, end=None, signal="train_loss", fit_from=None):
 
 
 def kinds(incidents):
-    return [(i.kind, [e for e in i.episodes]) for i in incidents]
+    return [(i.kind, list(i.episodes)) for i in incidents]
 
 
 def test_a_validation_loss_rising_while_the_train_loss_climbs_is_the_divergence():
