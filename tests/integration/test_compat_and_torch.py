@@ -52,3 +52,20 @@ def test_update_ratio_measures_one_optimizer_step():
     expected = float((after - before).norm() / before.norm())
     assert math.isclose(ratio.value, expected, rel_tol=1e-5) and ratio.value > 0
     assert np.isfinite(ratio.value)
+
+
+def test_update_ratio_of_parameters_of_several_dtypes():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(10, 4), torch.nn.Linear(4, 1).double())
+    before = torch.cat([p.detach().double().flatten().clone() for p in model.parameters()])
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    model[1](model[0](torch.randn(16, 10)).double()).pow(2).mean().backward()
+    with update_ratio(model) as ratio:
+        opt.step()
+    after = torch.cat([p.detach().double().flatten() for p in model.parameters()])
+    expected = float((after - before).norm() / before.norm())
+    assert math.isclose(ratio.value, expected, rel_tol=1e-5) and ratio.value > 0
+    # All-zero weights: nothing to measure the update against.
+    with update_ratio([torch.zeros(3, requires_grad=True)]) as zero:
+        pass
+    assert zero.value == math.inf
