@@ -15,20 +15,15 @@ import os
 
 import pytest
 
-os.environ.setdefault("KERAS_BACKEND", "torch")
-keras = pytest.importorskip("keras")  # installed by scripts/test_all.sh; never skipped in CI
-if keras.backend.backend() != "torch":
-    pytest.skip("these tests run Keras on the torch backend", allow_module_level=True)
+from support.keras_torch import KERAS_WARNINGS, keras_on_torch
+
+keras = keras_on_torch()
 import numpy as np  # noqa: E402
 from torch.utils.tensorboard import SummaryWriter  # noqa: E402
 
 from tb_crash_signals import scan_logdir  # noqa: E402
 
-pytestmark = [
-    pytest.mark.slow,
-    # Keras' torch backend converting its own logs under numpy 2; nothing of ours.
-    pytest.mark.filterwarnings("ignore:__array__ implementation doesn't accept a copy keyword:DeprecationWarning"),
-]
+pytestmark = [pytest.mark.slow, KERAS_WARNINGS]
 
 
 class EpochSummaries(keras.callbacks.Callback):

@@ -7,14 +7,11 @@ through torch's SummaryWriter.
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
-os.environ.setdefault("KERAS_BACKEND", "torch")
-keras = pytest.importorskip("keras")
-if keras.backend.backend() != "torch":
-    pytest.skip("these tests run Keras on the torch backend", allow_module_level=True)
+from support.keras_torch import KERAS_WARNINGS, keras_on_torch
+
+keras = keras_on_torch()
 import numpy as np  # noqa: E402
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator  # noqa: E402
 from torch.utils.tensorboard import SummaryWriter  # noqa: E402
@@ -22,11 +19,7 @@ from torch.utils.tensorboard import SummaryWriter  # noqa: E402
 from support.frameworks import critical, first_nonfinite, scanned_incidents  # noqa: E402
 from tb_crash_signals.integrations.keras import CrashSignals  # noqa: E402
 
-pytestmark = [
-    pytest.mark.slow,
-    # Keras' torch backend converting its own logs under numpy 2; nothing of ours.
-    pytest.mark.filterwarnings("ignore:__array__ implementation doesn't accept a copy keyword:DeprecationWarning"),
-]
+pytestmark = [pytest.mark.slow, KERAS_WARNINGS]
 
 
 class Writer(keras.callbacks.Callback):
