@@ -74,19 +74,20 @@ def early_bests(best, level, min_points):
     return out
 
 
-def early_jitter_at(i, head, p) -> float:
-    """The `jitter` of the points before the level's window at point i (`head(k)`: the run's first
-    k points): a short run's noise, which its quartiles would mistake for its trend and the climb."""
-    return jitter(head(i - p.smooth + 1))
+def early_jitter_at(i, values, p) -> float:
+    """The `jitter` of the points before the level's window at point i, of the run's `values` from
+    its first (an array, or the channel's recent points while it holds them all): a short run's
+    noise, which its quartiles would mistake for its trend and the climb."""
+    return jitter(list(islice(values, 0, max(i - p.smooth + 1, 0))))
 
 
-def gate_noise(i, noise_at, head, p) -> float:
+def gate_noise(i, noise_at, values, p) -> float:
     """The noise the gates of CS113 and CS202 compare with `max_noise` at point i (batch and
     stream): from `min_points` on, `noise_at(i)`, that of the `noise_window` points before i;
     before it, 0 on a smooth loss (`early_jitter_at` under `early_jitter`), else inf."""
     if i >= p.min_points:
         return noise_at(i)
-    return 0.0 if early_jitter_at(i, head, p) < p.early_jitter else math.inf
+    return 0.0 if early_jitter_at(i, values, p) < p.early_jitter else math.inf
 
 
 def _describe_divergence(ep, p):
@@ -122,10 +123,6 @@ class LossDivergenceStream(Stream):
     def _noise_at(self, i):
         return self.noise.noise_decades()  # of the points before the current one
 
-    def _head(self, k):
-        """The run's first k points (before min_points, the channel holds them all)."""
-        return list(islice(self.values, 0, max(k, 0)))
-
     def check(self, i, step, v):
         p = self.p
         level = self.level.value
@@ -137,7 +134,7 @@ class LossDivergenceStream(Stream):
         up = (i >= self.start and v - v == 0.0 and level >= p.factor * best and best > 0
               and not (init > best and level - best < p.lost * (init - best)))
         if up:
-            up = not gate_noise(i, self._noise_at, self._head, p) >= p.max_noise
+            up = not gate_noise(i, self._noise_at, self.values, p) >= p.max_noise
         if self.own is not None:
             self.own.append(v)
         self.run = self.run + 1 if up else 0
@@ -191,11 +188,8 @@ def loss_divergence(data, p: DivergenceParams, since=None):
     def noise_at(i):
         return noise_decades(v[max(i - p.noise_window, 0) : i])
 
-    def head(k):
-        return v[: max(k, 0)]
-
     for i in np.flatnonzero(up).tolist():  # rare: only where the level is that high
-        if gate_noise(i, noise_at, head, p) >= p.max_noise:
+        if gate_noise(i, noise_at, v, p) >= p.max_noise:
             up[i] = False
     points = np.arange(len(v))
     fired = np.maximum.accumulate(np.where(run_lengths(up) >= p.consecutive, points, -1))

@@ -97,10 +97,10 @@ class LossGrowthParams:
     )
 
 
-def early_spread_noise(i, head, p: LossGrowthParams):
+def early_spread_noise(i, values, p: LossGrowthParams):
     """Before `min_points`: the loss's spread (its `jitter`) and the noise its gate reads (0 on a
-    smooth loss, else inf), from the points before the level's window (`head(k)`: the first k)."""
-    spread = early_jitter_at(i, head, p)
+    smooth loss, else inf), from the points before the level's window (of the run's `values`)."""
+    spread = early_jitter_at(i, values, p)
     return spread, (0.0 if spread < p.early_jitter else math.inf)
 
 
@@ -110,9 +110,9 @@ def climbing(level, before, slow, slow_before, best, init, spread, noise, grad_r
     level (`best_smooth` points) now and `smooth` points before: "with grad" (the grad norm
     climbing or the learning rate rising with it), "slow with grad" (the slow level climbing,
     with one of them), "alone" or False (shared by the batch rule and its
-    stream). `finishing`: a climb with the grad norm or the learning rate is under way and has not
-    fired yet; it may then pass `max_ratio` ("with grad" only): a short run diverging fast outruns its
-    level, and the sustained divergence needs more points still."""
+    stream). `finishing`: the level was still under `max_ratio` at the point before, so this point,
+    where it crosses, may count ("with grad" only): a fast divergence outruns its level, and the
+    sustained divergence needs more points still."""
     if not best > 0 or noise >= p.max_noise:
         return False
     progress = p.lost * (init - best) if init > best else 0.0
@@ -305,6 +305,7 @@ class LossGrowthStream(Stream):
         self.own_steps = self.steps is not ch.steps
         self.run = 0  # points in a row that climbed, ending at the last one
         self.run_with_grad = 0  # ... with the grad norm climbing too
+        self.under, self.checked = False, -1  # the level under max_ratio at the last point checked
         # A larger spread raises climbing's bars only for non-negative z's (the defaults).
         self.bars_fall = p.z >= 0 and p.z_with_grad >= 0
         self.low_ratio = min(p.ratio_with_grad, p.ratio_with_lr)
@@ -312,16 +313,13 @@ class LossGrowthStream(Stream):
     def rest(self):
         # A point is no candidate while both levels are under their bars (see check); the run
         # counts must be zero, and nothing kept per point by the stream itself.
-        if self.signal != "train_loss" or self.own or self.own_steps:
-            return None
         p = self.p
+        # A skipped point counts as under max_ratio (see check): its bar must be at most that.
+        if self.signal != "train_loss" or self.own or self.own_steps or self.low_ratio > p.max_ratio:
+            return None
         return Rest(after=max(p.min_points, self.start),
                     bars=((self.level, self.low_ratio, self.best_level),
                           (self.best_level, p.slow_ratio, self.best_level)))
-
-    def _head(self, k):
-        """The run's first k points (before min_points, the channel holds them all)."""
-        return list(islice(self.values, 0, max(k, 0)))
 
     def _push_lr(self, i, step, v):
         """The check on the learning rate, when its trend is not read from its channel."""
@@ -349,7 +347,8 @@ class LossGrowthStream(Stream):
             before = levels[-1 - p.smooth] if len(levels) > p.smooth else math.nan
             slow = self.best_level.history
             slow_before = slow[-1 - p.smooth] if len(slow) > p.smooth else math.nan
-            finishing = 0 < self.run_with_grad < p.consecutive
+            # The point before was under max_ratio (a point the rest screen skipped was far under it).
+            finishing = self.under or self.checked != i - 1
             top = math.inf if finishing else p.max_ratio * best
             # What `climbing` needs before its noise estimates (which cost the most) can matter:
             # with a zero spread (which only lowers its bars when z >= 0) and no noise gate, it must climb.
@@ -358,7 +357,7 @@ class LossGrowthStream(Stream):
                          or climbing(level, before, b, slow_before, best, init, 0.0, math.nan,
                                      rising, lr_rising, p, finishing))):
                 if early:
-                    spread, noise = early_spread_noise(i, self._head, p)
+                    spread, noise = early_spread_noise(i, self.values, p)
                 else:
                     spread, noise = self.spread.log_spread(), self.noise.noise_decades()
                 how = climbing(level, before, b, slow_before, best, init, spread, noise, rising, lr_rising, p,
@@ -377,6 +376,7 @@ class LossGrowthStream(Stream):
         else:
             self.run = self.run_with_grad = 0
         self.busy = self.run > 0
+        self.under, self.checked = level < p.max_ratio * best, i
         for own in self.own:
             own.append(v)
         return hit
@@ -411,9 +411,9 @@ def loss_growth(data, p: LossGrowthParams, since=None):
     with a grad norm far under any explosion threshold. Before `min_points`,
     from `early_points` on, a smooth loss (see `early_jitter`: epoch means of a
     short run) is judged against the lower of its best level and its lowest
-    current level, with its jitter as its noise and no slow level. A climb
-    under way with the grad norm or the learning rate may finish its count
-    past `max_ratio` (a fast divergence outruns its level).
+    current level, with its jitter as its noise and no slow level. The point
+    where the level crosses `max_ratio` still counts, with the grad norm or
+    the learning rate rising (a fast divergence outruns its level).
     """
     s = data.get("train_loss")
     start = min(p.min_points, p.early_points)
@@ -423,6 +423,8 @@ def loss_growth(data, p: LossGrowthParams, since=None):
     level = smoothed_level(v, p.smooth)
     slow = smoothed_level(v, p.best_smooth)
     best = early_bests(np.fmin.accumulate(slow), level, p.min_points)
+    with np.errstate(invalid="ignore"):
+        under = level < p.max_ratio * best  # see climbing's `finishing`
     # Before min_points: no slow level (see the stream).
     slow_told = slow.copy()
     slow_told[: p.min_points] = np.nan
@@ -449,16 +451,13 @@ def loss_growth(data, p: LossGrowthParams, since=None):
         lr_rising = value_at_or_before(lr.steps, _lr_rising(lr, p).astype(np.float64), s.steps[cand]) > 0
     hits, fits, notes = [], {}, {}
 
-    def head(k):
-        return v[: max(k, 0)]
-
     w = p.fit_window
     run = run_with_grad = 0  # climbing points in a row (with the grad norm), ending at point `last`
     last = -2
     for i, grad_up, lr_up in zip(cand.tolist(), rising.tolist(), lr_rising.tolist()):
         before = v[max(i - max(p.spread_window, p.noise_window), 0) : i]
         if i < p.min_points:
-            spread, noise = early_spread_noise(i, head, p)
+            spread, noise = early_spread_noise(i, v, p)
         else:
             spread, noise = log_spread(before[-p.spread_window:]), noise_decades(before[-p.noise_window:])
         init_i = init if i > known_after else math.nan
@@ -468,7 +467,7 @@ def loss_growth(data, p: LossGrowthParams, since=None):
             run = run_with_grad = 0
         last = i
         how = climbing(float(level[i]), before_level, float(slow_told[i]), slow_before, float(best[i]), init_i,
-                       spread, noise, grad_up, lr_up, p, finishing=0 < run_with_grad < p.consecutive)
+                       spread, noise, grad_up, lr_up, p, finishing=bool(under[i - 1]) if i else False)
         run = run + 1 if how else 0
         run_with_grad = run_with_grad + 1 if how in _CORROBORATED else 0
         if how:
