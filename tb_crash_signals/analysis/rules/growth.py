@@ -225,7 +225,8 @@ def grad_norm_growth(data, p: GrowthParams, since=None):
     sliding window of `window` points. The rule fires when the fit is steady
     (r2 >= min_r2), grows at least `min_growth`x over the window, the current
     value is still under `threshold` but `min_excess`x above the run's normal
-    level, and the fit projects the crossing within `horizon` steps -- or the
+    level, and the fit, from the grad norm's current level (the median of
+    its last 3 points), projects the crossing within `horizon` steps -- or the
     grad norm is already `rel_excess`x its normal level while the train loss
     stopped improving: the source article's third layer, flagging an
     explosion before it happens. When the growth accelerates, the recent
@@ -352,14 +353,17 @@ def fit_window(steps: np.ndarray, logv: np.ndarray, base: float, p: GrowthParams
             a, b, r2 = a2, b2, r22
             steps = steps[-h:]
             span = float(steps[-1] - steps[0])
-    fitted_now = a + b * span
-    ahead = (math.log(p.threshold) - fitted_now) / b
+    # The projection starts from where the grad norm is now (the median of its last 3 logs), not
+    # from the fitted line's end: a line through a curve that bends, or through a jump, ends far
+    # from the last points, and its crossing with it. The line drawn is moved to pass there too.
+    now = float(np.median(logv[-3:]))
+    ahead = (math.log(p.threshold) - now) / b
     relative = logv[-1] - base >= math.log(p.rel_excess) and loss_ratio >= p.loss_up
     if ahead > p.horizon and not relative:
         return None
     return Fit(
         code="CS201", signal="grad_norm", start_step=int(steps[0]),
-        end_step=int(steps[-1]), start_value=float(math.exp(a)), growth_per_step=b,
+        end_step=int(steps[-1]), start_value=float(math.exp(now - b * span)), growth_per_step=b,
         doubling_steps=math.log(2) / b, r2=r2,
         projected_step=int(steps[-1] + max(0.0, math.ceil(ahead))), threshold=p.threshold,
     )
