@@ -44,9 +44,9 @@ class PlateauParams:
         2000, "... but never more than this many points (bounds the online monitor's history)"
     )
     max_warmup: int = param(
-        100, "a rising learning rate is a warm-up (no plateau) only within this many points: one that "
-        "rose through all of them ever faster (an exponential schedule, a range test) is a schedule gone "
-        "wrong, not a warm-up"
+        100, "a rising learning rate is a warm-up (no plateau) only within this many points, and only "
+        "before it first fell (see `lr_fell`): one that rose through all of them ever faster (an "
+        "exponential schedule, a range test) is a schedule gone wrong, not a warm-up"
     )
     stuck: float = param(
         0.65, "a stall counts only while the smoothed loss is at least this share of the initial level "
@@ -55,6 +55,15 @@ class PlateauParams:
     lr_floor: float = param(
         0.01, "... or while the learning rate is at most this share of its peak so far (it decayed to ~0); "
         "a run that learnt and slows down under a working learning rate is converging, not stuck"
+    )
+    lr_climb: float = param(
+        1.2, "... or while the learning rate, once it fell, has climbed to at least this multiple of its "
+        "peak as of the stall's start (a schedule that climbs back far above where it was: cyclic "
+        "schedules and restarts return to their peak, no higher)", above=0.0,
+    )
+    lr_fell: float = param(
+        0.9, "the learning rate fell when it was under this share of its peak so far (as the loss's "
+        "points see it: its value at or before each)", above=0.0,
     )
     noise_window: int = noise_window_param()
     max_noise: float = max_noise_param("plateau")
@@ -68,12 +77,16 @@ def _describe_plateau(ep, p):
     )
 
 
-def plateau_note(patience, lr_fraction) -> str:
-    """How long the loss stood still, and why it is a plateau (the learning rate, if it is gone)."""
-    why = (
-        f", with the learning rate at {fmt(100 * lr_fraction)}% of its peak"
-        if lr_fraction == lr_fraction else ", near where it started"
-    )
+def plateau_note(patience, lr_fraction, lr_climb=math.nan) -> str:
+    """How long the loss stood still, and why it is a plateau: the learning rate gone (its share
+    of its peak), or climbing far above where it was (its multiple of the peak as of the stall's
+    start), else the loss stuck near where it started."""
+    if lr_fraction == lr_fraction:
+        why = f", with the learning rate at {fmt(100 * lr_fraction)}% of its peak"
+    elif lr_climb == lr_climb:
+        why = f", while the learning rate climbed back to {fmt(lr_climb)}x its earlier peak"
+    else:
+        why = ", near where it started"
     return f"{int(patience)} points{why}"
 
 
@@ -83,16 +96,17 @@ def plateau_patience(index, p: PlateauParams):
     return np.minimum(np.maximum(p.min_patience, grown), max(p.max_patience, p.min_patience))
 
 
-def _warmup_ends(data, steps, max_warmup: int) -> np.ndarray:
+def _warmup_ends(data, steps, max_warmup: int, fell: np.ndarray) -> np.ndarray:
     """For each of the first `max_warmup` points, then for all later ones (the last entry): the
     last point at or before it whose learning rate was still ramping up, -1 if none. A stall
     counts from the end of the warm-up: a loss held flat by a tiny warm-up learning rate has not
-    had its chance to fall. A learning rate rising through all `max_warmup` points is a schedule
-    gone wrong, not a warm-up, if it rose ever faster (`accelerating`); so is one rising
-    exponentially (`exponential`, from the 20th point on): from then on the stall counts from the
-    start."""
+    had its chance to fall. Only the first ramp is a warm-up: a learning rate rising after it
+    fell (`fell`, per loss point) is a schedule's later course. A learning rate rising through
+    all `max_warmup` points is a schedule gone wrong, not a warm-up, if it rose ever faster
+    (`accelerating`); so is one rising exponentially (`exponential`, from the 20th point on):
+    from then on the stall counts from the start."""
     m = max(1, min(steps.shape[0], max_warmup))
-    warm = _in_warmup(data, steps[:m])
+    warm = _in_warmup(data, steps[:m]) & ~fell[:m]
     ends = np.maximum.accumulate(np.where(warm, np.arange(m), -1))
     lr = data.get("lr")
     if lr is not None and m > _EXP_FROM and warm[_EXP_FROM:].any():
@@ -169,6 +183,23 @@ class _LrPeak:
         return ch.values[-1] / peak if peak > 0 else math.nan
 
 
+def lr_course(data, steps, lr_fell: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The learning rate as the loss's points (`steps`, from the run's first) see it: its last
+    value at or before each step (NaN before any), its peak so far (the largest finite value
+    logged at or before it, NaN before any), and whether it fell (under `lr_fell` x that peak)
+    at or before each point."""
+    lr = data.get("lr")
+    if lr is None or len(lr) == 0:
+        nan = np.full(np.shape(steps), np.nan)
+        return nan, nan, np.zeros(np.shape(steps), bool)
+    v = lr.values
+    at = stats.value_at_or_before(lr.steps, v, steps)
+    peak = stats.value_at_or_before(lr.steps, np.fmax.accumulate(np.where(np.isfinite(v), v, np.nan)), steps)
+    with np.errstate(invalid="ignore"):
+        fell = np.logical_or.accumulate(at < lr_fell * peak)
+    return at, peak, fell
+
+
 def lr_fraction(data, steps) -> np.ndarray:
     """The learning rate at or before each step over its peak so far (NaN without one)."""
     lr = data.get("lr")
@@ -205,20 +236,32 @@ class PlateauStream(Stream):
         self.capped_from = _capped_from(p.patience_fraction, self.min_patience, self.cap)
         # Ring: the best as of each recent point (an array pickles as one block).
         self.bests = array.array("d", [math.nan]) * (self.cap + 1)
+        # ... and the learning rate's peak as of each (its channel's max_finite: -inf before any).
+        self.lr_peaks = array.array("d", [math.nan]) * (self.cap + 1)
+        self.lr_climb, self.lr_fell = p.lr_climb, p.lr_fell
+        self.fell_at = math.inf  # the point at which the learning rate first fell (see lr_course)
+        self.fell_peak = math.nan  # ... and its peak then, the lowest its peak is as of any later point
         # The learning rate's recent points (its channel is updated first).
         self.lr = channels["lr"].values
 
     def check(self, i, step, v):
         init = self.initial.value
+        lr = self.lr_peak.channel
+        lr_now = lr.values[-1] if lr.values else math.nan
+        peak = lr.max_finite
+        self.lr_peaks[i % len(self.lr_peaks)] = peak
+        if self.fell_at == math.inf and lr_now < self.lr_fell * peak:
+            self.fell_at, self.fell_peak = i, peak
         if i > self.max_warmup:
             # The usual point of a run that learns: its learning rate not gone and its level well
             # under `stuck` x the initial one, it cannot fire; only the best is recorded.
             best = self.level.low
             ring = self.bests
             ring[i % len(ring)] = best
-            lr = self.lr_peak.channel
-            peak = lr.max_finite
-            if not (peak > 0 and lr.values[-1] / peak <= self.lr_floor) and not self.level.value >= self.stuck * init:
+            # Nor while its learning rate has not climbed back above its peak when it fell (which the
+            # peak as of the stall's start is at least).
+            if (not (peak > 0 and lr_now / peak <= self.lr_floor) and not self.level.value >= self.stuck * init
+                    and not (self.fell_at < i and lr_now >= self.lr_climb * self.fell_peak)):
                 if self.own is not None:
                     self.own.append(v)
                 return None
@@ -236,7 +279,7 @@ class PlateauStream(Stream):
             lr = self.lr[-1] if self.lr else math.nan
             if self.exp_at is None:
                 self.lr_head.append(lr)
-            if self._lr_rising() and self.exp_at is None:
+            if self._lr_rising() and self.exp_at is None and self.fell_at > i:
                 self.warmed = i
                 head = self.lr_head
                 if i >= _EXP_FROM and exponential(head[0], head[i // 2], head[i]):
@@ -261,9 +304,21 @@ class PlateauStream(Stream):
         ref = ring[(i - patience) % size]
         if best > ref - self.rel * abs(ref) and i - patience >= self.warmed:
             gone = self.lr_peak.low(self.lr_floor)
-            if gone or self.level.value >= self.stuck * init:
-                return StreamHit(note=plateau_note(patience, self.lr_peak.fraction() if gone else math.nan))
+            climb = self._climb(i - patience)
+            climbed = climb >= self.lr_climb
+            if gone or climbed or self.level.value >= self.stuck * init:
+                return StreamHit(note=plateau_note(patience, self.lr_peak.fraction() if gone else math.nan,
+                                                   climb if climbed and not gone else math.nan))
         return None
+
+    def _climb(self, start):
+        """The learning rate now over its peak as of point `start`, if it had fell by then (NaN if
+        not, or without a positive peak)."""
+        if self.fell_at > start:
+            return math.nan
+        peak = self.lr_peaks[start % len(self.lr_peaks)]
+        lr = self.lr_peak.channel
+        return lr.values[-1] / peak if peak > 0 else math.nan
 
     def _lr_rising(self):
         """The last lr point above the one 3 points before it (warm-up)."""
@@ -302,14 +357,16 @@ def loss_plateau(data, p: PlateauParams, since=None):
     max_patience, the rule
     fires when the best smoothed loss so far is not `rel_improvement` below
     the best as of P points earlier -- while the run is stuck near where it
-    started (its best still `stuck` x the initial level) or its learning rate
-    has decayed to ~0 (`lr_floor` x its peak). The P points must all come
-    after the warm-up (a learning rate still ramping up within the first
-    `max_warmup` points): a loss held flat by a tiny warm-up learning rate
-    has not had its chance yet. A learning rate rising exponentially (from
-    the 20th point), or ever faster through all `max_warmup` points, is no
-    warm-up. A run that learnt and slows down under a
-    working learning rate is converging.
+    started (its best still `stuck` x the initial level), its learning rate
+    has decayed to ~0 (`lr_floor` x its peak), or its learning rate, after it
+    fell, climbed back to `lr_climb` x its peak as of the stall's start (a
+    schedule gone wrong: the loss stalls under a step too large). The P
+    points must all come after the warm-up (a learning rate still ramping up
+    within the first `max_warmup` points, before it first fell): a loss held
+    flat by a tiny warm-up learning rate has not had its chance yet. A
+    learning rate rising exponentially (from the 20th point), or ever faster
+    through all `max_warmup` points, is no warm-up. A run that learnt and
+    slows down under a working learning rate is converging.
     """
     s = data.get("train_loss")
     if s is None or len(s) <= p.min_patience:
@@ -327,7 +384,8 @@ def loss_plateau(data, p: PlateauParams, since=None):
     if b0 < n - cap:
         stats.carry(("loss-plateau best", k), (n - cap, best[n - cap - 1 - b0]))
     ref = _best_before(best, b0, i0, n, p)
-    warmed = _warmup_ends(data, s.steps, p.max_warmup)
+    m = max(1, min(n, p.max_warmup))
+    warmed = _warmup_ends(data, s.steps, p.max_warmup, lr_course(data, s.steps[:m], p.lr_fell)[2])
     hit = []
     for a, b in chunks(i0, n):  # cache-sized: no 8 MB temporaries
         cur, r = best[a - b0 : b - b0], ref[a - i0 : b - i0]
@@ -347,14 +405,21 @@ def loss_plateau(data, p: PlateauParams, since=None):
         frac = lr_fraction(data, s.steps[hit])
         with np.errstate(invalid="ignore"):
             gone = frac <= p.lr_floor
-        notes = dict(zip(hit.tolist(), np.where(gone, frac, np.nan).tolist()))
-        hit = hit[stuck | gone]
+        # The learning rate, once it fell, climbed back far above its peak as of the stall's start.
+        at, peak, fell = lr_course(data, s.steps[: hit[-1] + 1], p.lr_fell)
+        start = hit - plateau_patience(hit, p)  # >= 0: the stall needs its patience
+        with np.errstate(invalid="ignore"):
+            climb = np.where(fell[start] & (peak[start] > 0), at[hit] / peak[start], np.nan)
+            climbed = climb >= p.lr_climb
+        notes = dict(zip(hit.tolist(), zip(np.where(gone, frac, np.nan).tolist(),
+                                           np.where(climbed & ~gone, climb, np.nan).tolist())))
+        hit = hit[stuck | gone | climbed]
         quiet = [
             not noise_decades(s.values[max(i - p.noise_window, 0) : i]) >= p.max_noise for i in hit.tolist()
         ]
         hit = hit[np.asarray(quiet, dtype=bool)] if hit.size else hit
     if hit.size:
-        yield Hits("train_loss", hit, note=lambda i: plateau_note(plateau_patience(np.int64(i), p), notes[i]))
+        yield Hits("train_loss", hit, note=lambda i: plateau_note(plateau_patience(np.int64(i), p), *notes[i]))
 
 
 def _running_best(values, k: int, start: int) -> np.ndarray:

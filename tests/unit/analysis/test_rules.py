@@ -9,6 +9,7 @@ import pytest
 from support.helpers import analyze, codes, episodes_of, healthy_grad, healthy_loss
 from tb_crash_signals.analysis.config import Config, article_config
 from tb_crash_signals.analysis.rules import FAMILIES, RULES
+from tb_crash_signals.online.monitor import Monitor
 
 
 def test_catalogue_covers_every_family_with_stable_metadata():
@@ -254,6 +255,37 @@ def test_plateau_counts_its_patience_from_the_end_of_the_warmup():
     linear = np.linspace(1e-5, 1e-3, 200)
     eps = episodes_of(analyze(train_loss=np.full(200, 2.3), lr=linear), "CS301")
     assert eps and eps[0].start_step > 150, [e.start_step for e in eps]
+
+
+def test_plateau_under_a_learning_rate_that_climbs_back_far_above_its_peak():
+    # The loss learnt, then stalls while the learning rate, once decayed, climbs to several times
+    # where it was: a schedule gone wrong, told as a plateau (the run is no longer near its start).
+    rng = np.random.default_rng(5)
+    n = 400
+    t = np.arange(n)
+    loss = np.concatenate([np.linspace(2.5, 1.5, 150), np.full(n - 150, 1.5)]) * np.exp(0.002 * rng.standard_normal(n))
+    lr = np.where(t < 150, 5e-3 * (1 - t / 150) + 5e-4, 5e-4 + (t - 150) * 1e-4)
+    eps = episodes_of(analyze(train_loss=loss, lr=lr), "CS301")
+    assert eps and "climbed back" in eps[0].message, [e.message for e in eps]
+    assert 200 <= eps[0].start_step <= 300
+    monitor = Monitor()
+    for step in range(n):
+        monitor.update(step, lr=float(lr[step]), train_loss=float(loss[step]))
+    assert [e.start_step for e in monitor.episodes() if e.code == "CS301"] == [e.start_step for e in eps]
+    # The same stall under a cyclic schedule, which returns to its peak and no higher: converging.
+    cyclic = 5e-4 + 5e-3 * (1 + np.cos(2 * np.pi * t / 100)) / 2
+    assert "CS301" not in codes(analyze(train_loss=loss, lr=cyclic))
+
+
+def test_only_the_first_ramp_of_the_learning_rate_is_a_warmup():
+    # A Keras-style 60-epoch run: the learning rate decays, then climbs (a schedule gone wrong); the
+    # loss, still near where it started, stalls as it climbs. That climb is no warm-up.
+    loss = np.concatenate([np.linspace(2.3, 2.0, 30), np.full(30, 2.0)])
+    lr = np.concatenate([np.linspace(3e-3, 4e-4, 30), np.linspace(4e-4, 1.2e-2, 30)])
+    eps = episodes_of(analyze(train_loss=loss, lr=lr), "CS301")
+    assert eps and eps[0].start_step >= 30
+    # The same learning rate rising from the start is a warm-up: the flat loss waits for it.
+    assert "CS301" not in codes(analyze(train_loss=np.full(30, 2.3), lr=np.linspace(4e-4, 1.2e-2, 30)))
 
 
 def test_val_stagnation_is_the_article_rule():
