@@ -420,9 +420,14 @@ def jitter(values) -> float:
     however fast it falls or bends, has nearly none; tiny-batch noise has much."""
     x = np.asarray(values, dtype=np.float64)
     x = x[np.isfinite(x) & (x > 0)]
-    if x.size < 10:
+    return jitter_of_logs(np.log(x))
+
+
+def jitter_of_logs(logs) -> float:
+    """`jitter` from the logs of a series' positive finite values, in order (NaN under 10)."""
+    if len(logs) < 10:
         return float("nan")
-    d = np.diff(np.log(x), 2)
+    d = np.diff(np.asarray(logs, dtype=np.float64), 2)
     return MAD_TO_SIGMA * float(np.median(np.abs(d - np.median(d)))) / math.sqrt(6.0)
 
 

@@ -455,7 +455,7 @@ class RecentLogs:
     functions sort, and their results are the same bit for bit.
     """
 
-    __slots__ = ("channel", "size", "log", "logs", "sorted", "end", "at", "result")
+    __slots__ = ("channel", "size", "log", "logs", "sorted", "end", "at", "result", "jitter_at", "jitter_result")
 
     def __init__(self, channel, size, log):
         self.channel = channel
@@ -466,6 +466,7 @@ class RecentLogs:
         self.end = 0  # the window holds the points before this one
         self.at = -1  # the result is that at this end
         self.result = _nan
+        self.jitter_at, self.jitter_result = -1, _nan  # ... and the jitter's
 
     def _advance(self):
         end = self.channel.n - 1
@@ -523,6 +524,15 @@ class RecentLogs:
         return self.result
 
 
+    def jitter(self):
+        """stats.jitter of the window (built with np.log): its logs in order."""
+        if self.jitter_at != self.channel.n:
+            self.jitter_at = self.channel.n
+            self._advance()
+            self.jitter_result = _stats.jitter_of_logs([x for x in self.logs if x is not None])
+        return self.jitter_result
+
+
 class OwnRecent:
     """A stream's own last `size` raw points, for a window longer than the channel keeps: the
     stream appends each point to `values` after its decision."""
@@ -537,6 +547,9 @@ class OwnRecent:
 
     def log_spread(self):
         return _stats.log_spread(self.values)
+
+    def jitter(self):
+        return _stats.jitter(self.values)
 
 
 def recent_logs(channel, size: int, log) -> RecentLogs | OwnRecent:

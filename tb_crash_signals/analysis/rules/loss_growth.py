@@ -26,6 +26,7 @@ from tb_crash_signals.analysis.rules.base import (
 from tb_crash_signals.analysis.rules.divergence import early_best, early_bests, early_jitter_at
 from tb_crash_signals.analysis.stats import (
     initial_level,
+    jitter,
     linear_fit,
     log_spread,
     noise_decades,
@@ -42,6 +43,11 @@ _CORROBORATED = ("with grad", "slow with grad")  # decisions that need `consecut
 @dataclasses.dataclass(frozen=True)
 class LossGrowthParams:
     smooth: int = level_param(7)
+    fast: int = param(
+        3, "... or, on a smooth loss (the jitter of its `spread_window` points before under `early_jitter`: "
+        "averaged or epoch losses), the median of this many, with that jitter as its noise: a 7-point "
+        "median lags a smooth climb by most of its lead", at_least=1,
+    )
     best_smooth: int = best_level_param()
     ratio: float = param(1.3, "the current level must be at least this multiple of the best level ...")
     z: float = param(
@@ -77,7 +83,8 @@ class LossGrowthParams:
     grad_back: int = param(10, "... and `grad_up` x its level this many grad-norm points before", at_least=1)
     grad_up: float = param(1.1, "see `grad_back`")
     lr_back: int = param(10, "the learning rate is rising when it is `lr_up` x its value this many LR points "
-                         "before (a ramp, a range test, a warm-up that overshoots)", at_least=1)
+                         "before and above its point before (a ramp, a range test, a warm-up that overshoots; "
+                         "not the decay after a restart)", at_least=1)
     lr_up: float = param(1.2, "see `lr_back`", above=1.0)
     fit_window: int = param(10, "level points in the log-linear fit drawn and projected", at_least=3)
     target: float = param(2.0, "the fit projects when the level reaches this multiple of the best", above=0.0)
@@ -105,8 +112,9 @@ def early_spread_noise(i, values, p: LossGrowthParams):
 
 
 def climbing(level, before, slow, slow_before, best, init, spread, noise, grad_rising, lr_rising,
-             p: LossGrowthParams, finishing=False):
-    """The decision at one loss point, from its level now and `smooth` points before, and its slow
+             p: LossGrowthParams, finishing=False, width=None):
+    """The decision at one loss point, from its level (of `width` points, `smooth` if None) now
+    and `width` points before, and its slow
     level (`best_smooth` points) now and `smooth` points before: "with grad" (the grad norm
     climbing or the learning rate rising with it), "slow with grad" (the slow level climbing,
     with one of them), "alone" or False (shared by the batch rule and its
@@ -120,7 +128,7 @@ def climbing(level, before, slow, slow_before, best, init, spread, noise, grad_r
         r = level / best
         # Beyond max_ratio the run has diverged: the sustained divergence (CS113) tells the rest.
         if r < p.max_ratio or finishing:
-            sd = 1.25 * spread / math.sqrt(p.smooth) if spread == spread else 0.0
+            sd = 1.25 * spread / math.sqrt(width or p.smooth) if spread == spread else 0.0
             if bool(grad_rising) and r >= p.ratio_with_grad and math.log(r) > p.z_with_grad * sd:
                 return "with grad"
             if bool(lr_rising) and r >= p.ratio_with_lr and math.log(r) > p.z_with_grad * sd:
@@ -135,6 +143,11 @@ def climbing(level, before, slow, slow_before, best, init, spread, noise, grad_r
         if p.slow_ratio <= r < p.max_ratio and math.log(r) > p.z * sd:
             return "slow with grad"
     return False
+
+
+def _fmax(a, b):
+    """np.fmax of two floats: the larger, NaN only if both are."""
+    return b if a != a or b > a else a
 
 
 def projection(steps, levels, best, p: LossGrowthParams) -> Fit | None:
@@ -177,13 +190,14 @@ def _note(level, best, grad_rising, lr_rising) -> str:
 
 
 def _lr_rising(lr, p: LossGrowthParams) -> np.ndarray:
-    """For each learning-rate point: whether it is `lr_up` x its value `lr_back` points before."""
+    """For each learning-rate point: whether it is `lr_up` x its value `lr_back` points before,
+    and above its point before (still rising: the learning rate that jumped at a restart decays)."""
     v = lr.values
     out = np.zeros(v.shape[0], bool)
     k = p.lr_back
     if k < v.shape[0]:
         with np.errstate(invalid="ignore"):
-            out[k:] = (v[k:] >= p.lr_up * v[:-k]) & (v[:-k] > 0)
+            out[k:] = (v[k:] >= p.lr_up * v[:-k]) & (v[:-k] > 0) & (v[k:] > v[k - 1 : -1])
     return out
 
 
@@ -196,9 +210,11 @@ class _LrTrend:
         self.rising = False
 
     def push(self, v):
-        self.values.append(v)
-        back = self.values[0]
-        self.rising = bool(len(self.values) > self.p.lr_back and v >= self.p.lr_up * back and back > 0)
+        values = self.values
+        values.append(v)
+        back = values[0]
+        self.rising = bool(len(values) > self.p.lr_back and v >= self.p.lr_up * back and back > 0
+                           and v > values[-2])
 
 
 class _LrTrendOfChannel:
@@ -216,7 +232,7 @@ class _LrTrendOfChannel:
             return False
         values = ch.values
         back = values[-1 - self.back]
-        return bool(values[-1] >= self.up * back and back > 0)
+        return bool(values[-1] >= self.up * back and back > 0 and values[-1] > values[-2])
 
 
 def _grad_rising(g, p: LossGrowthParams) -> np.ndarray:
@@ -292,6 +308,7 @@ class LossGrowthStream(Stream):
         # the shared Levels' histories, so a point where the rule rests changes nothing here.
         ch = channels["train_loss"]
         self.level = shared_level(ch, p.smooth, history=max(p.fit_window, p.smooth + 1))
+        self.fast = shared_level(ch, p.fast, history=max(p.fit_window, p.fast + 1))
         self.best_level = shared_level(ch, p.best_smooth, history=p.smooth + 1)
         self.initial = ch.initial  # pushed after the checks: as of the points before
         self.values = ch.values
@@ -319,6 +336,7 @@ class LossGrowthStream(Stream):
             return None
         return Rest(after=max(p.min_points, self.start),
                     bars=((self.level, self.low_ratio, self.best_level),
+                          (self.fast, self.low_ratio, self.best_level),
                           (self.best_level, p.slow_ratio, self.best_level)))
 
     def _push_lr(self, i, step, v):
@@ -328,6 +346,7 @@ class LossGrowthStream(Stream):
     def check(self, i, step, v):
         p = self.p
         level = self.level.value
+        fast = self.fast.value
         b = self.best_level.value
         best = self.best_level.low
         init = self.initial.value
@@ -337,14 +356,21 @@ class LossGrowthStream(Stream):
         if early:  # a short run: its own best level, no slow level, the jitter gate for noise
             best, b = early_best(best, self.level.low), math.nan
         hit = None
+        told, width, levels, smooth = level, p.smooth, self.level.history, False
         if (i >= self.start and v - v == 0.0 and best > 0
-                and (level >= self.low_ratio * best or b >= p.slow_ratio * best)):
+                and (_fmax(level, fast) >= self.low_ratio * best or b >= p.slow_ratio * best)):
+            # On a smooth loss its fast level tells, with its jitter as its noise (see the batch rule).
+            jit = self.spread.jitter()
+            smooth = jit < p.early_jitter
+            if smooth:
+                told, width, levels = fast, p.fast, self.fast.history
+        if (i >= self.start and v - v == 0.0 and best > 0
+                and (told >= self.low_ratio * best or b >= p.slow_ratio * best)):
             trend = self.grad.shared.get(_GRAD)
             rising = trend is not None and trend.rising
             lr_trend = self.lr.shared.get(_LR)
             lr_rising = lr_trend is not None and lr_trend.rising
-            levels = self.level.history
-            before = levels[-1 - p.smooth] if len(levels) > p.smooth else math.nan
+            before = levels[-1 - width] if len(levels) > width else math.nan
             slow = self.best_level.history
             slow_before = slow[-1 - p.smooth] if len(slow) > p.smooth else math.nan
             # The point before was under max_ratio (a point the rest screen skipped was far under it).
@@ -352,16 +378,18 @@ class LossGrowthStream(Stream):
             top = math.inf if finishing else p.max_ratio * best
             # What `climbing` needs before its noise estimates (which cost the most) can matter:
             # with a zero spread (which only lowers its bars when z >= 0) and no noise gate, it must climb.
-            if (((before < level < top) or ((rising or lr_rising) and slow_before < b < top))
+            if (((before < told < top) or ((rising or lr_rising) and slow_before < b < top))
                     and (not self.bars_fall
-                         or climbing(level, before, b, slow_before, best, init, 0.0, math.nan,
-                                     rising, lr_rising, p, finishing))):
+                         or climbing(told, before, b, slow_before, best, init, 0.0, math.nan,
+                                     rising, lr_rising, p, finishing, width))):
                 if early:
                     spread, noise = early_spread_noise(i, self.values, p)
                 else:
                     spread, noise = self.spread.log_spread(), self.noise.noise_decades()
-                how = climbing(level, before, b, slow_before, best, init, spread, noise, rising, lr_rising, p,
-                               finishing)
+                if smooth:
+                    spread = jit
+                how = climbing(told, before, b, slow_before, best, init, spread, noise, rising, lr_rising, p,
+                               finishing, width)
             else:
                 how = False
             self.run = self.run + 1 if how else 0
@@ -370,13 +398,13 @@ class LossGrowthStream(Stream):
                 w = p.fit_window
                 steps = list(islice(self.steps, max(len(self.steps) - w, 0), None))
                 fit = projection(steps, list(islice(levels, max(len(levels) - w, 0), None)), best, p)
-                told = b if how.startswith("slow") else level
-                hit = StreamHit(note=_note(told, best, how in _CORROBORATED and rising,
+                said = b if how.startswith("slow") else told
+                hit = StreamHit(note=_note(said, best, how in _CORROBORATED and rising,
                                            how in _CORROBORATED and lr_rising), fit=fit)
         else:
             self.run = self.run_with_grad = 0
         self.busy = self.run > 0
-        self.under, self.checked = level < p.max_ratio * best, i
+        self.under, self.checked = told < p.max_ratio * best, i
         for own in self.own:
             own.append(v)
         return hit
@@ -421,10 +449,9 @@ def loss_growth(data, p: LossGrowthParams, since=None):
         return
     v = s.values
     level = smoothed_level(v, p.smooth)
+    fast = smoothed_level(v, p.fast)
     slow = smoothed_level(v, p.best_smooth)
     best = early_bests(np.fmin.accumulate(slow), level, p.min_points)
-    with np.errstate(invalid="ignore"):
-        under = level < p.max_ratio * best  # see climbing's `finishing`
     # Before min_points: no slow level (see the stream).
     slow_told = slow.copy()
     slow_told[: p.min_points] = np.nan
@@ -432,11 +459,22 @@ def loss_growth(data, p: LossGrowthParams, since=None):
     first = since_index(s, since)
     # A hit at i needs the points before it to have climbed too.
     i0 = max(first - (max(p.consecutive, p.consecutive_alone) - 1), start)
+    low = min(p.ratio_with_grad, p.ratio_with_lr)
     with np.errstate(invalid="ignore"):
-        cand = np.flatnonzero(
-            ((level[i0:] >= min(p.ratio_with_grad, p.ratio_with_lr) * best[i0:])
+        maybe = np.flatnonzero(
+            ((np.fmax(level[i0:], fast[i0:]) >= low * best[i0:])
              | (slow_told[i0:] >= p.slow_ratio * best[i0:])) & (best[i0:] > 0) & np.isfinite(v[i0:])
         ) + i0
+    # Where either level might tell a climb: whether the loss is smooth there (then its fast level
+    # tells), and the jitter that is then its noise.
+    jitters = np.array([jitter(v[max(i - p.spread_window, 0) : i]) for i in maybe.tolist()])
+    smooth = jitters < p.early_jitter
+    told = level.copy()
+    told[maybe[smooth]] = fast[maybe[smooth]]
+    with np.errstate(invalid="ignore"):
+        under = told < p.max_ratio * best  # see climbing's `finishing`
+        keep = (told[maybe] >= low * best[maybe]) | (slow_told[maybe] >= p.slow_ratio * best[maybe])
+    cand, smooth, jitters = maybe[keep], smooth[keep], jitters[keep]
     if cand.size == 0:
         return
     g = data.get("grad_norm")
@@ -454,30 +492,34 @@ def loss_growth(data, p: LossGrowthParams, since=None):
     w = p.fit_window
     run = run_with_grad = 0  # climbing points in a row (with the grad norm), ending at point `last`
     last = -2
-    for i, grad_up, lr_up in zip(cand.tolist(), rising.tolist(), lr_rising.tolist()):
+    for i, grad_up, lr_up, fast_i, jit in zip(cand.tolist(), rising.tolist(), lr_rising.tolist(),
+                                              smooth.tolist(), jitters.tolist()):
         before = v[max(i - max(p.spread_window, p.noise_window), 0) : i]
         if i < p.min_points:
             spread, noise = early_spread_noise(i, v, p)
         else:
             spread, noise = log_spread(before[-p.spread_window:]), noise_decades(before[-p.noise_window:])
+        lv, width = (fast, p.fast) if fast_i else (level, p.smooth)
+        if fast_i:
+            spread = jit
         init_i = init if i > known_after else math.nan
-        before_level = float(level[i - p.smooth]) if i >= p.smooth else math.nan
+        before_level = float(lv[i - width]) if i >= width else math.nan
         slow_before = float(slow[i - p.smooth]) if i >= p.smooth else math.nan
         if last != i - 1:
             run = run_with_grad = 0
         last = i
-        how = climbing(float(level[i]), before_level, float(slow_told[i]), slow_before, float(best[i]), init_i,
-                       spread, noise, grad_up, lr_up, p, finishing=bool(under[i - 1]) if i else False)
+        how = climbing(float(lv[i]), before_level, float(slow_told[i]), slow_before, float(best[i]), init_i,
+                       spread, noise, grad_up, lr_up, p, finishing=bool(under[i - 1]) if i else False, width=width)
         run = run + 1 if how else 0
         run_with_grad = run_with_grad + 1 if how in _CORROBORATED else 0
         if how:
             if not (run >= p.consecutive_alone or run_with_grad >= p.consecutive) or i < first:
                 continue
             lo = max(i - w + 1, 0)
-            fit = projection(s.steps[lo : i + 1], level[lo : i + 1], float(best[i]), p)
+            fit = projection(s.steps[lo : i + 1], lv[lo : i + 1], float(best[i]), p)
             hits.append(i)
-            told = float(slow[i] if how.startswith("slow") else level[i])
-            notes[i] = _note(told, float(best[i]), how in _CORROBORATED and grad_up, how in _CORROBORATED and lr_up)
+            said = float(slow[i] if how.startswith("slow") else lv[i])
+            notes[i] = _note(said, float(best[i]), how in _CORROBORATED and grad_up, how in _CORROBORATED and lr_up)
             if fit is not None:
                 fits[i] = fit
     if hits:
