@@ -340,7 +340,7 @@ def fit_window(steps: np.ndarray, logv: np.ndarray, base: float, p: GrowthParams
     # The current value must stand well above the run's normal level.
     if not np.isfinite(base) or logv[-1] - base < math.log(p.min_excess):
         return None
-    a, b, r2 = linear_fit(steps, logv)
+    _, b, r2 = linear_fit(steps, logv)
     span = float(steps[-1] - steps[0])
     if b <= 0 or r2 < p.min_r2 or b * span < math.log(p.min_growth):
         return None
@@ -348,9 +348,9 @@ def fit_window(steps: np.ndarray, logv: np.ndarray, base: float, p: GrowthParams
     # so the recent half's steeper (and steady) fit projects better.
     h = logv.shape[0] // 2
     if h >= 4:
-        a2, b2, r22 = linear_fit(steps[-h:], logv[-h:])
+        _, b2, r22 = linear_fit(steps[-h:], logv[-h:])
         if r22 >= p.min_r2 and b2 > 1.25 * b:
-            a, b, r2 = a2, b2, r22
+            b, r2 = b2, r22
             steps = steps[-h:]
             span = float(steps[-1] - steps[0])
     # The projection starts from where the grad norm is now (the median of its last 3 logs), not
