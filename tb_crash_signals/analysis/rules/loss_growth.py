@@ -334,10 +334,11 @@ class LossGrowthStream(Stream):
         # A skipped point counts as under max_ratio (see check): its bar must be at most that.
         if self.signal != "train_loss" or self.own or self.own_steps or self.low_ratio > p.max_ratio:
             return None
+        # A smooth loss is judged against the lower of the best level and the level's lowest.
         return Rest(after=max(p.min_points, self.start),
-                    bars=((self.level, self.low_ratio, self.best_level),
-                          (self.fast, self.low_ratio, self.best_level),
-                          (self.best_level, p.slow_ratio, self.best_level)))
+                    bars=tuple((level, factor, best) for best in (self.best_level, self.level)
+                               for level, factor in ((self.level, self.low_ratio), (self.fast, self.low_ratio),
+                                                     (self.best_level, p.slow_ratio))))
 
     def _push_lr(self, i, step, v):
         """The check on the learning rate, when its trend is not read from its channel."""
@@ -357,13 +358,15 @@ class LossGrowthStream(Stream):
             best, b = early_best(best, self.level.low), math.nan
         hit = None
         told, width, levels, smooth = level, p.smooth, self.level.history, False
-        if (i >= self.start and v - v == 0.0 and best > 0
-                and (_fmax(level, fast) >= self.low_ratio * best or b >= p.slow_ratio * best)):
-            # On a smooth loss its fast level tells, with its jitter as its noise (see the batch rule).
+        best_smooth = early_best(best, self.level.low)
+        if (i >= self.start and v - v == 0.0 and best_smooth > 0
+                and (_fmax(level, fast) >= self.low_ratio * best_smooth or b >= p.slow_ratio * best_smooth)):
+            # On a smooth loss its fast level tells, against the lower of the best level and the level's
+            # lowest, with its jitter as its noise (see the batch rule).
             jit = self.spread.jitter()
             smooth = jit < p.early_jitter
             if smooth:
-                told, width, levels = fast, p.fast, self.fast.history
+                told, width, levels, best = fast, p.fast, self.fast.history, best_smooth
         if (i >= self.start and v - v == 0.0 and best > 0
                 and (told >= self.low_ratio * best or b >= p.slow_ratio * best)):
             trend = self.grad.shared.get(_GRAD)
@@ -460,10 +463,11 @@ def loss_growth(data, p: LossGrowthParams, since=None):
     # A hit at i needs the points before it to have climbed too.
     i0 = max(first - (max(p.consecutive, p.consecutive_alone) - 1), start)
     low = min(p.ratio_with_grad, p.ratio_with_lr)
+    best_smooth = np.fmin(best, np.fmin.accumulate(level))
     with np.errstate(invalid="ignore"):
         maybe = np.flatnonzero(
-            ((np.fmax(level[i0:], fast[i0:]) >= low * best[i0:])
-             | (slow_told[i0:] >= p.slow_ratio * best[i0:])) & (best[i0:] > 0) & np.isfinite(v[i0:])
+            ((np.fmax(level[i0:], fast[i0:]) >= low * best_smooth[i0:])
+             | (slow_told[i0:] >= p.slow_ratio * best_smooth[i0:])) & (best_smooth[i0:] > 0) & np.isfinite(v[i0:])
         ) + i0
     # Where either level might tell a climb: whether the loss is smooth there (then its fast level
     # tells), and the jitter that is then its noise.
@@ -471,9 +475,11 @@ def loss_growth(data, p: LossGrowthParams, since=None):
     smooth = jitters < p.early_jitter
     told = level.copy()
     told[maybe[smooth]] = fast[maybe[smooth]]
+    best = best.copy()
+    best[maybe[smooth]] = best_smooth[maybe[smooth]]
     with np.errstate(invalid="ignore"):
         under = told < p.max_ratio * best  # see climbing's `finishing`
-        keep = (told[maybe] >= low * best[maybe]) | (slow_told[maybe] >= p.slow_ratio * best[maybe])
+        keep = ((told[maybe] >= low * best[maybe]) | (slow_told[maybe] >= p.slow_ratio * best[maybe])) & (best[maybe] > 0)
     cand, smooth, jitters = maybe[keep], smooth[keep], jitters[keep]
     if cand.size == 0:
         return
