@@ -479,7 +479,8 @@ def loss_growth(data, p: LossGrowthParams, since=None):
     best[maybe[smooth]] = best_smooth[maybe[smooth]]
     with np.errstate(invalid="ignore"):
         under = told < p.max_ratio * best  # see climbing's `finishing`
-        keep = ((told[maybe] >= low * best[maybe]) | (slow_told[maybe] >= p.slow_ratio * best[maybe])) & (best[maybe] > 0)
+        at = best[maybe]
+        keep = ((told[maybe] >= low * at) | (slow_told[maybe] >= p.slow_ratio * at)) & (at > 0)
     cand, smooth, jitters = maybe[keep], smooth[keep], jitters[keep]
     if cand.size == 0:
         return
