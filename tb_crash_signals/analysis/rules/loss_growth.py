@@ -59,7 +59,7 @@ class LossGrowthParams:
     )
     z_with_grad: float = param(3.5, "... and this many noise units above it")
     ratio_with_lr: float = param(
-        1.15, "... or, while the learning rate is still rising (see `lr_up`), at least this multiple"
+        1.1, "... or, while the learning rate is still rising (see `lr_up`), at least this multiple"
     )
     max_ratio: float = param(
         3.0, "the rule tells the climb only below this multiple of the best level: beyond it the run "

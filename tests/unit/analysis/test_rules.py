@@ -180,6 +180,45 @@ def test_a_divergence_that_begins_in_noise_fires_once_the_noise_is_gone():
     assert "CS113" not in codes(analyze(train_loss=noisy))
 
 
+def _range_test(n=60):
+    """An averaged loss (HuggingFace logs the mean over its logging interval: smooth) under a
+    learning-rate range test: it learns, then climbs as the learning rate keeps rising."""
+    t = np.arange(n)
+    lr = 1e-3 * 1.2 ** t
+    loss = 1.55 + 0.85 * np.exp(-t / 12.0)
+    loss[44:] *= np.exp(0.045 * (t[44:] - 44) ** 1.5 / 3.0)
+    return t, lr, loss
+
+
+def test_a_smooth_climb_is_told_on_the_fast_level():
+    t, lr, loss = _range_test()
+    crash = int(np.argmax(loss > 2 * loss.min()))  # where the loss has lost twice its best
+    result = analyze(train_loss=loss, lr=lr)
+    eps = episodes_of(result, "CS202")
+    assert eps and eps[0].severity == "critical" and eps[0].start_step <= crash - 3, (eps, crash)
+    assert "with the learning rate still rising" in eps[0].message
+    # The same climb under tiny-batch noise is judged on the 7-point level: later.
+    noisy = loss * np.exp(0.15 * np.random.default_rng(0).standard_normal(loss.size))
+    later = episodes_of(analyze(train_loss=noisy, lr=lr), "CS202")
+    assert not later or later[0].start_step > eps[0].start_step
+    monitor = Monitor()
+    for step in t.tolist():
+        monitor.update(step, lr=float(lr[step]), train_loss=float(loss[step]))
+    assert [(e.start_step, e.message) for e in monitor.episodes() if e.code == "CS202"] == [
+        (e.start_step, e.message) for e in eps]
+
+
+def test_a_restart_of_the_learning_rate_is_no_divergence():
+    # SGDR: the learning rate jumps back to its peak every 40 points and the smooth loss bumps up
+    # 30 % at each restart, then falls again. The learning rate rises only at the jump itself
+    # (counted as rising for the 10 points after it, the bump is a 3-point climb of the fast level).
+    t = np.arange(300)
+    phase = t % 40
+    lr = 1e-3 * (1 + np.cos(np.pi * phase / 40)) / 2 + 1e-6
+    loss = (0.4 + 2.0 * np.exp(-t / 100)) * (1 + 0.3 * np.exp(-phase / 6.0) * (t >= 40))
+    assert not [e for e in analyze(train_loss=loss, lr=lr).episodes if e.severity == "critical"]
+
+
 def test_growth_predicts_the_crossing_before_it_happens():
     g = healthy_grad(1200)
     t = np.arange(300)
@@ -197,6 +236,11 @@ def test_growth_predicts_the_crossing_before_it_happens():
     # projection must still land near the real crossing, relative to the lead.
     assert abs(fit.projected_step - cross) < 0.6 * (cross - first.start_step)
     assert 0.015 < fit.growth_per_step < 0.045
+    # The line drawn, and its crossing, start from where the grad norm is at the fit's end (the
+    # median of its last 3 points), not from where the fitted line ends.
+    end = fit.end_step
+    drawn = fit.start_value * math.exp(fit.growth_per_step * (end - fit.start_step))
+    assert drawn == pytest.approx(float(np.median(g[end - 2 : end + 1])), rel=1e-9)
     assert "crosses 100" in first.message
     assert first.first_fit == fit  # the first hit's fit, shown at the first alarm
     # The report keeps that prediction and the latest fit, refreshed as the episode grows.
