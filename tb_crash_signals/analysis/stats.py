@@ -402,6 +402,33 @@ def noise_decades(window) -> float:
     return percentile_sorted(lg, 0.75) - percentile_sorted(lg, 0.25)
 
 
+def noise_decades_at(values: np.ndarray, ends, window: int) -> np.ndarray:
+    """noise_decades(values[max(e - window, 0) : e]) for each e of `ends`, the same numbers:
+    windows of `window` positive finite points at once (np.percentile along rows does, row by
+    row, what it does on one), the others one by one. For rules that gate every point of a long
+    stretch (a run stuck after a divergence)."""
+    ends = np.asarray(ends, dtype=np.int64)
+    out = np.empty(ends.shape[0])
+    if ends.size == 0:
+        return out
+    with np.errstate(divide="ignore", invalid="ignore"):
+        logs = np.log10(values.astype(np.float64, copy=False))
+    good = np.isfinite(values) & (values > 0)
+    bad_before = np.concatenate([[0], np.cumsum(~good)])
+    full = (ends >= window) & (window >= 10)
+    full[full] = bad_before[ends[full]] == bad_before[ends[full] - window]
+    rows = np.lib.stride_tricks.sliding_window_view(logs, window) if values.shape[0] >= window else None
+    idx = np.flatnonzero(full)
+    for a in range(0, idx.size, 4096):
+        part = idx[a : a + 4096]
+        q25, q75 = np.percentile(rows[ends[part] - window], [25, 75], axis=1)
+        out[part] = q75 - q25
+    for k in np.flatnonzero(~full).tolist():
+        e = int(ends[k])
+        out[k] = noise_decades(values[max(e - window, 0) : e])
+    return out
+
+
 def log_spread(window) -> float:
     """A robust standard deviation of log of the positive finite values (1.4826 x their MAD;
     NaN under 10 of them)."""

@@ -22,7 +22,13 @@ from tb_crash_signals.analysis.rules.base import (
     since_index,
 )
 from tb_crash_signals.analysis.signals import SIGNAL_LABELS
-from tb_crash_signals.analysis.stats import initial_level, jitter, noise_decades, run_lengths, smoothed_level
+from tb_crash_signals.analysis.stats import (
+    initial_level,
+    jitter,
+    noise_decades_at,
+    run_lengths,
+    smoothed_level,
+)
 from tb_crash_signals.analysis.streaming import Rest, Stream, StreamHit, recent_logs, shared_level
 
 
@@ -185,11 +191,12 @@ def loss_divergence(data, p: DivergenceParams, since=None):
     up = elevated(level, best, inits, p) & np.isfinite(v)
     up[: min(p.min_points, p.early_points)] = False
 
-    def noise_at(i):
-        return noise_decades(v[max(i - p.noise_window, 0) : i])
-
-    for i in np.flatnonzero(up).tolist():  # rare: only where the level is that high
-        if gate_noise(i, noise_at, v, p) >= p.max_noise:
+    # Only where the level is that high; that is every point of a run that stays diverged.
+    where = np.flatnonzero(up)
+    late = where[where >= p.min_points]
+    noise = dict(zip(late.tolist(), noise_decades_at(v, late, p.noise_window).tolist()))
+    for i in where.tolist():
+        if gate_noise(i, noise.get, v, p) >= p.max_noise:
             up[i] = False
     points = np.arange(len(v))
     fired = np.maximum.accumulate(np.where(run_lengths(up) >= p.consecutive, points, -1))

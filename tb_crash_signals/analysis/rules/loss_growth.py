@@ -465,9 +465,17 @@ def loss_growth(data, p: LossGrowthParams, since=None):
     low = min(p.ratio_with_grad, p.ratio_with_lr)
     best_smooth = np.fmin(best, np.fmin.accumulate(level))
     with np.errstate(invalid="ignore"):
+        # Past max_ratio on both levels and the slow one (if any), a point is over it whichever level
+        # tells, and cannot climb unless the point before was under it: a run that stays diverged
+        # is decided here, not point by point below.
+        deep = ((level >= p.max_ratio * best) & (fast >= p.max_ratio * best)
+                & ~(slow_told < p.max_ratio * best))
+        settled = np.zeros(v.shape[0], bool)
+        settled[1:] = deep[1:] & deep[:-1]
         maybe = np.flatnonzero(
             ((np.fmax(level[i0:], fast[i0:]) >= low * best_smooth[i0:])
              | (slow_told[i0:] >= p.slow_ratio * best_smooth[i0:])) & (best_smooth[i0:] > 0) & np.isfinite(v[i0:])
+            & ~settled[i0:]
         ) + i0
     # Where either level might tell a climb: whether the loss is smooth there (then its fast level
     # tells), and the jitter that is then its noise.
@@ -478,7 +486,7 @@ def loss_growth(data, p: LossGrowthParams, since=None):
     best = best.copy()
     best[maybe[smooth]] = best_smooth[maybe[smooth]]
     with np.errstate(invalid="ignore"):
-        under = told < p.max_ratio * best  # see climbing's `finishing`
+        under = (told < p.max_ratio * best) & ~deep  # see climbing's `finishing`
         at = best[maybe]
         keep = ((told[maybe] >= low * at) | (slow_told[maybe] >= p.slow_ratio * at)) & (at > 0)
     cand, smooth, jitters = maybe[keep], smooth[keep], jitters[keep]

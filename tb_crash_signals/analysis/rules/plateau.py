@@ -22,7 +22,7 @@ from tb_crash_signals.analysis.stats import (
     chunks,
     finite_anchor,
     initial_level,
-    noise_decades,
+    noise_decades_at,
     trailing_median_inclusive,
 )
 from tb_crash_signals.analysis.streaming import Stream, StreamHit, recent_logs, shared_level
@@ -399,7 +399,9 @@ def loss_plateau(data, p: PlateauParams, since=None):
     if hit.size:
         # Only a run stuck near where it started, or whose learning rate is gone, is on a plateau.
         init, known_after = initial_level(s.values)
-        now = np.array([_smoothed(s.values, k, i, i + 1)[0] for i in hit.tolist()])
+        # One smoothing over the hits' span (a point's smoothed value does not depend on where the
+        # span starts), not one per hit: a run stuck after a divergence stalls at every point.
+        now = _smoothed(s.values, k, int(hit[0]), int(hit[-1]) + 1)[hit - hit[0]]
         with np.errstate(invalid="ignore"):
             stuck = (hit > known_after) & (now >= p.stuck * init)
         frac = lr_fraction(data, s.steps[hit])
@@ -414,10 +416,8 @@ def loss_plateau(data, p: PlateauParams, since=None):
         notes = dict(zip(hit.tolist(), zip(np.where(gone, frac, np.nan).tolist(),
                                            np.where(climbed & ~gone, climb, np.nan).tolist())))
         hit = hit[stuck | gone | climbed]
-        quiet = [
-            not noise_decades(s.values[max(i - p.noise_window, 0) : i]) >= p.max_noise for i in hit.tolist()
-        ]
-        hit = hit[np.asarray(quiet, dtype=bool)] if hit.size else hit
+        if hit.size:
+            hit = hit[~(noise_decades_at(s.values, hit, p.noise_window) >= p.max_noise)]
     if hit.size:
         yield Hits("train_loss", hit, note=lambda i: plateau_note(plateau_patience(np.int64(i), p), *notes[i]))
 

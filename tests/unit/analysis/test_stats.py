@@ -116,6 +116,20 @@ def test_noise_decades_and_log_spread_are_numpys_bit_for_bit(window):
         assert (got != got and want != want) or got == want, (ours.__name__, got, want)
 
 
+@settings(max_examples=200, deadline=None)
+@given(st.lists(_window_values, max_size=300), st.sampled_from([5, 10, 50, 128]))
+def test_noise_decades_at_many_ends_is_noise_decades_of_each_window(values, window):
+    values = np.asarray(values, dtype=np.float64)
+    # ... and the same length of positive finite values, whose windows take the vectorised path.
+    positive = np.exp(3.0 * np.random.default_rng(values.size).standard_normal(values.size))
+    for series in (values, positive):
+        ends = np.arange(series.shape[0] + 1)
+        got = stats.noise_decades_at(series, ends, window)
+        for e, g in zip(ends.tolist(), got.tolist()):
+            want = stats.noise_decades(series[max(e - window, 0) : e])
+            assert (g != g and want != want) or g == want, (e, g, want)
+
+
 def test_jitter_reads_the_noise_around_a_trend_not_the_trend():
     t = np.arange(40)
     assert stats.jitter(3.0 * np.exp(-t / 4.0) + 0.2) < 0.01  # smooth, however fast it falls and bends
