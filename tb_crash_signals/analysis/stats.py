@@ -402,6 +402,40 @@ def noise_decades(window) -> float:
     return percentile_sorted(lg, 0.75) - percentile_sorted(lg, 0.25)
 
 
+def _full_windows(values: np.ndarray, ends: np.ndarray, window: int) -> np.ndarray:
+    """Which windows values[e - window : e] exist whole and hold only positive finite values."""
+    good = np.isfinite(values) & (values > 0)
+    bad_before = np.concatenate([[0], np.cumsum(~good)])
+    full = ends >= window
+    full[full] = bad_before[ends[full]] == bad_before[ends[full] - window]
+    return full
+
+
+def jitter_at(values: np.ndarray, ends, window: int) -> np.ndarray:
+    """jitter(values[max(e - window, 0) : e]) for each e of `ends`, the same numbers: windows of
+    `window` positive finite points at once (np.median along rows does, row by row, what it does
+    on one), the others one by one."""
+    ends = np.asarray(ends, dtype=np.int64)
+    out = np.empty(ends.shape[0])
+    if ends.size == 0:
+        return out
+    full = _full_windows(values, ends, window) & (window >= 10)
+    idx = np.flatnonzero(full)
+    if idx.size:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            d = np.diff(np.log(values.astype(np.float64, copy=False)), 2)
+        rows = np.lib.stride_tricks.sliding_window_view(d, window - 2)
+        for a in range(0, idx.size, 4096):
+            part = idx[a : a + 4096]
+            r = rows[ends[part] - window]
+            mad = np.median(np.abs(r - np.median(r, axis=1)[:, None]), axis=1)
+            out[part] = MAD_TO_SIGMA * mad / math.sqrt(6.0)
+    for k in np.flatnonzero(~full).tolist():
+        e = int(ends[k])
+        out[k] = jitter(values[max(e - window, 0) : e])
+    return out
+
+
 def noise_decades_at(values: np.ndarray, ends, window: int) -> np.ndarray:
     """noise_decades(values[max(e - window, 0) : e]) for each e of `ends`, the same numbers:
     windows of `window` positive finite points at once (np.percentile along rows does, row by
@@ -413,10 +447,7 @@ def noise_decades_at(values: np.ndarray, ends, window: int) -> np.ndarray:
         return out
     with np.errstate(divide="ignore", invalid="ignore"):
         logs = np.log10(values.astype(np.float64, copy=False))
-    good = np.isfinite(values) & (values > 0)
-    bad_before = np.concatenate([[0], np.cumsum(~good)])
-    full = (ends >= window) & (window >= 10)
-    full[full] = bad_before[ends[full]] == bad_before[ends[full] - window]
+    full = _full_windows(values, ends, window) & (window >= 10)
     rows = np.lib.stride_tricks.sliding_window_view(logs, window) if values.shape[0] >= window else None
     idx = np.flatnonzero(full)
     for a in range(0, idx.size, 4096):
@@ -440,6 +471,9 @@ def log_spread(window) -> float:
     return MAD_TO_SIGMA * median_sorted(deviations)
 
 
+_nan_float, _SQRT6 = float("nan"), math.sqrt(6.0)
+
+
 def jitter(values) -> float:
     """The point-to-point noise of a series around its own trend, in log units: a robust estimate
     (1.4826 x the MAD, over sqrt(6)) of the standard deviation of white noise from the second
@@ -456,6 +490,19 @@ def jitter_of_logs(logs) -> float:
         return float("nan")
     d = np.diff(np.asarray(logs, dtype=np.float64), 2)
     return MAD_TO_SIGMA * float(np.median(np.abs(d - np.median(d)))) / math.sqrt(6.0)
+
+
+def jitter_of_log_list(logs: list) -> float:
+    """jitter_of_logs of a short list, in Python (the same numbers: np.diff's subtractions, np.median's
+    middle values): the online monitor reads it on windows of tens of points, where numpy's calls
+    cost more than the work."""
+    n = len(logs)
+    if n < 10:
+        return _nan_float
+    d = [(logs[i + 2] - logs[i + 1]) - (logs[i + 1] - logs[i]) for i in range(n - 2)]
+    d.sort()
+    m = median_sorted(d)
+    return MAD_TO_SIGMA * median_sorted(sorted([abs(x - m) for x in d])) / _SQRT6
 
 
 # These run at every point of the online monitor on windows of tens of points, where a numpy

@@ -529,7 +529,7 @@ class RecentLogs:
         if self.jitter_at != self.channel.n:
             self.jitter_at = self.channel.n
             self._advance()
-            self.jitter_result = _stats.jitter_of_logs([x for x in self.logs if x is not None])
+            self.jitter_result = _stats.jitter_of_log_list([x for x in self.logs if x is not None])
         return self.jitter_result
 
 

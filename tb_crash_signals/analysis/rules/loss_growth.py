@@ -26,7 +26,7 @@ from tb_crash_signals.analysis.rules.base import (
 from tb_crash_signals.analysis.rules.divergence import early_best, early_bests, early_jitter_at
 from tb_crash_signals.analysis.stats import (
     initial_level,
-    jitter,
+    jitter_at,
     linear_fit,
     log_spread,
     noise_decades,
@@ -340,6 +340,19 @@ class LossGrowthStream(Stream):
                                for level, factor in ((self.level, self.low_ratio), (self.fast, self.low_ratio),
                                                      (self.best_level, p.slow_ratio))))
 
+    def _may_climb(self, told, levels, width, b, slow_before, best, init, rising, lr_rising, finishing):
+        """Whether `climbing` can say yes on this level, before its noise estimates (which cost the
+        most): the level above its value `width` points before (or the slow one, with the grad norm
+        or the learning rate) and under max_ratio unless `finishing`; with a zero spread (which only
+        lowers its bars when z >= 0) and no noise gate, it must climb."""
+        p = self.p
+        before = levels[-1 - width] if len(levels) > width else math.nan
+        top = math.inf if finishing else p.max_ratio * best
+        if not ((before < told < top) or ((rising or lr_rising) and slow_before < b < top)):
+            return False
+        return not self.bars_fall or bool(climbing(told, before, b, slow_before, best, init, 0.0, math.nan,
+                                                   rising, lr_rising, p, finishing, width))
+
     def _push_lr(self, i, step, v):
         """The check on the learning rate, when its trend is not read from its channel."""
         self.trend.push(v)
@@ -357,57 +370,53 @@ class LossGrowthStream(Stream):
         if early:  # a short run: its own best level, no slow level, the jitter gate for noise
             best, b = early_best(best, self.level.low), math.nan
         hit = None
-        told, width, levels, smooth = level, p.smooth, self.level.history, False
+        # On a smooth loss its fast level tells, against the lower of the best level and the level's
+        # lowest (see the batch rule). Which loss is smooth costs a jitter, read only when the choice
+        # can change what happens: a climb possible on either level, or the two on different sides
+        # of max_ratio (the next point's `finishing`).
         best_smooth = early_best(best, self.level.low)
-        if (i >= self.start and v - v == 0.0 and best_smooth > 0
-                and (_fmax(level, fast) >= self.low_ratio * best_smooth or b >= p.slow_ratio * best_smooth)):
-            # On a smooth loss its fast level tells, against the lower of the best level and the level's
-            # lowest, with its jitter as its noise (see the batch rule).
-            jit = self.spread.jitter()
-            smooth = jit < p.early_jitter
-            if smooth:
-                told, width, levels, best = fast, p.fast, self.fast.history, best_smooth
-        if (i >= self.start and v - v == 0.0 and best > 0
-                and (told >= self.low_ratio * best or b >= p.slow_ratio * best)):
+        slow_only = b >= p.slow_ratio * best
+        told, width, levels, top_best = level, p.smooth, self.level.history, best
+        how = False
+        if i >= self.start and v - v == 0.0 and best_smooth > 0:
+            # The point before was under max_ratio (a point the rest screen skipped was far under it).
+            finishing = self.under or self.checked != i - 1
             trend = self.grad.shared.get(_GRAD)
             rising = trend is not None and trend.rising
             lr_trend = self.lr.shared.get(_LR)
             lr_rising = lr_trend is not None and lr_trend.rising
-            before = levels[-1 - width] if len(levels) > width else math.nan
             slow = self.best_level.history
             slow_before = slow[-1 - p.smooth] if len(slow) > p.smooth else math.nan
-            # The point before was under max_ratio (a point the rest screen skipped was far under it).
-            finishing = self.under or self.checked != i - 1
-            top = math.inf if finishing else p.max_ratio * best
-            # What `climbing` needs before its noise estimates (which cost the most) can matter:
-            # with a zero spread (which only lowers its bars when z >= 0) and no noise gate, it must climb.
-            if (((before < told < top) or ((rising or lr_rising) and slow_before < b < top))
-                    and (not self.bars_fall
-                         or climbing(told, before, b, slow_before, best, init, 0.0, math.nan,
-                                     rising, lr_rising, p, finishing, width))):
-                if early:
-                    spread, noise = early_spread_noise(i, self.values, p)
-                else:
-                    spread, noise = self.spread.log_spread(), self.noise.noise_decades()
+            seven = best > 0 and (level >= self.low_ratio * best or slow_only) and self._may_climb(
+                level, self.level.history, p.smooth, b, slow_before, best, init, rising, lr_rising, finishing)
+            quick = (fast >= self.low_ratio * best_smooth or b >= p.slow_ratio * best_smooth) and self._may_climb(
+                fast, self.fast.history, p.fast, b, slow_before, best_smooth, init, rising, lr_rising, finishing)
+            if seven or quick or (level < p.max_ratio * best) != (fast < p.max_ratio * best_smooth):
+                jit = self.spread.jitter()
+                smooth = jit < p.early_jitter
                 if smooth:
-                    spread = jit
-                how = climbing(told, before, b, slow_before, best, init, spread, noise, rising, lr_rising, p,
-                               finishing, width)
-            else:
-                how = False
-            self.run = self.run + 1 if how else 0
-            self.run_with_grad = self.run_with_grad + 1 if how in _CORROBORATED else 0
-            if self.run >= p.consecutive_alone or self.run_with_grad >= p.consecutive:
-                w = p.fit_window
-                steps = list(islice(self.steps, max(len(self.steps) - w, 0), None))
-                fit = projection(steps, list(islice(levels, max(len(levels) - w, 0), None)), best, p)
-                said = b if how.startswith("slow") else told
-                hit = StreamHit(note=_note(said, best, how in _CORROBORATED and rising,
-                                           how in _CORROBORATED and lr_rising), fit=fit)
-        else:
-            self.run = self.run_with_grad = 0
+                    told, width, levels, top_best = fast, p.fast, self.fast.history, best_smooth
+                if quick if smooth else seven:
+                    before = levels[-1 - width] if len(levels) > width else math.nan
+                    if early:
+                        spread, noise = early_spread_noise(i, self.values, p)
+                    else:
+                        spread, noise = self.spread.log_spread(), self.noise.noise_decades()
+                    if smooth:
+                        spread = jit
+                    how = climbing(told, before, b, slow_before, top_best, init, spread, noise, rising, lr_rising,
+                                   p, finishing, width)
+        self.run = self.run + 1 if how else 0
+        self.run_with_grad = self.run_with_grad + 1 if how in _CORROBORATED else 0
+        if how and (self.run >= p.consecutive_alone or self.run_with_grad >= p.consecutive):
+            w = p.fit_window
+            steps = list(islice(self.steps, max(len(self.steps) - w, 0), None))
+            fit = projection(steps, list(islice(levels, max(len(levels) - w, 0), None)), top_best, p)
+            said = b if how.startswith("slow") else told
+            hit = StreamHit(note=_note(said, top_best, how in _CORROBORATED and rising,
+                                       how in _CORROBORATED and lr_rising), fit=fit)
         self.busy = self.run > 0
-        self.under, self.checked = told < p.max_ratio * best, i
+        self.under, self.checked = told < p.max_ratio * top_best, i
         for own in self.own:
             own.append(v)
         return hit
@@ -479,7 +488,7 @@ def loss_growth(data, p: LossGrowthParams, since=None):
         ) + i0
     # Where either level might tell a climb: whether the loss is smooth there (then its fast level
     # tells), and the jitter that is then its noise.
-    jitters = np.array([jitter(v[max(i - p.spread_window, 0) : i]) for i in maybe.tolist()])
+    jitters = jitter_at(v, maybe, p.spread_window)
     smooth = jitters < p.early_jitter
     told = level.copy()
     told[maybe[smooth]] = fast[maybe[smooth]]

@@ -118,16 +118,24 @@ def test_noise_decades_and_log_spread_are_numpys_bit_for_bit(window):
 
 @settings(max_examples=200, deadline=None)
 @given(st.lists(_window_values, max_size=300), st.sampled_from([5, 10, 50, 128]))
-def test_noise_decades_at_many_ends_is_noise_decades_of_each_window(values, window):
+def test_the_noise_at_many_ends_is_that_of_each_window(values, window):
     values = np.asarray(values, dtype=np.float64)
     # ... and the same length of positive finite values, whose windows take the vectorised path.
     positive = np.exp(3.0 * np.random.default_rng(values.size).standard_normal(values.size))
     for series in (values, positive):
         ends = np.arange(series.shape[0] + 1)
-        got = stats.noise_decades_at(series, ends, window)
-        for e, g in zip(ends.tolist(), got.tolist()):
-            want = stats.noise_decades(series[max(e - window, 0) : e])
-            assert (g != g and want != want) or g == want, (e, g, want)
+        for at, one in ((stats.noise_decades_at, stats.noise_decades), (stats.jitter_at, stats.jitter)):
+            got = at(series, ends, window)
+            for e, g in zip(ends.tolist(), got.tolist()):
+                want = one(series[max(e - window, 0) : e])
+                assert (g != g and want != want) or g == want, (at.__name__, e, g, want)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.floats(min_value=-700, max_value=700), max_size=80))
+def test_jitter_of_a_log_list_is_numpys_bit_for_bit(logs):
+    got, want = stats.jitter_of_log_list(logs), stats.jitter_of_logs(np.asarray(logs, dtype=np.float64))
+    assert (got != got and want != want) or got == want, (got, want)
 
 
 def test_jitter_reads_the_noise_around_a_trend_not_the_trend():
