@@ -14,7 +14,9 @@ noise, one loss spike and one exponential grad-norm growth episode.
 
 The two are timed alternately, ``--repeat`` times each; the medians and their
 ratio are printed (the machine is shared: medians of interleaved runs).
-``--rules`` also prints the median time of each rule.
+``--rules`` also prints the median time of each rule. ``--diverge F`` multiplies the train loss
+by F from a tenth of the run on (a run that diverged and stays there: F=5, past every rule's
+bar; F=2, between them), the case where the rules judge most points.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, ".."))
 
 import _synth
+import numpy as np
 from bench_monitor import ArticleMonitor, TrainingState
 
 from tb_crash_signals.analysis.config import Config
@@ -45,6 +48,8 @@ def main(argv=None):
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--rules", action="store_true", help="also time each rule")
+    ap.add_argument("--diverge", type=float, default=None, metavar="F",
+                    help="multiply the train loss by F from a tenth of the run on")
     ap.add_argument("--malloc-tuned", action="store_true",
                     help="keep freed memory in the heap, as `tb-crash-signals scan` does")
     args = ap.parse_args(argv)
@@ -55,11 +60,15 @@ def main(argv=None):
 
     print(f"machine: {_synth.machine()}")
     run = _synth.make_run(args.steps, args.seed)
+    if args.diverge is not None:
+        steps, loss = run["train_loss"]
+        run["train_loss"] = (steps, loss * np.where(steps >= args.steps // 10, args.diverge, 1.0))
     data = {sig: Series.from_arrays(s, v) for sig, (s, v) in run.items()}
     npts = sum(len(s) for s in data.values())
     logical = group_runs({"run": list(_synth.TAGS.values())})[0]
     config = Config()
     print(f"run: {args.steps} steps, {npts} points in 5 signals"
+          + (f", train loss x{args.diverge:g} from step {args.steps // 10}" if args.diverge is not None else "")
           + (" (malloc tuned as by `scan`)" if args.malloc_tuned else ""))
 
     loss = run["train_loss"][1].tolist()

@@ -383,7 +383,21 @@ def trailing_median_inclusive(values: np.ndarray, k: int) -> np.ndarray:
 
 def smoothed_level(values: np.ndarray, k: int) -> np.ndarray:
     """trailing_median_inclusive, NaN where a full window still holds the NaN before the first
-    finite point (what streaming.Level computes point by point)."""
+    finite point (what streaming.Level computes point by point); memoised inside memo() (read
+    only then): several rules read the train loss's level and best level."""
+    cache = getattr(_MEMO, "cache", None)
+    if cache is not None:
+        hit = cache.get(("level", id(values), k))
+        if hit is not None and hit[0] is values:
+            return hit[1]
+    out = _smoothed_level(values, k)
+    if cache is not None:
+        cache[("level", id(values), k)] = (values, out)
+        out.flags.writeable = False
+    return out
+
+
+def _smoothed_level(values: np.ndarray, k: int) -> np.ndarray:
     out = trailing_median_inclusive(values, k)
     finite = np.flatnonzero(np.isfinite(values))
     first = int(finite[0]) if finite.size else values.shape[0]
@@ -433,6 +447,28 @@ def jitter_at(values: np.ndarray, ends, window: int) -> np.ndarray:
     for k in np.flatnonzero(~full).tolist():
         e = int(ends[k])
         out[k] = jitter(values[max(e - window, 0) : e])
+    return out
+
+
+def log_spread_at(values: np.ndarray, ends, window: int) -> np.ndarray:
+    """log_spread(values[max(e - window, 0) : e]) for each e of `ends`, the same numbers (see
+    noise_decades_at)."""
+    ends = np.asarray(ends, dtype=np.int64)
+    out = np.empty(ends.shape[0])
+    if ends.size == 0:
+        return out
+    full = _full_windows(values, ends, window) & (window >= 10)
+    idx = np.flatnonzero(full)
+    if idx.size:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            rows = np.lib.stride_tricks.sliding_window_view(np.log(values.astype(np.float64, copy=False)), window)
+        for a in range(0, idx.size, 4096):
+            part = idx[a : a + 4096]
+            r = rows[ends[part] - window]
+            out[part] = MAD_TO_SIGMA * np.median(np.abs(r - np.median(r, axis=1)[:, None]), axis=1)
+    for k in np.flatnonzero(~full).tolist():
+        e = int(ends[k])
+        out[k] = log_spread(values[max(e - window, 0) : e])
     return out
 
 

@@ -28,8 +28,8 @@ from tb_crash_signals.analysis.stats import (
     initial_level,
     jitter_at,
     linear_fit,
-    log_spread,
-    noise_decades,
+    log_spread_at,
+    noise_decades_at,
     smoothed_level,
     value_at_or_before,
 )
@@ -516,13 +516,16 @@ def loss_growth(data, p: LossGrowthParams, since=None):
     w = p.fit_window
     run = run_with_grad = 0  # climbing points in a row (with the grad norm), ending at point `last`
     last = -2
+    # The noise estimates of the candidates past min_points, at once (the same numbers).
+    late = cand[cand >= p.min_points]
+    spreads = dict(zip(late.tolist(), log_spread_at(v, late, p.spread_window).tolist()))
+    noises = dict(zip(late.tolist(), noise_decades_at(v, late, p.noise_window).tolist()))
     for i, grad_up, lr_up, fast_i, jit in zip(cand.tolist(), rising.tolist(), lr_rising.tolist(),
                                               smooth.tolist(), jitters.tolist()):
-        before = v[max(i - max(p.spread_window, p.noise_window), 0) : i]
         if i < p.min_points:
             spread, noise = early_spread_noise(i, v, p)
         else:
-            spread, noise = log_spread(before[-p.spread_window:]), noise_decades(before[-p.noise_window:])
+            spread, noise = spreads[i], noises[i]
         lv, width = (fast, p.fast) if fast_i else (level, p.smooth)
         if fast_i:
             spread = jit

@@ -124,7 +124,8 @@ def test_the_noise_at_many_ends_is_that_of_each_window(values, window):
     positive = np.exp(3.0 * np.random.default_rng(values.size).standard_normal(values.size))
     for series in (values, positive):
         ends = np.arange(series.shape[0] + 1)
-        for at, one in ((stats.noise_decades_at, stats.noise_decades), (stats.jitter_at, stats.jitter)):
+        for at, one in ((stats.noise_decades_at, stats.noise_decades), (stats.jitter_at, stats.jitter),
+                        (stats.log_spread_at, stats.log_spread)):
             got = at(series, ends, window)
             for e, g in zip(ends.tolist(), got.tolist()):
                 want = one(series[max(e - window, 0) : e])
