@@ -32,8 +32,16 @@ def global_grad_norm(model_or_params, norm_type: float = 2.0) -> float:
         return 0.0
     if math.isinf(norm_type):
         return float(max(g.abs().max() for g in grads))
-    norms = torch.stack([torch.linalg.vector_norm(g, norm_type) for g in grads])
-    return float(torch.linalg.vector_norm(norms, norm_type))
+    if len(grads) == 1:
+        return torch.linalg.vector_norm(grads[0], norm_type).item()
+    foreach_norm = getattr(torch, "_foreach_norm", None)
+    # One call for every tensor's norm (what clip_grad_norm_ uses), not one per tensor; item()
+    # rather than float(), which goes through Python first.
+    if foreach_norm is not None and len({(g.dtype, g.device) for g in grads}) == 1:
+        norms = foreach_norm(grads, norm_type)
+    else:
+        norms = [torch.linalg.vector_norm(g, norm_type) for g in grads]
+    return torch.linalg.vector_norm(torch.stack(norms), norm_type).item()
 
 
 class update_ratio:

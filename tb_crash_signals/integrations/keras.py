@@ -6,8 +6,8 @@
 Feeds the training loss after every batch, every `lr_every` steps the learning
 rate (a schedule costs a computation per read), every `ratio_every` steps the
 update ratio, and `val_loss` at the end of each epoch
-into a Monitor; on the torch backend also the global gradient norm (the
-gradients are still on the weights when the batch ends). Steps are the
+into a Monitor; on the torch backend also, every `grad_every` steps, the global
+gradient norm (the gradients are still on the weights when the batch ends). Steps are the
 optimizer's iteration count after the batch, which is what Keras' TensorBoard
 callback writes batch summaries at; the validation loss is fed at the step its
 epoch ended. On a critical incident it sets `model.stop_training`.
@@ -44,6 +44,14 @@ def _numpy(x) -> np.ndarray:
     return np.asarray(_keras.ops.convert_to_numpy(x))
 
 
+def _global_grad_norm(params) -> float:
+    # Imported at the first call: torch_utils imports torch, which other backends do not need.
+    global _global_grad_norm
+    from tb_crash_signals.torch_utils import global_grad_norm as _global_grad_norm
+
+    return _global_grad_norm(params)
+
+
 def _print(line: str):
     # Keras' own callbacks (EarlyStopping, TerminateOnNaN) report through io_utils.print_msg,
     # which follows keras.config.disable_interactive_logging(); it is not public, hence the fallback.
@@ -66,6 +74,8 @@ class CrashSignals(Watching, _keras.callbacks.Callback):
             weights once); 0 never.
         lr_every: read the learning rate every this many steps; 0 never.
         grad_norm: feed the gradient norm (torch backend only).
+        grad_every: measure the gradient norm every this many steps (on a small model it
+            costs as much as the rest of the callback).
 
     Attributes:
         monitor: the `Monitor` fed after each batch.
@@ -75,12 +85,13 @@ class CrashSignals(Watching, _keras.callbacks.Callback):
     """
 
     def __init__(self, config=None, stop_on: Iterable[str] | None = None, stop: bool = True,
-                 ratio_every: int = 10, lr_every: int = 10, grad_norm: bool = True):
+                 ratio_every: int = 10, lr_every: int = 10, grad_norm: bool = True, grad_every: int = 10):
         super().__init__()
         self._watch = Watch(config, stop_on, stop, lambda severity, line: _print(line))
         self.ratio_every = max(int(ratio_every), 0)
         self.lr_every = max(int(lr_every), 0)
         self.grad_norm = grad_norm and _keras.backend.backend() == "torch"
+        self.grad_every = max(int(grad_every), 1)
         self._before = None
         self._step = 0
         # The iteration count a batch starts at: the count the previous batch ended at, so it is
@@ -113,7 +124,7 @@ class CrashSignals(Watching, _keras.callbacks.Callback):
         values = {"train_loss": logs.get("loss")}
         if self.lr_every and step % self.lr_every == 0:
             values["lr"] = self._lr()
-        if self.grad_norm:
+        if self.grad_norm and step % self.grad_every == 0:
             values["grad_norm"] = self._grad_norm()
         if self._before is not None:
             values["update_ratio"] = self._update_ratio()
@@ -134,13 +145,11 @@ class CrashSignals(Watching, _keras.callbacks.Callback):
             return None
 
     def _grad_norm(self):
-        from tb_crash_signals.torch_utils import global_grad_norm
-
         if self._tensors is None:
             # On torch a variable's value is one Parameter, updated in place: listed once per epoch.
             self._tensors = [v.value for v in self._trainable()]
         params = [p for p in self._tensors if p.grad is not None]
-        return global_grad_norm(params) if params else None
+        return _global_grad_norm(params) if params else None
 
     def _trainable(self) -> list:
         if self._variables is None:
