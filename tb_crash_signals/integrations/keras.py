@@ -52,6 +52,13 @@ def _global_grad_norm(params) -> float:
     return _global_grad_norm(params)
 
 
+def _torch_update_ratio(params):
+    global _torch_update_ratio
+    from tb_crash_signals.torch_utils import update_ratio as _torch_update_ratio
+
+    return _torch_update_ratio(params)
+
+
 def _print(line: str):
     # Keras' own callbacks (EarlyStopping, TerminateOnNaN) report through io_utils.print_msg,
     # which follows keras.config.disable_interactive_logging(); it is not public, hence the fallback.
@@ -90,7 +97,8 @@ class CrashSignals(Watching, _keras.callbacks.Callback):
         self._watch = Watch(config, stop_on, stop, lambda severity, line: _print(line))
         self.ratio_every = max(int(ratio_every), 0)
         self.lr_every = max(int(lr_every), 0)
-        self.grad_norm = grad_norm and _keras.backend.backend() == "torch"
+        self._on_torch = _keras.backend.backend() == "torch"
+        self.grad_norm = grad_norm and self._on_torch
         self.grad_every = max(int(grad_every), 1)
         self._before = None
         self._step = 0
@@ -116,7 +124,10 @@ class CrashSignals(Watching, _keras.callbacks.Callback):
         if self._next is None:
             self._next = self._iterations()
         if self.ratio_every and self._next % self.ratio_every == 0:
-            self._before = [_numpy(v).astype(np.float64) for v in self._trainable()]
+            if self._on_torch:  # one flat copy of the weights (torch_utils.update_ratio)
+                self._before = _torch_update_ratio(self._torch_tensors()).__enter__()
+            else:
+                self._before = [_numpy(v).astype(np.float64) for v in self._trainable()]
 
     def on_train_batch_end(self, batch, logs=None):
         logs = logs or {}
@@ -127,7 +138,11 @@ class CrashSignals(Watching, _keras.callbacks.Callback):
         if self.grad_norm and step % self.grad_every == 0:
             values["grad_norm"] = self._grad_norm()
         if self._before is not None:
-            values["update_ratio"] = self._update_ratio()
+            if isinstance(self._before, list):
+                values["update_ratio"] = self._update_ratio()
+            else:
+                self._before.__exit__(None, None, None)
+                values["update_ratio"] = self._before.value
             self._before = None
         self.last = {k: v for k, v in values.items() if v is not None}
         if self._watch.update(step, **values):
@@ -145,11 +160,14 @@ class CrashSignals(Watching, _keras.callbacks.Callback):
             return None
 
     def _grad_norm(self):
+        params = [p for p in self._torch_tensors() if p.grad is not None]
+        return _global_grad_norm(params) if params else None
+
+    def _torch_tensors(self) -> list:
         if self._tensors is None:
             # On torch a variable's value is one Parameter, updated in place: listed once per epoch.
             self._tensors = [v.value for v in self._trainable()]
-        params = [p for p in self._tensors if p.grad is not None]
-        return _global_grad_norm(params) if params else None
+        return self._tensors
 
     def _trainable(self) -> list:
         if self._variables is None:
