@@ -425,75 +425,60 @@ def _full_windows(values: np.ndarray, ends: np.ndarray, window: int) -> np.ndarr
     return full
 
 
-def jitter_at(values: np.ndarray, ends, window: int) -> np.ndarray:
-    """jitter(values[max(e - window, 0) : e]) for each e of `ends`, the same numbers: windows of
-    `window` positive finite points at once (np.median along rows does, row by row, what it does
-    on one), the others one by one."""
+def _per_window(values: np.ndarray, ends, window: int, series, width: int, of_rows, one) -> np.ndarray:
+    """one(values[max(e - window, 0) : e]) for each e of `ends`, the same numbers, for rules that
+    judge every point of a long stretch (a run stuck after a divergence): windows of `window`
+    positive finite points at once, as `width`-wide rows of `series()` (their logs, or the logs'
+    second differences, over the whole series: row j is window j's) reduced by `of_rows`, which
+    takes along rows the steps `one` takes on a window (numpy's median and percentile do, row by
+    row); the others one by one."""
     ends = np.asarray(ends, dtype=np.int64)
     out = np.empty(ends.shape[0])
-    if ends.size == 0:
-        return out
-    full = _full_windows(values, ends, window) & (window >= 10)
-    idx = np.flatnonzero(full)
+    idx = np.flatnonzero(_full_windows(values, ends, window) & (window >= 10))
     if idx.size:
-        with np.errstate(divide="ignore", invalid="ignore"):
-            d = np.diff(np.log(values.astype(np.float64, copy=False)), 2)
-        rows = np.lib.stride_tricks.sliding_window_view(d, window - 2)
-        for a in range(0, idx.size, 4096):
-            part = idx[a : a + 4096]
-            r = rows[ends[part] - window]
-            mad = np.median(np.abs(r - np.median(r, axis=1)[:, None]), axis=1)
-            out[part] = MAD_TO_SIGMA * mad / math.sqrt(6.0)
-    for k in np.flatnonzero(~full).tolist():
+        rows = sliding_window_view(series(), width)
+        for a in range(0, idx.size, _ROWS_PER_CHUNK):
+            part = idx[a : a + _ROWS_PER_CHUNK]
+            out[part] = of_rows(rows[ends[part] - window])
+    rest = np.ones(ends.shape[0], bool)
+    rest[idx] = False
+    for k in np.flatnonzero(rest).tolist():
         e = int(ends[k])
-        out[k] = jitter(values[max(e - window, 0) : e])
+        out[k] = one(values[max(e - window, 0) : e])
     return out
+
+
+_ROWS_PER_CHUNK = 4096
+
+
+def _logs_of(values: np.ndarray, log) -> np.ndarray:
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return log(values.astype(np.float64, copy=False))
+
+
+def _mad_rows(rows: np.ndarray) -> np.ndarray:
+    return np.median(np.abs(rows - np.median(rows, axis=1)[:, None]), axis=1)
+
+
+def jitter_at(values: np.ndarray, ends, window: int) -> np.ndarray:
+    """jitter of the `window` points before each of `ends` (see _per_window)."""
+    return _per_window(values, ends, window, lambda: np.diff(_logs_of(values, np.log), 2), window - 2,
+                       lambda rows: MAD_TO_SIGMA * _mad_rows(rows) / math.sqrt(6.0), jitter)
 
 
 def log_spread_at(values: np.ndarray, ends, window: int) -> np.ndarray:
-    """log_spread(values[max(e - window, 0) : e]) for each e of `ends`, the same numbers (see
-    noise_decades_at)."""
-    ends = np.asarray(ends, dtype=np.int64)
-    out = np.empty(ends.shape[0])
-    if ends.size == 0:
-        return out
-    full = _full_windows(values, ends, window) & (window >= 10)
-    idx = np.flatnonzero(full)
-    if idx.size:
-        with np.errstate(divide="ignore", invalid="ignore"):
-            rows = np.lib.stride_tricks.sliding_window_view(np.log(values.astype(np.float64, copy=False)), window)
-        for a in range(0, idx.size, 4096):
-            part = idx[a : a + 4096]
-            r = rows[ends[part] - window]
-            out[part] = MAD_TO_SIGMA * np.median(np.abs(r - np.median(r, axis=1)[:, None]), axis=1)
-    for k in np.flatnonzero(~full).tolist():
-        e = int(ends[k])
-        out[k] = log_spread(values[max(e - window, 0) : e])
-    return out
+    """log_spread of the `window` points before each of `ends` (see _per_window)."""
+    return _per_window(values, ends, window, lambda: _logs_of(values, np.log), window,
+                       lambda rows: MAD_TO_SIGMA * _mad_rows(rows), log_spread)
 
 
 def noise_decades_at(values: np.ndarray, ends, window: int) -> np.ndarray:
-    """noise_decades(values[max(e - window, 0) : e]) for each e of `ends`, the same numbers:
-    windows of `window` positive finite points at once (np.percentile along rows does, row by
-    row, what it does on one), the others one by one. For rules that gate every point of a long
-    stretch (a run stuck after a divergence)."""
-    ends = np.asarray(ends, dtype=np.int64)
-    out = np.empty(ends.shape[0])
-    if ends.size == 0:
-        return out
-    with np.errstate(divide="ignore", invalid="ignore"):
-        logs = np.log10(values.astype(np.float64, copy=False))
-    full = _full_windows(values, ends, window) & (window >= 10)
-    rows = np.lib.stride_tricks.sliding_window_view(logs, window) if values.shape[0] >= window else None
-    idx = np.flatnonzero(full)
-    for a in range(0, idx.size, 4096):
-        part = idx[a : a + 4096]
-        q25, q75 = np.percentile(rows[ends[part] - window], [25, 75], axis=1)
-        out[part] = q75 - q25
-    for k in np.flatnonzero(~full).tolist():
-        e = int(ends[k])
-        out[k] = noise_decades(values[max(e - window, 0) : e])
-    return out
+    """noise_decades of the `window` points before each of `ends` (see _per_window)."""
+    def of_rows(rows):
+        q25, q75 = np.percentile(rows, [25, 75], axis=1)
+        return q75 - q25
+
+    return _per_window(values, ends, window, lambda: _logs_of(values, np.log10), window, of_rows, noise_decades)
 
 
 def log_spread(window) -> float:
