@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import array
 import dataclasses
 import math
+from bisect import bisect_right as _bisect_right
 
 import numpy as np
 
@@ -234,10 +234,10 @@ class PlateauStream(Stream):
         self.fraction, self.min_patience = p.patience_fraction, p.min_patience
         self.cap = max(p.max_patience, p.min_patience)
         self.capped_from = _capped_from(p.patience_fraction, self.min_patience, self.cap)
-        # Ring: the best as of each recent point (an array pickles as one block).
-        self.bests = array.array("d", [math.nan]) * (self.cap + 1)
-        # ... and the learning rate's peak as of each (its channel's max_finite: -inf before any).
-        self.lr_peaks = array.array("d", [math.nan]) * (self.cap + 1)
+        # The best as of each of the last `cap` points, and the learning rate's peak (its channel's
+        # max_finite: -inf before any) as of each: both monotone, kept where they changed.
+        self.bests = _AsOf(self.cap)
+        self.peaks = _AsOf(self.cap)
         self.lr_climb, self.lr_fell = p.lr_climb, p.lr_fell
         self.fell_at = math.inf  # the point at which the learning rate first fell (see lr_course)
         self.fell_peak = math.nan  # ... and its peak then, the lowest its peak is as of any later point
@@ -249,15 +249,13 @@ class PlateauStream(Stream):
         lr = self.lr_peak.channel
         lr_now = lr.values[-1] if lr.values else math.nan
         peak = lr.max_finite
-        self.lr_peaks[i % len(self.lr_peaks)] = peak
+        self.peaks.push(i, peak)
         if self.fell_at == math.inf and lr_now < self.lr_fell * peak:
             self.fell_at, self.fell_peak = i, peak
         if i > self.max_warmup:
             # The usual point of a run that learns: its learning rate not gone and its level well
             # under `stuck` x the initial one, it cannot fire; only the best is recorded.
-            best = self.level.low
-            ring = self.bests
-            ring[i % len(ring)] = best
+            self.bests.push(i, self.level.low)
             # Nor while its learning rate has not climbed back above its peak when it fell (which the
             # peak as of the stall's start is at least).
             if (not (peak > 0 and lr_now / peak <= self.lr_floor) and not self.level.value >= self.stuck * init
@@ -291,9 +289,7 @@ class PlateauStream(Stream):
             marks, m = self.lr_marks, self.max_warmup
             if accelerating(*(marks.get(j, math.nan) for j in (0, m // 2, m - 1))):
                 self.warmed = -1  # rising all along, ever faster: not a warm-up (see _warmup_ends)
-        ring = self.bests
-        size = len(ring)
-        ring[i % size] = best
+        self.bests.push(i, best)
         if i >= self.capped_from:
             patience = self.cap
         else:
@@ -301,7 +297,7 @@ class PlateauStream(Stream):
             patience = min(grown if grown > self.min_patience else self.min_patience, self.cap)
         if i < patience or not finite:
             return None
-        ref = ring[(i - patience) % size]
+        ref = self.bests.as_of(i - patience)
         if best > ref - self.rel * abs(ref) and i - patience >= self.warmed:
             gone = self.lr_peak.low(self.lr_floor)
             climb = self._climb(i - patience)
@@ -312,11 +308,11 @@ class PlateauStream(Stream):
         return None
 
     def _climb(self, start):
-        """The learning rate now over its peak as of point `start`, if it had fell by then (NaN if
-        not, or without a positive peak)."""
+        """The learning rate now over its peak as of point `start`, if it had fallen by then (NaN
+        if not, or without a positive peak)."""
         if self.fell_at > start:
             return math.nan
-        peak = self.lr_peaks[start % len(self.lr_peaks)]
+        peak = self.peaks.as_of(start)
         lr = self.lr_peak.channel
         return lr.values[-1] / peak if peak > 0 else math.nan
 
@@ -325,6 +321,37 @@ class PlateauStream(Stream):
         lr = self.lr
         n = len(lr)
         return n > 0 and lr[-1] > lr[-4 if n >= 4 else 0]
+
+
+class _AsOf:
+    """A value pushed at every point, as of any of the last `span` points, kept as the points where
+    it changed: a monotone one (a best so far, a peak) costs memory only while it moves, not
+    `span` slots (a `max_patience` of 10^9 would be 8 GB)."""
+
+    __slots__ = ("at", "of", "lo", "span")
+
+    def __init__(self, span):
+        self.at, self.of = [], []  # the points where it changed, and its value from then on
+        self.lo = 0  # the last change at or before the oldest point that can be asked
+        self.span = span
+
+    def push(self, i, x):
+        at, of = self.at, self.of
+        if not of or not (x == of[-1]):  # NaN: every point a change, as NaN never equals itself
+            at.append(i)
+            of.append(x)
+        lo, oldest = self.lo, i - self.span
+        while lo + 1 < len(at) and at[lo + 1] <= oldest:
+            lo += 1
+        if lo > 1024:  # forgotten in blocks
+            del at[:lo], of[:lo]
+            lo = 0
+        self.lo = lo
+
+    def as_of(self, j):
+        """Its value as of point j (NaN before its first point)."""
+        k = _bisect_right(self.at, j, self.lo) - 1
+        return self.of[k] if k >= self.lo else math.nan
 
 
 def _capped_from(fraction, min_patience, cap):
