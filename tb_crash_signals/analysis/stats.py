@@ -584,14 +584,35 @@ def sliding_median(x: np.ndarray, k: int, out: np.ndarray | None = None) -> np.n
     if out is None:
         out = np.empty(m)
     if k > _NETWORK_MAX:
-        with np.errstate(over="ignore"):  # two huge middle values: inf
-            out[:] = np.median(sliding_window_view(x, k), axis=1)
-        return out
+        return _partition_median(x, k, out)
     if k == 9:
         return _sliding_median9(x, out)
     for a in range(0, m, _CACHE_CHUNK):
         b = min(a + _CACHE_CHUNK, m)
         out[a:b] = _network_median([x[a + j : b + j] for j in range(k)])
+    return out
+
+
+def _partition_median(x: np.ndarray, k: int, out: np.ndarray) -> np.ndarray:
+    """np.median of every k-point window of x, into out (bit-identical), for larger windows:
+    np.partition of blocks of windows at the middle position (for even k, the element before it
+    is the largest of those left of it), NaN where a window holds one (its maximum is NaN), and
+    the mean of the middle slice as np.median takes it (its -0.0 -> 0.0). np.median itself
+    copies every window at once (a 1 M-point series, 31-point windows: 250 MB) and partitions at
+    two positions, a slower path of numpy's: ~10x slower."""
+    m = out.shape[0]
+    mid = k // 2
+    rows = max(1, (1 << 18) // k)  # blocks of ~2 MB of windows
+    for a in range(0, m, rows):
+        b = min(a + rows, m)
+        windows = sliding_window_view(x[a : b + k - 1], k)
+        part = np.partition(windows, mid, axis=1)
+        if k % 2:
+            med = part[:, mid] + 0.0
+        else:
+            with np.errstate(over="ignore"):  # two huge middle values: inf, as np.median gives
+                med = ((part[:, :mid].max(axis=1) + 0.0) + part[:, mid]) / 2.0
+        out[a:b] = np.where(np.isnan(windows.max(axis=1)), np.nan, med)
     return out
 
 

@@ -34,8 +34,8 @@ def small_chunks(monkeypatch):
     monkeypatch.setattr(stats, "_SMALL_CHUNK", 5)
 
 
-@settings(max_examples=300, deadline=None)
-@given(arrays, st.integers(1, 12))
+@settings(max_examples=400, deadline=None)
+@given(arrays, st.integers(1, 40))
 def test_sliding_median_is_np_median_bit_for_bit(x, k):
     if x.size < k:
         return
