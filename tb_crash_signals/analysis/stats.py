@@ -475,8 +475,7 @@ def log_spread_at(values: np.ndarray, ends, window: int) -> np.ndarray:
 def noise_decades_at(values: np.ndarray, ends, window: int) -> np.ndarray:
     """noise_decades of the `window` points before each of `ends` (see _per_window)."""
     def of_rows(rows):
-        q25, q75 = np.percentile(rows, [25, 75], axis=1)
-        return q75 - q25
+        return _percentile_rows(rows, 0.75) - _percentile_rows(rows, 0.25)
 
     return _per_window(values, ends, window, lambda: _logs_of(values, np.log10), window, of_rows, noise_decades)
 
@@ -556,6 +555,22 @@ def percentile_sorted(xs: list, q: float) -> float:
     below = math.floor(virtual)
     gamma = virtual - below
     a, b = xs[below], xs[min(below + 1, n - 1)]
+    diff = b - a
+    return b - diff * (1 - gamma) if gamma >= 0.5 else a + diff * gamma
+
+
+def _percentile_rows(rows: np.ndarray, q: float) -> np.ndarray:
+    """percentile_sorted of each row of NaN-free values: one np.partition at the upper of the two
+    positions it interpolates (the lower is the largest left of it; np.percentile partitions at
+    both, a path of numpy's ~5x slower)."""
+    n = rows.shape[1]
+    virtual = (n - 1) * q
+    below = math.floor(virtual)
+    gamma = virtual - below
+    above = min(below + 1, n - 1)
+    part = np.partition(rows, above, axis=1)
+    b = part[:, above]
+    a = part[:, :above].max(axis=1) if above > below else b
     diff = b - a
     return b - diff * (1 - gamma) if gamma >= 0.5 else a + diff * gamma
 
