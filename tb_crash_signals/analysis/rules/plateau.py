@@ -440,13 +440,18 @@ def loss_plateau(data, p: PlateauParams, since=None):
         with np.errstate(invalid="ignore"):
             climb = np.where(fell[start] & (peak[start] > 0), at[hit] / peak[start], np.nan)
             climbed = climb >= p.lr_climb
-        notes = dict(zip(hit.tolist(), zip(np.where(gone, frac, np.nan).tolist(),
-                                           np.where(climbed & ~gone, climb, np.nan).tolist())))
+        # What each hit's note says, looked up only for the hits that start an episode.
+        noted = hit
+        fractions, climbs = np.where(gone, frac, np.nan), np.where(climbed & ~gone, climb, np.nan)
         hit = hit[stuck | gone | climbed]
         if hit.size:
             hit = hit[~(noise_decades_at(s.values, hit, p.noise_window) >= p.max_noise)]
     if hit.size:
-        yield Hits("train_loss", hit, note=lambda i: plateau_note(plateau_patience(np.int64(i), p), *notes[i]))
+        def note(i):
+            j = int(np.searchsorted(noted, i))
+            return plateau_note(plateau_patience(np.int64(i), p), float(fractions[j]), float(climbs[j]))
+
+        yield Hits("train_loss", hit, note=note)
 
 
 def _running_best(values, k: int, start: int) -> np.ndarray:
