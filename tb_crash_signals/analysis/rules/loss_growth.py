@@ -453,7 +453,12 @@ def loss_growth(data, p: LossGrowthParams, since=None):
     short run) is judged against the lower of its best level and its lowest
     current level, with its jitter as its noise and no slow level. The point
     where the level crosses `max_ratio` still counts, with the grad norm or
-    the learning rate rising (a fast divergence outruns its level).
+    the learning rate rising (a fast divergence outruns its level). A smooth
+    loss (the jitter of its `spread_window` points before under
+    `early_jitter`: averaged or epoch losses) is judged on its fast level (the
+    median of `fast` points), against the lower of its best level and the
+    level's lowest, with that jitter as its noise: a 7-point median lags a
+    smooth climb by most of the lead it could give.
     """
     s = data.get("train_loss")
     start = min(p.min_points, p.early_points)
