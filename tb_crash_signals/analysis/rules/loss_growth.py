@@ -374,11 +374,18 @@ class LossGrowthStream(Stream):
         # lowest (see the batch rule). Which loss is smooth costs a jitter, read only when the choice
         # can change what happens: a climb possible on either level, or the two on different sides
         # of max_ratio (the next point's `finishing`).
-        best_smooth = early_best(best, self.level.low)
+        low = self.level.low
+        best_smooth = low if best != best or low < best else best  # early_best's, inline: at every point
         slow_only = b >= p.slow_ratio * best
         told, width, levels, top_best = level, p.smooth, self.level.history, best
         how = False
         if i >= self.start and v - v == 0.0 and best_smooth > 0:
+            seven = best > 0 and (level >= self.low_ratio * best or slow_only)  # candidates, so far
+            quick = fast >= self.low_ratio * best_smooth or b >= p.slow_ratio * best_smooth
+            apart = (level < p.max_ratio * best) != (fast < p.max_ratio * best_smooth)
+        else:
+            seven = quick = apart = False
+        if seven or quick:
             # The point before was under max_ratio (a point the rest screen skipped was far under it).
             finishing = self.under or self.checked != i - 1
             trend = self.grad.shared.get(_GRAD)
@@ -387,11 +394,11 @@ class LossGrowthStream(Stream):
             lr_rising = lr_trend is not None and lr_trend.rising
             slow = self.best_level.history
             slow_before = slow[-1 - p.smooth] if len(slow) > p.smooth else math.nan
-            seven = best > 0 and (level >= self.low_ratio * best or slow_only) and self._may_climb(
+            seven = seven and self._may_climb(
                 level, self.level.history, p.smooth, b, slow_before, best, init, rising, lr_rising, finishing)
-            quick = (fast >= self.low_ratio * best_smooth or b >= p.slow_ratio * best_smooth) and self._may_climb(
+            quick = quick and self._may_climb(
                 fast, self.fast.history, p.fast, b, slow_before, best_smooth, init, rising, lr_rising, finishing)
-            if seven or quick or (level < p.max_ratio * best) != (fast < p.max_ratio * best_smooth):
+        if seven or quick or apart:
                 jit = self.spread.jitter()
                 smooth = jit < p.early_jitter
                 if smooth:

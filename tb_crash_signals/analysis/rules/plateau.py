@@ -326,32 +326,33 @@ class PlateauStream(Stream):
 class _AsOf:
     """A value pushed at every point, as of any of the last `span` points, kept as the points where
     it changed: a monotone one (a best so far, a peak) costs memory only while it moves, not
-    `span` slots (a `max_patience` of 10^9 would be 8 GB)."""
+    `span` slots (a `max_patience` of 10^9 would be 8 GB). What is older than the span is
+    forgotten in blocks, when the lists have doubled."""
 
-    __slots__ = ("at", "of", "lo", "span")
+    __slots__ = ("at", "of", "span", "prune_at")
 
     def __init__(self, span):
         self.at, self.of = [], []  # the points where it changed, and its value from then on
-        self.lo = 0  # the last change at or before the oldest point that can be asked
         self.span = span
+        self.prune_at = 4096  # the length at which what is too old is forgotten (amortised)
 
     def push(self, i, x):
-        at, of = self.at, self.of
+        of = self.of
         if not of or not (x == of[-1]):  # NaN: every point a change, as NaN never equals itself
+            at = self.at
             at.append(i)
             of.append(x)
-        lo, oldest = self.lo, i - self.span
-        while lo + 1 < len(at) and at[lo + 1] <= oldest:
-            lo += 1
-        if lo > 1024:  # forgotten in blocks
-            del at[:lo], of[:lo]
-            lo = 0
-        self.lo = lo
+            if len(at) >= self.prune_at:
+                # Keep the last change at or before the oldest point that can be asked.
+                lo = _bisect_right(at, i - self.span) - 1
+                if lo > 0:
+                    del at[:lo], of[:lo]
+                self.prune_at = max(4096, 2 * len(at))
 
     def as_of(self, j):
-        """Its value as of point j (NaN before its first point)."""
-        k = _bisect_right(self.at, j, self.lo) - 1
-        return self.of[k] if k >= self.lo else math.nan
+        """Its value as of point j, one of the last `span` points (NaN before its first point)."""
+        k = _bisect_right(self.at, j) - 1
+        return self.of[k] if k >= 0 else math.nan
 
 
 def _capped_from(fraction, min_patience, cap):
