@@ -145,11 +145,6 @@ def climbing(level, before, slow, slow_before, best, init, spread, noise, grad_r
     return False
 
 
-def _fmax(a, b):
-    """np.fmax of two floats: the larger, NaN only if both are."""
-    return b if a != a or b > a else a
-
-
 def projection(steps, levels, best, p: LossGrowthParams) -> Fit | None:
     """The log-linear fit of the last levels and when it reaches `target` x the best (None if
     it is not rising or the levels are not all positive)."""
@@ -366,15 +361,15 @@ class LossGrowthStream(Stream):
         init = self.initial.value
         if self.own_steps:
             self.steps.append(step)
+        low = self.level.low
         early = i < p.min_points
         if early:  # a short run: its own best level, no slow level, the jitter gate for noise
-            best, b = early_best(best, self.level.low), math.nan
+            best, b = early_best(best, low), math.nan
         hit = None
         # On a smooth loss its fast level tells, against the lower of the best level and the level's
         # lowest (see the batch rule). Which loss is smooth costs a jitter, read only when the choice
         # can change what happens: a climb possible on either level, or the two on different sides
         # of max_ratio (the next point's `finishing`).
-        low = self.level.low
         best_smooth = low if best != best or low < best else best  # early_best's, inline: at every point
         slow_only = b >= p.slow_ratio * best
         told, width, levels, top_best = level, p.smooth, self.level.history, best
