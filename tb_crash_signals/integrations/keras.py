@@ -44,19 +44,11 @@ def _numpy(x) -> np.ndarray:
     return np.asarray(_keras.ops.convert_to_numpy(x))
 
 
-def _global_grad_norm(params) -> float:
-    # Imported at the first call: torch_utils imports torch, which other backends do not need.
-    global _global_grad_norm
-    from tb_crash_signals.torch_utils import global_grad_norm as _global_grad_norm
+def _torch_utils():
+    # Imported when first used: it imports torch, which the other backends do not need.
+    from tb_crash_signals import torch_utils
 
-    return _global_grad_norm(params)
-
-
-def _torch_update_ratio(params):
-    global _torch_update_ratio
-    from tb_crash_signals.torch_utils import update_ratio as _torch_update_ratio
-
-    return _torch_update_ratio(params)
+    return torch_utils
 
 
 def _print(line: str):
@@ -125,7 +117,7 @@ class CrashSignals(Watching, _keras.callbacks.Callback):
             self._next = self._iterations()
         if self.ratio_every and self._next % self.ratio_every == 0:
             if self._on_torch:  # one flat copy of the weights (torch_utils.update_ratio)
-                self._before = _torch_update_ratio(self._torch_tensors()).__enter__()
+                self._before = _torch_utils().update_ratio(self._torch_tensors()).__enter__()
             else:
                 self._before = [_numpy(v).astype(np.float64) for v in self._trainable()]
 
@@ -161,7 +153,7 @@ class CrashSignals(Watching, _keras.callbacks.Callback):
 
     def _grad_norm(self):
         params = [p for p in self._torch_tensors() if p.grad is not None]
-        return _global_grad_norm(params) if params else None
+        return _torch_utils().global_grad_norm(params) if params else None
 
     def _torch_tensors(self) -> list:
         if self._tensors is None:
