@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import math
 import threading
+from bisect import bisect_left as _bisect_left
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
@@ -521,8 +522,43 @@ def jitter_of_log_list(logs: list) -> float:
         return _nan_float
     d = [(logs[i + 2] - logs[i + 1]) - (logs[i + 1] - logs[i]) for i in range(n - 2)]
     d.sort()
-    m = median_sorted(d)
-    return MAD_TO_SIGMA * median_sorted(sorted([abs(x - m) for x in d])) / _SQRT6
+    return jitter_of_sorted_diffs(d)
+
+
+def jitter_of_sorted_diffs(d: list) -> float:
+    """jitter_of_log_list from its second differences, sorted (NaN under 8 of them)."""
+    if len(d) < 8:
+        return _nan_float
+    return MAD_TO_SIGMA * mad_sorted(d) / _SQRT6
+
+
+def mad_sorted(xs: list) -> float:
+    """np.median(np.abs(xs - np.median(xs))) of sorted, NaN-free values, without building the
+    deviations: they are the two sorted runs either side of the median (below it read backwards),
+    and their middle order statistics are found by bisecting on how many come from each run."""
+    n = len(xs)
+    m = median_sorted(xs)
+    split = _bisect_left(xs, m)
+    below, above = split, n - split
+    # The c smallest deviations: i of them from below the median, c - i from above.
+    c = n // 2 if n % 2 == 0 else n // 2 + 1
+    lo, hi = max(0, c - above), min(c, below)
+    while lo < hi:
+        i = (lo + hi) // 2
+        # below's (i+1)-th smallest deviation against above's (c-i)-th
+        if m - xs[split - 1 - i] < xs[split + c - i - 1] - m:
+            lo = i + 1
+        else:
+            hi = i
+    i, j = lo, c - lo
+    a = m - xs[split - i] if i else -math.inf
+    b = xs[split + j - 1] - m if j else -math.inf
+    kth = a if a > b else b
+    if n % 2:
+        return abs(kth)  # x - m is -0.0 for x = -0.0 and m = 0.0; abs(x - m) is not
+    a = m - xs[split - 1 - i] if i < below else math.inf
+    b = xs[split + j] - m if j < above else math.inf
+    return abs((kth + (a if a < b else b)) / 2.0)
 
 
 # These run at every point of the online monitor on windows of tens of points, where a numpy

@@ -452,10 +452,12 @@ class RecentLogs:
     log of a value does not depend on the array it is taken in) and the sorted ones, and
     advances from the channel's recent points only when asked, so nothing runs at the points
     where no stream asks; equal logs are interchangeable, so the sorted list is the one those
-    functions sort, and their results are the same bit for bit.
+    functions sort, and their results are the same bit for bit. Once a stream reads the jitter,
+    the second differences of those logs are kept the same way, in order and sorted.
     """
 
-    __slots__ = ("channel", "size", "log", "logs", "sorted", "end", "at", "result", "jitter_at", "jitter_result")
+    __slots__ = ("channel", "size", "log", "logs", "sorted", "end", "at", "result", "jitter_at", "jitter_result",
+                 "diffs", "sorted_diffs", "valid", "last_two")
 
     def __init__(self, channel, size, log):
         self.channel = channel
@@ -467,6 +469,10 @@ class RecentLogs:
         self.at = -1  # the result is that at this end
         self.result = _nan
         self.jitter_at, self.jitter_result = -1, _nan  # ... and the jitter's
+        # Once the jitter is asked for: the second differences of the window's logs (those of
+        # positive finite points, in order), in order and sorted, how many logs, and the last two.
+        self.diffs = self.sorted_diffs = None
+        self.valid, self.last_two = 0, (_nan, _nan)
 
     def _advance(self):
         end = self.channel.n - 1
@@ -485,8 +491,12 @@ class RecentLogs:
             self.sorted = sorted(lg)
             it = iter(lg)
             self.logs = collections.deque(next(it) if x > 0 and x - x == 0.0 else None for x in new)
+            self.diffs = None  # rebuilt from the logs when the jitter is next asked for
             return
         log = self.log
+        diffs = self.diffs
+        if diffs is not None:
+            return self._advance_with_diffs(values, n, gap)
         # By index, not an islice: that would walk the deque from its start.
         for x in [values[j] for j in range(n - 1 - gap, n - 1)]:
             if x > 0 and x - x == 0.0:
@@ -499,6 +509,34 @@ class RecentLogs:
                 old = logs.popleft()
                 if old is not None:
                     del xs[_bisect_left(xs, old)]
+
+    def _advance_with_diffs(self, values, n, gap):
+        """_advance's loop, keeping the second differences too (the same subtractions as
+        stats.jitter_of_log_list's, so the same numbers)."""
+        size, logs, xs, log = self.size, self.logs, self.sorted, self.log
+        diffs, sd = self.diffs, self.sorted_diffs
+        valid, (before, last) = self.valid, self.last_two
+        for x in [values[j] for j in range(n - 1 - gap, n - 1)]:
+            if x > 0 and x - x == 0.0:
+                y = float(log(x))
+                logs.append(y)
+                _insort(xs, y)
+                if valid >= 2:
+                    d = (y - last) - (last - before)
+                    diffs.append(d)
+                    _insort(sd, d)
+                valid += 1
+                before, last = last, y
+            else:
+                logs.append(None)
+            if len(logs) > size:
+                old = logs.popleft()
+                if old is not None:
+                    del xs[_bisect_left(xs, old)]
+                    if valid >= 3:
+                        del sd[_bisect_left(sd, diffs.popleft())]
+                    valid -= 1
+        self.valid, self.last_two = valid, (before, last)
 
     def noise_decades(self):
         """stats.noise_decades of the window (built with np.log10)."""
@@ -529,7 +567,13 @@ class RecentLogs:
         if self.jitter_at != self.channel.n:
             self.jitter_at = self.channel.n
             self._advance()
-            self.jitter_result = _stats.jitter_of_log_list([x for x in self.logs if x is not None])
+            if self.diffs is None:
+                lg = [x for x in self.logs if x is not None]
+                d = [(lg[k + 2] - lg[k + 1]) - (lg[k + 1] - lg[k]) for k in range(len(lg) - 2)]
+                self.diffs, self.sorted_diffs = collections.deque(d), sorted(d)
+                self.valid = len(lg)
+                self.last_two = (lg[-2], lg[-1]) if len(lg) >= 2 else (_nan, lg[-1] if lg else _nan)
+            self.jitter_result = _stats.jitter_of_sorted_diffs(self.sorted_diffs)
         return self.jitter_result
 
 

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tb_crash_signals.analysis import stats
-from tb_crash_signals.analysis.streaming import Level, Window, finite_median, small_median
+from tb_crash_signals.analysis.streaming import Channel, Level, RecentLogs, Window, finite_median, small_median
 
 # Repeats and zeros of both signs: the sorted window must place equal values as a stable sort does.
 SPECIALS = [np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0, -1.0, 2.0, 2.0, 1e308, -1e308]
@@ -59,3 +59,31 @@ def test_window_extremes_are_those_of_its_finite_tail(x, size, k):
         tail = [y for y in filled[-k:] if y == y]
         for got, want in ((w.maximum(k), max(tail, default=math.nan)), (w.minimum(k), min(tail, default=math.nan))):
             assert same_bits(np.asarray([got]), np.asarray([want]))
+
+
+@settings(max_examples=300, deadline=None)
+@given(series, st.sampled_from([10, 12, 50]), st.lists(st.booleans(), min_size=1, max_size=40))
+def test_recent_logs_read_now_and_then_are_the_batch_functions_of_the_window_before(x, size, asks):
+    """Read at irregular points (gaps the window steps over one by one, or re-sorts), the noise,
+    spread and jitter kept as points come and go are those of the raw window, bit for bit."""
+    # Positive values as well, whose logs and second differences are all kept.
+    for values in (x.tolist(), np.exp(np.sin(np.arange(x.size) / 3.0) + 0.1 * x.size).tolist()):
+        channel = Channel("train_loss", 256)
+        recent = RecentLogs(channel, size, np.log)
+        for i, v in enumerate(values):
+            channel.n += 1
+            channel.values.append(v)
+            if not asks[i % len(asks)]:
+                continue
+            window = np.asarray(values[max(i - size, 0) : i], dtype=np.float64)
+            for got, want in ((recent.jitter(), stats.jitter(window)), (recent.log_spread(), stats.log_spread(window))):
+                assert same_bits(np.asarray([got]), np.asarray([want])), (i, got, want)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(st.one_of(st.floats(-1e6, 1e6), st.sampled_from([0.0, -0.0, 1.0, 1.5, -2.0])), min_size=1, max_size=80))
+def test_mad_of_sorted_values_is_numpys_bit_for_bit(xs):
+    xs.sort()
+    a = np.asarray(xs, dtype=np.float64)
+    want = float(np.median(np.abs(a - np.median(a))))
+    assert same_bits(np.asarray([stats.mad_sorted(xs)]), np.asarray([want]))
