@@ -7,7 +7,7 @@ import dataclasses
 import math
 from bisect import bisect_left as _bisect_left
 from bisect import insort as _insort
-from itertools import chain, islice
+from itertools import islice
 
 import numpy as np
 
@@ -95,6 +95,7 @@ class GradGrowthStream(Stream):
         self.q, self.rise = quarter_rise(p)
         self.q_rise = self.q * self.rise
         self.min_excess = math.log(p.min_excess)  # as fit_window computes it
+        self.min_growth = math.log(p.min_growth)
         self.channel = channels[signal]  # its log_value: log(v), computed once a point
         # The fit window is read from the log window (which ends at the point before) only when
         # it holds w finite logs: then they are the window's logs, unfilled, so the stream keeps
@@ -147,15 +148,40 @@ class GradGrowthStream(Stream):
             return None
         hist = self.history.values
         n = len(hist)
-        logs = np.fromiter(chain(islice(hist, n - w + 1, n), (x,)), dtype=np.float64, count=w)  # all finite
+        ys = list(islice(hist, n - w + 1, n))
+        ys.append(x)  # all finite
+        steps = self.channel.steps if self.own_steps is None else self.own_steps  # ending at this point
+        xs = list(islice(steps, len(steps) - w, None))
+        if not self._may_fit(xs, ys):
+            return None
         # The batch rule's exact arithmetic.
+        logs = np.array(ys, dtype=np.float64)
         if logs[w - q :].sum() / q - logs[:q].sum() / q < self.rise:
             return None
-        steps = self.channel.steps if self.own_steps is None else self.own_steps  # ending at this point
-        steps = np.fromiter(islice(steps, len(steps) - w, None), dtype=np.int64, count=w)
-        fit = fit_window(steps, logs, base, p, self.loss.ratio)
+        fit = fit_window(np.array(xs, dtype=np.int64), logs, base, p, self.loss.ratio)
         return None if fit is None else StreamHit(fit=fit)
 
+
+    def _may_fit(self, xs, ys) -> bool:
+        """fit_window's tests of the whole window's line (rising, steady, `min_growth` over the
+        window), in Python floats: False only where they fail by far more than the rounding that
+        differs from numpy's, so numpy's arithmetic, which costs more on a window of tens of
+        points, decides the rest. Noisy grad norms reach here often and fail them."""
+        w = len(ys)
+        x0 = float(xs[0])
+        dx = [float(x) - x0 for x in xs]  # as linear_fit takes the steps
+        xm, ym = sum(dx) / w, sum(ys) / w
+        dx = [x - xm for x in dx]
+        dy = [y - ym for y in ys]
+        sxx = sum([a * a for a in dx])
+        syy = sum([b * b for b in dy])
+        if not (sxx > 0 and syy > 0):
+            return True
+        b = sum([a * c for a, c in zip(dx, dy)]) / sxx
+        # r2 = 1 - sum((dy - b dx)^2) / syy = b^2 sxx / syy for the least-squares b.
+        r2 = b * b * sxx / syy
+        slack = self._SLACK
+        return not (b * float(xs[-1] - xs[0]) < self.min_growth - slack or (b > 0 and r2 < self.p.min_r2 - slack))
 
 class _Baseline:
     """The run's normal level for the window ending at point i, as the batch rule takes it: the
