@@ -24,7 +24,7 @@ from tb_crash_signals.analysis.rules.base import (
 from tb_crash_signals.analysis.signals import SIGNAL_LABELS
 from tb_crash_signals.analysis.stats import (
     initial_level,
-    jitter,
+    jitter_of_short,
     noise_decades_at,
     run_lengths,
     smoothed_level,
@@ -84,7 +84,8 @@ def early_jitter_at(i, values, p) -> float:
     """The `jitter` of the points before the level's window at point i, of the run's `values` from
     its first (an array, or the channel's recent points while it holds them all): a short run's
     noise, which its quartiles would mistake for its trend and the climb."""
-    return jitter(list(islice(values, 0, max(i - p.smooth + 1, 0))))
+    k = max(i - p.smooth + 1, 0)
+    return jitter_of_short(values[:k].tolist() if isinstance(values, np.ndarray) else islice(values, 0, k))
 
 
 def gate_noise(i, noise_at, values, p) -> float:

@@ -146,3 +146,12 @@ def test_jitter_reads_the_noise_around_a_trend_not_the_trend():
     noisy = (3.0 * np.exp(-t / 4.0) + 0.2) * np.exp(0.2 * rng.standard_normal(40))
     assert 0.1 < stats.jitter(noisy) < 0.4  # estimates the log noise's standard deviation (0.2)
     assert np.isnan(stats.jitter([1.0, 2.0, np.nan, -1.0] * 3))  # under 10 positive finite values
+
+
+@settings(max_examples=300, deadline=None)
+@given(arrays)
+def test_jitter_of_a_short_series_is_jitters_bit_for_bit(x):
+    want = stats.jitter(x)
+    for values in (x, x.tolist()):
+        got = stats.jitter_of_short(values)
+        assert (got != got and want != want) or got == want, (got, want)
