@@ -242,18 +242,69 @@ class StreamHit:
 HIT = StreamHit()
 
 
-def median_mad_before(window: Window, i: int, size: int, min_points: int, mad=True):
-    """Median/MAD of the `size` points before i, as stats.trailing_median_mad_at computes them
-    (np.median's values, in pure Python: numpy's call overhead dominates on a window this small)."""
-    if i < min_points:
-        return _nan, _nan
-    w = window.tail(size)
-    if i < size:
-        w = [x for x in w if x - x == 0.0]
-        if len(w) < min_points:
-            return _nan, _nan
-    m = small_median(w)
-    return m, (small_median([abs(x - m) for x in w]) if mad else _nan)
+class TailMedian:
+    """The median of a channel's `size` forward-filled points before a given one, as
+    stats.trailing_median_mad_at computes it (np.median's values, in pure Python), shared by the
+    streams that ask at the same points (the spike, blow-up and jump-together rules on one signal).
+    It keeps those points sorted and advances from the channel's Window only when asked: a sort of
+    the whole window when the last ask is far back, one insertion and one removal a point when
+    asks come point after point (a noisy loss, whose every point is a candidate). Equal values
+    stay in the order they came, so the sorted list is the one a stable sort gives, zeros' signs
+    included."""
+
+    __slots__ = ("window", "size", "values", "sorted", "nans", "end")
+
+    def __init__(self, window, size):
+        self.window, self.size = window, size
+        self.values = collections.deque()  # the points before `end`, at most size, oldest first
+        self.sorted = []  # ... the finite ones (a forward-filled window's only NaNs lead it)
+        self.nans = 0
+        self.end = -1
+
+    def before(self, end, received, min_points):
+        """The median at point `end` (of the points before it), the window having received
+        `received` points (its last is point received - 1 >= end - 1)."""
+        if end < min_points:
+            return _nan
+        size = self.size
+        gap = end - self.end
+        if gap:
+            wv = self.window.values
+            offset = len(wv) - received  # wv[offset + j] is point j
+            values, xs = self.values, self.sorted
+            if 0 < gap < size // 4 and self.end >= 0:
+                for x in [wv[offset + j] for j in range(self.end, end)]:
+                    values.append(x)
+                    if x == x:
+                        _insort(xs, x)
+                    else:
+                        self.nans += 1
+                    if len(values) > size:
+                        old = values.popleft()
+                        if old == old:
+                            del xs[_bisect_left(xs, old)]
+                        else:
+                            self.nans -= 1
+            else:
+                values = self.values = collections.deque(islice(wv, offset + max(end - size, 0), offset + end))
+                xs = self.sorted = sorted([x for x in values if x == x])
+                self.nans = len(values) - len(xs)
+            self.end = end
+        xs = self.sorted
+        n = len(xs)
+        if not n or ((n < min_points) if end < size else self.nans):
+            return _nan
+        mid = n // 2
+        return xs[mid] if n % 2 else (xs[mid - 1] + xs[mid]) / 2.0
+
+
+def tail_median(channel, size: int) -> TailMedian:
+    """The channel's shared TailMedian of `size` points (its Window must hold them, see needs)."""
+    key = ("tail median", size)
+    found = channel.shared.get(key)
+    if found is None:
+        found = channel.shared[key] = TailMedian(channel.window, size)
+    return found
 
 
 def small_median(values):

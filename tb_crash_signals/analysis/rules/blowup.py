@@ -33,9 +33,8 @@ from tb_crash_signals.analysis.streaming import (
     Quiet,
     Stream,
     StreamHit,
-    median_mad_before,
     recent_logs,
-    small_median,
+    tail_median,
 )
 
 
@@ -127,6 +126,7 @@ class LossBlowupStream(Stream):
     def __init__(self, p, signal, channels):
         self.p = p
         self.window = channels[signal].window
+        self.median = tail_median(channels[signal], p.window)  # of the points before
         self.lr = channels["lr"].values  # updated first: its points at or before this step
         self.noise = recent_logs(channels[signal], p.noise_window, np.log10)  # of the points before
         self.own = getattr(self.noise, "values", None)  # kept by the stream itself, if at all
@@ -155,7 +155,7 @@ class LossBlowupStream(Stream):
         lr_ratio = self._lr_jump()
         if not lr_ratio > 0 and lo > 0 and p.big >= 0 and v < p.big * lo:
             return None  # no jump of the learning rate: only "big" could be, and it is not
-        med, _ = median_mad_before(self.window, i, p.window, p.min_points, mad=False)
+        med = self.median.before(i, i, p.min_points)
         kind = blowup_kind(v, med, self.window.maximum(p.window), lr_ratio, self.initial.value, p)
         if kind is None or self.noise.noise_decades() >= p.max_noise:
             return None
@@ -255,7 +255,9 @@ class JumpTogetherStream(Stream):
         self.p = p
         self.init = channels["train_loss"].initial
         self.window = channels[signal].window
+        self.median = tail_median(channels[signal], p.window)  # of the points before
         self.train = channels["train_loss"]
+        self.loss_median = tail_median(self.train, p.window)  # of the points before its last
         self.noise = recent_logs(channels[signal], p.noise_window, np.log10)  # of the points before
         self.own = getattr(self.noise, "values", None)  # kept by the stream itself, if at all
         self.loss_noise = recent_logs(self.train, p.noise_window, np.log10)  # before the loss's last point
@@ -290,8 +292,8 @@ class JumpTogetherStream(Stream):
         lo = train.window.low
         if lo > 0 and p.factor >= 0 and loss < p.factor * lo:
             return None
-        g_med, _ = median_mad_before(self.window, i, p.window, p.min_points, mad=False)
-        l_med = _median_before_last(train.window, train.n - 1, p.window, p.min_points)
+        g_med = self.median.before(i, i, p.min_points)
+        l_med = self.loss_median.before(train.n - 1, train.n, p.min_points)
         if (
             g_med > 0 and l_med > 0 and v >= p.factor * g_med and loss >= p.factor * l_med
             and loss - l_med >= p.min_rise * self._init_before(train.n - 1)
@@ -304,19 +306,6 @@ class JumpTogetherStream(Stream):
         """The loss's initial level as known at its point `last` (before it)."""
         init = self.init
         return init.value if init.known <= last else math.nan
-
-
-def _median_before_last(window, i, size, min_points):
-    """The median of the `size` points before the window's last one (point i), as
-    stats.trailing_median_mad_at computes it at i."""
-    if i < min_points:
-        return math.nan
-    w = window.tail(size + 1)[:-1]
-    if i < size:
-        w = [x for x in w if x - x == 0.0]
-        if len(w) < min_points:
-            return math.nan
-    return small_median(w)
 
 
 @rule(

@@ -25,7 +25,7 @@ from tb_crash_signals.analysis.stats import (
     trailing_max,
     trailing_median_mad_at,
 )
-from tb_crash_signals.analysis.streaming import Quiet, Stream, StreamHit, median_mad_before
+from tb_crash_signals.analysis.streaming import Quiet, Stream, StreamHit, tail_median
 
 _RECOVERY_LIMIT = 200  # points after a spike in which its recovery is looked for
 _FAST = 5  # a recovery within this many points is fast
@@ -177,6 +177,7 @@ class _SpikeStream(Stream):
         self.min_points = p.min_points
         self.channel = ch = channels[signal]
         self.window = ch.window
+        self.median = tail_median(ch, p.window)  # of the points before
 
     def quiet(self):
         # Not a candidate (x >= envelope x the window's max >= envelope x the last point), or
@@ -195,7 +196,7 @@ class _SpikeStream(Stream):
         top = window.maximum(self.size)
         if not v >= p.envelope * top:
             return None
-        med, _ = median_mad_before(window, i, p.window, p.min_points, mad=False)
+        med = self.median.before(i, i, p.min_points)
         # The noise (a numpy pass over noise_window points) is is_spike's last test: only then.
         if not is_spike(v, med, top, self.channel.initial.value, math.nan, p):
             return None

@@ -9,7 +9,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tb_crash_signals.analysis import stats
-from tb_crash_signals.analysis.streaming import Channel, Level, RecentLogs, Window, finite_median, small_median
+from tb_crash_signals.analysis.streaming import (
+    Channel,
+    Level,
+    RecentLogs,
+    TailMedian,
+    Window,
+    finite_median,
+    small_median,
+)
 
 # Repeats and zeros of both signs: the sorted window must place equal values as a stable sort does.
 SPECIALS = [np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0, -1.0, 2.0, 2.0, 1e308, -1e308]
@@ -87,3 +95,23 @@ def test_mad_of_sorted_values_is_numpys_bit_for_bit(xs):
     a = np.asarray(xs, dtype=np.float64)
     want = float(np.median(np.abs(a - np.median(a))))
     assert same_bits(np.asarray([stats.mad_sorted(xs)]), np.asarray([want]))
+
+
+@settings(max_examples=300, deadline=None)
+@given(series, st.sampled_from([4, 10, 50]), st.integers(0, 12), st.lists(st.booleans(), min_size=1, max_size=40))
+def test_tail_median_read_now_and_then_is_the_batch_median_before_each_point(x, size, min_points, asks):
+    """Asked at irregular points, the sorted tail kept from the window gives the batch rules' median of
+    the `size` points before (NaN under min_points of them, or with a NaN among a full window); a
+    zero's sign may differ from numpy's, as the pure-Python medians' may (no decision sees it)."""
+    window = Window(size + 1)
+    before, before_last = TailMedian(window, size), TailMedian(window, size)
+    med, _ = stats.trailing_median_mad_at(x, size, min_points, np.arange(x.size), mad=False)
+    for i, v in enumerate(x.tolist()):
+        if asks[i % len(asks)]:
+            got = before.before(i, i, min_points)
+            assert got == med[i] or (got != got and med[i] != med[i]), (i, got, med[i])
+        window.push(v)
+        # ... and from the window's next point on, of the points before its last one.
+        if asks[(i + 7) % len(asks)]:
+            got = before_last.before(i, i + 1, min_points)
+            assert got == med[i] or (got != got and med[i] != med[i]), (i, got, med[i])
