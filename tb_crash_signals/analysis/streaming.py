@@ -33,6 +33,7 @@ import math
 from bisect import bisect_left as _bisect_left
 from bisect import insort as _insort
 from itertools import islice
+from operator import sub as _sub
 
 import numpy as np
 
@@ -42,6 +43,7 @@ from tb_crash_signals.analysis.stats import MAD_TO_SIGMA, median_sorted, percent
 from tb_crash_signals.ingest.series import Series
 
 _isfinite = math.isfinite
+_SQRT6 = math.sqrt(6.0)
 _nan, _inf = math.nan, math.inf
 # Channels are updated in this order, so a rule reading another signal sees
 # that signal's point of the same step: the plateau and blow-up rules read the
@@ -508,7 +510,7 @@ class RecentLogs:
     """
 
     __slots__ = ("channel", "size", "log", "logs", "sorted", "end", "at", "result", "jitter_at", "jitter_result",
-                 "diffs", "sorted_diffs", "valid", "last_two")
+                 "diffs", "sorted_diffs", "valid", "last_two", "rough_until")
 
     def __init__(self, channel, size, log):
         self.channel = channel
@@ -524,6 +526,7 @@ class RecentLogs:
         # positive finite points, in order), in order and sorted, how many logs, and the last two.
         self.diffs = self.sorted_diffs = None
         self.valid, self.last_two = 0, (_nan, _nan)
+        self.rough_until = -1  # the jitter is sure to stay at least the last bar asked through this count
 
     def _advance(self):
         end = self.channel.n - 1
@@ -628,6 +631,44 @@ class RecentLogs:
         return self.jitter_result
 
 
+    def jitter_under(self, bar):
+        """The jitter if it is under `bar`, else None (NaN is not under). Once it is found at or
+        above the bar, it is not computed again for as many points as it surely stays there:
+        each point adds at most one second difference and removes at most one, so after k points
+        at least ceil((n - k) / 2) - k of the n differences there are now lie within the median
+        absolute deviation then, either side of its median: twice that deviation is at least the
+        narrowest span of that many of today's sorted differences."""
+        n = self.channel.n
+        if n <= self.rough_until:
+            return None
+        jit = self.jitter()
+        if jit < bar:
+            return jit
+        self.rough_until = n + _rough_for(self.sorted_diffs, bar)
+        return None
+
+
+def _rough_for(d, bar) -> int:
+    """How many more points the jitter of sorted second differences `d` surely stays >= bar
+    (see RecentLogs.jitter_under); 0 if not even one."""
+    n = len(d)
+    # The bar on a span (a deviation of half the span), with room for the rounding of both sides.
+    need = 2.0 * bar * _SQRT6 / _stats.MAD_TO_SIGMA * (1.0 + 1e-9)
+
+    def holds(k):
+        h = (n - k + 1) // 2 - k
+        return h >= 2 and min(map(_sub, d[h - 1 :], d)) >= need
+
+    lo, hi = 0, n // 4  # holds(lo) is assumed: the jitter itself is at or above the bar
+    while lo < hi:
+        k = (lo + hi + 1) // 2
+        if holds(k):
+            lo = k
+        else:
+            hi = k - 1
+    return lo
+
+
 class OwnRecent:
     """A stream's own last `size` raw points, for a window longer than the channel keeps: the
     stream appends each point to `values` after its decision."""
@@ -645,6 +686,10 @@ class OwnRecent:
 
     def jitter(self):
         return _stats.jitter(self.values)
+
+    def jitter_under(self, bar):
+        jit = self.jitter()
+        return jit if jit < bar else None
 
 
 def recent_logs(channel, size: int, log) -> RecentLogs | OwnRecent:

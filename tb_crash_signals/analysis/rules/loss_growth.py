@@ -394,8 +394,8 @@ class LossGrowthStream(Stream):
             quick = quick and self._may_climb(
                 fast, self.fast.history, p.fast, b, slow_before, best_smooth, init, rising, lr_rising, finishing)
         if seven or quick or apart:
-                jit = self.spread.jitter()
-                smooth = jit < p.early_jitter
+                jit = self.spread.jitter_under(p.early_jitter)
+                smooth = jit is not None
                 if smooth:
                     told, width, levels, top_best = fast, p.fast, self.fast.history, best_smooth
                 if quick if smooth else seven:

@@ -115,3 +115,23 @@ def test_tail_median_read_now_and_then_is_the_batch_median_before_each_point(x, 
         if asks[(i + 7) % len(asks)]:
             got = before_last.before(i, i + 1, min_points)
             assert got == med[i] or (got != got and med[i] != med[i]), (i, got, med[i])
+
+
+@settings(max_examples=300, deadline=None)
+@given(series, st.sampled_from([12, 50]), st.lists(st.booleans(), min_size=1, max_size=20),
+       st.sampled_from([0.0, 0.01, 0.05, 0.3, 2.0]))
+def test_jitter_under_a_bar_is_the_jitter_under_it_however_rarely_computed(x, size, asks, bar):
+    """Asked at irregular points, `jitter_under` answers what the jitter of the window would:
+    its value under the bar, None at or above it (or NaN), while skipping the points it is sure of."""
+    rng = np.random.default_rng(x.size)
+    noisy = np.exp(rng.normal(0.0, rng.uniform(0.0, 1.0), x.size) + np.linspace(1, 0, x.size))
+    for values in (x.tolist(), noisy.tolist()):
+        channel = Channel("train_loss", 256)
+        recent = RecentLogs(channel, size, np.log)
+        for i, v in enumerate(values):
+            channel.n += 1
+            channel.values.append(v)
+            if asks[i % len(asks)]:
+                want = stats.jitter(np.asarray(values[max(i - size, 0) : i], dtype=np.float64))
+                got = recent.jitter_under(bar)
+                assert got == (want if want < bar else None), (i, got, want)
