@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import math
 from typing import Callable, Iterable
 
 from tb_crash_signals.analysis.incidents import Incident
@@ -39,10 +40,16 @@ class Watch:
         stop_on: rule codes whose critical episodes stop training (default: every critical).
         stop: False only reports, never stops.
         report: called with (severity, line) for each incident, once, when it opens.
+        check_every: feed the Monitor the steps of this many at once (1: each step as it comes).
+            Inside a training loop most of the Monitor's cost is reading its state back into
+            caches the training step has flushed, once per feed. The episodes and incidents are
+            the same, at the same steps; a stop can come up to `check_every` - 1 steps after its
+            first alarm, except that a non-finite value, a train loss or grad norm at least twice
+            the one before, or a grad norm over CS101's threshold is fed at once.
     """
 
     def __init__(self, config=None, stop_on: Iterable[str] | None = None, stop: bool = True,
-                 report: Callable[[str, str], None] | None = None):
+                 report: Callable[[str, str], None] | None = None, check_every: int = 1):
         if stop_on is not None:
             stop_on = [str(code).upper() for code in stop_on]
             unknown = [code for code in stop_on if code not in RULES]
@@ -56,11 +63,17 @@ class Watch:
         self._report = report
         self._step: int | None = None
         self._stop_told = False
+        self.check_every = max(int(check_every), 1)
+        self._pending: list[tuple[int, dict]] = []
+        self._last: dict[str, float] = {}  # the last train loss and grad norm given
+        self._grad_threshold = float(getattr(self.monitor.config.params_for("CS101"), "threshold", math.inf))
 
     def _on_incident(self, incident: Incident):
         self.reported.append(incident)
         # The stop is told once, with the first critical incident of the step that stops training.
-        stopping = self.stop and not self._stop_told and self.monitor.should_stop and incident.severity == "critical"
+        # Not while `monitor` is read between steps (a flush that stops nothing).
+        stopping = (self.stop and self._step is not None and not self._stop_told and self.monitor.should_stop
+                    and incident.severity == "critical")
         self._stop_told = self._stop_told or stopping
         if self._report is not None:
             self._report(incident.severity, describe(incident, self._step if stopping else None))
@@ -70,12 +83,45 @@ class Watch:
         values = {k: v for k, v in values.items() if v is not None}
         if not values:
             return False
-        self._step = step
-        self.monitor.update(step, **values)
+        if self.check_every == 1:
+            self._step = step
+            self.monitor.update(step, **values)
+        else:
+            pending = self._pending
+            pending.append((step, values))
+            if not (self._urgent(values) or step - pending[0][0] + 1 >= self.check_every):
+                return False
+            self._step = step
+            self.flush()
+        self._step = None
         if self.stop and self.stopped_step is None and self.monitor.should_stop:
             self.stopped_step = step
             return True
         return False
+
+    def flush(self):
+        """Feeds the Monitor the steps given since its last feed."""
+        pending, self._pending = self._pending, []
+        update = self.monitor.update
+        for step, values in pending:
+            update(step, **values)
+
+    def _urgent(self, values: dict) -> bool:
+        """Whether these values are fed at once (see check_every)."""
+        urgent = False
+        for name, value in values.items():
+            try:
+                x = float(value)
+            except (TypeError, ValueError):
+                return True  # the Monitor says what is wrong with it, now
+            if not math.isfinite(x):
+                urgent = True
+            elif name == "train_loss" or name == "grad_norm":
+                before = self._last.get(name)
+                if (before is not None and x >= 2.0 * before) or (name == "grad_norm" and x > self._grad_threshold):
+                    urgent = True
+                self._last[name] = x
+        return urgent
 
     @property
     def stopping(self) -> bool:
@@ -89,7 +135,8 @@ class Watching:
 
     @property
     def monitor(self) -> Monitor:
-        """The Monitor the callback feeds."""
+        """The Monitor the callback feeds (fed every step given so far)."""
+        self._watch.flush()
         return self._watch.monitor
 
     @property
@@ -100,4 +147,5 @@ class Watching:
     @property
     def incidents(self) -> list[Incident]:
         """The incidents it reported, in the order they opened."""
+        self._watch.flush()
         return self._watch.reported

@@ -42,6 +42,9 @@ class CrashSignalsCallback(Watching, TrainerCallback):
         stop_on: rule codes whose critical episodes stop training (default: every critical).
         stop: False only reports incidents, never stops.
         save_checkpoint: save a checkpoint at the step training is stopped.
+        check_every: feed the Monitor this many steps at once (1: every step). Saves most of
+            its cost inside a training loop; a stop can come up to check_every - 1 steps after
+            the alarm, but non-finite values and sudden jumps are fed at once (`Watch`).
 
     Attributes:
         monitor: the `Monitor` fed with the logs.
@@ -50,9 +53,9 @@ class CrashSignalsCallback(Watching, TrainerCallback):
     """
 
     def __init__(self, config=None, stop_on: Iterable[str] | None = None, stop: bool = True,
-                 save_checkpoint: bool = False):
+                 save_checkpoint: bool = False, check_every: int = 1):
         self._main = True
-        self._watch = Watch(config, stop_on, stop, self._report)
+        self._watch = Watch(config, stop_on, stop, self._report, check_every)
         self.save_checkpoint = save_checkpoint
 
     def _report(self, severity: str, line: str):

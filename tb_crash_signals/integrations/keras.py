@@ -75,6 +75,9 @@ class CrashSignals(Watching, _keras.callbacks.Callback):
         grad_norm: feed the gradient norm (torch backend only).
         grad_every: measure the gradient norm every this many steps (on a small model it
             costs as much as the rest of the callback).
+        check_every: feed the Monitor this many steps at once (1: every step). Saves most of
+            its cost inside a training loop; a stop can come up to check_every - 1 steps after
+            the alarm, but non-finite values and sudden jumps are fed at once (`Watch`).
 
     Attributes:
         monitor: the `Monitor` fed after each batch.
@@ -84,9 +87,10 @@ class CrashSignals(Watching, _keras.callbacks.Callback):
     """
 
     def __init__(self, config=None, stop_on: Iterable[str] | None = None, stop: bool = True,
-                 ratio_every: int = 10, lr_every: int = 10, grad_norm: bool = True, grad_every: int = 10):
+                 ratio_every: int = 10, lr_every: int = 10, grad_norm: bool = True, grad_every: int = 10,
+                 check_every: int = 1):
         super().__init__()
-        self._watch = Watch(config, stop_on, stop, lambda severity, line: _print(line))
+        self._watch = Watch(config, stop_on, stop, lambda severity, line: _print(line), check_every)
         self.ratio_every = max(int(ratio_every), 0)
         self.lr_every = max(int(lr_every), 0)
         self._on_torch = _keras.backend.backend() == "torch"

@@ -76,6 +76,9 @@ class CrashSignals(Watching, _pl.Callback):
             weights once); 0 never.
         log_signals: write the gradient norm, learning rate and update ratio to the
             trainer's loggers.
+        check_every: feed the Monitor this many steps at once (1: every step). Saves most of
+            its cost inside a training loop; a stop can come up to check_every - 1 steps after
+            the alarm, but non-finite values and sudden jumps are fed at once (`Watch`).
 
     Attributes:
         monitor: the `Monitor` fed on rank zero.
@@ -84,8 +87,9 @@ class CrashSignals(Watching, _pl.Callback):
     """
 
     def __init__(self, config=None, stop_on: Iterable[str] | None = None, stop: bool = True,
-                 val_key: str = "val_loss", ratio_every: int = 10, log_signals: bool = True):
-        self._watch = Watch(config, stop_on, stop, self._report)
+                 val_key: str = "val_loss", ratio_every: int = 10, log_signals: bool = True,
+                 check_every: int = 1):
+        self._watch = Watch(config, stop_on, stop, self._report, check_every)
         self.val_key = val_key
         self.ratio_every = max(int(ratio_every), 0)
         self.log_signals = log_signals

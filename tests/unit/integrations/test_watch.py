@@ -75,3 +75,35 @@ def test_the_package_imports_without_any_framework():
     import tb_crash_signals.integrations as pkg
 
     assert "CrashSignals" not in dir(pkg)
+
+
+def test_fed_ten_steps_at_a_time_it_finds_the_same_episodes_and_stops_within_ten_steps():
+    every_step, batched = Watch(), Watch(check_every=10)
+    stop = diverging(every_step)
+    lines = []
+    batched._report = lambda severity, line: lines.append(line)
+    stopped = diverging(batched)
+    assert stopped is not None and stop <= stopped <= stop + 9 and batched.stopped_step == stopped
+    # Fed up to where it stopped, the episodes are those of the Monitor fed at every step.
+    reference = Watch()
+    for step in range(stopped + 1):
+        loss = 1.0 / (1 + 0.01 * step) if step < 120 else 0.5 * 1.3 ** (step - 120)
+        reference.update(step, train_loss=loss, grad_norm=loss * 2)
+    assert batched.monitor.report()["episodes"] == reference.monitor.report()["episodes"]
+    assert sum("Training stopped at step" in line for line in lines) == 1
+    assert any(line.endswith(f"Training stopped at step {stopped}.") for line in lines)
+
+
+def test_fed_in_batches_a_non_finite_loss_or_a_jump_is_fed_at_once():
+    watch = Watch(check_every=50)
+    for step in range(40):
+        assert not watch.update(step, train_loss=1.0 / (1 + 0.1 * step), grad_norm=1.0)
+    assert watch.monitor.report()["points"] == {}  # nothing fed yet: under 50 steps
+    assert watch.update(40, train_loss=float("nan"), grad_norm=1.0)  # NaN: fed and stopped at once
+    assert watch.stopped_step == 40 and watch.monitor.report()["points"]["train_loss"] == 41
+    jump = Watch(check_every=50)
+    for step in range(5):
+        jump.update(step, train_loss=1.0, grad_norm=1.0)
+    assert jump.monitor.report()["points"] == {}
+    jump.update(5, train_loss=1.0, grad_norm=3.0)  # the grad norm tripled: fed at once, all six steps
+    assert jump.monitor.report()["points"] == {"train_loss": 6, "grad_norm": 6}
