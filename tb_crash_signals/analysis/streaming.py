@@ -244,60 +244,82 @@ class StreamHit:
 HIT = StreamHit()
 
 
+class SortedSpan:
+    """The forward-filled points [end - size, end) of a series (fewer at its start), kept in order
+    and sorted (their finite ones; a forward-filled series' only NaNs lead it), moved along the
+    series when asked: a sort of the whole span when the last ask is far back, one insertion and
+    one removal a point when asks come point after point. Equal values stay in the order they
+    came, so the sorted list is the one a stable sort gives, zeros' signs included."""
+
+    __slots__ = ("size", "values", "sorted", "nans", "end")
+
+    def __init__(self, size):
+        self.size = size
+        self.values = collections.deque()  # the span's points, oldest first
+        self.sorted = []  # ... its finite ones, sorted
+        self.nans = 0
+        self.end = -1  # the span holds the points before this one (-1: nothing yet)
+
+    def move_to(self, source, offset, end):
+        """Holds the points before `end`, where source[offset + j] is point j (source: a deque
+        holding at least those the move reads)."""
+        size = self.size
+        gap = end - self.end
+        if not gap:
+            return
+        if 0 < gap < size // 4 and self.end >= 0:
+            values, xs = self.values, self.sorted
+            for x in [source[offset + j] for j in range(self.end, end)]:
+                values.append(x)
+                if x == x:
+                    _insort(xs, x)
+                else:
+                    self.nans += 1
+                if len(values) > size:
+                    old = values.popleft()
+                    if old == old:
+                        del xs[_bisect_left(xs, old)]
+                    else:
+                        self.nans -= 1
+        else:
+            values = self.values = collections.deque(islice(source, offset + max(end - size, 0), offset + end))
+            xs = self.sorted = sorted([x for x in values if x == x])
+            self.nans = len(values) - len(xs)
+        self.end = end
+
+    def median(self):
+        """np.median of the span's finite points (NaN if none)."""
+        xs = self.sorted
+        n = len(xs)
+        if not n:
+            return _nan
+        mid = n // 2
+        return xs[mid] if n % 2 else (xs[mid - 1] + xs[mid]) / 2.0
+
+
 class TailMedian:
     """The median of a channel's `size` forward-filled points before a given one, as
     stats.trailing_median_mad_at computes it (np.median's values, in pure Python), shared by the
-    streams that ask at the same points (the spike, blow-up and jump-together rules on one signal).
-    It keeps those points sorted and advances from the channel's Window only when asked: a sort of
-    the whole window when the last ask is far back, one insertion and one removal a point when
-    asks come point after point (a noisy loss, whose every point is a candidate). Equal values
-    stay in the order they came, so the sorted list is the one a stable sort gives, zeros' signs
-    included."""
+    streams that ask at the same points (the spike, blow-up and jump-together rules on one
+    signal): a SortedSpan moved along the channel's Window when asked."""
 
-    __slots__ = ("window", "size", "values", "sorted", "nans", "end")
+    __slots__ = ("window", "span")
 
     def __init__(self, window, size):
-        self.window, self.size = window, size
-        self.values = collections.deque()  # the points before `end`, at most size, oldest first
-        self.sorted = []  # ... the finite ones (a forward-filled window's only NaNs lead it)
-        self.nans = 0
-        self.end = -1
+        self.window = window
+        self.span = SortedSpan(size)
 
     def before(self, end, received, min_points):
         """The median at point `end` (of the points before it), the window having received
         `received` points (its last is point received - 1 >= end - 1)."""
         if end < min_points:
             return _nan
-        size = self.size
-        gap = end - self.end
-        if gap:
-            wv = self.window.values
-            offset = len(wv) - received  # wv[offset + j] is point j
-            values, xs = self.values, self.sorted
-            if 0 < gap < size // 4 and self.end >= 0:
-                for x in [wv[offset + j] for j in range(self.end, end)]:
-                    values.append(x)
-                    if x == x:
-                        _insort(xs, x)
-                    else:
-                        self.nans += 1
-                    if len(values) > size:
-                        old = values.popleft()
-                        if old == old:
-                            del xs[_bisect_left(xs, old)]
-                        else:
-                            self.nans -= 1
-            else:
-                values = self.values = collections.deque(islice(wv, offset + max(end - size, 0), offset + end))
-                xs = self.sorted = sorted([x for x in values if x == x])
-                self.nans = len(values) - len(xs)
-            self.end = end
-        xs = self.sorted
-        n = len(xs)
-        if not n or ((n < min_points) if end < size else self.nans):
+        span = self.span
+        wv = self.window.values
+        span.move_to(wv, len(wv) - received, end)
+        if (len(span.sorted) < min_points) if end < span.size else span.nans:
             return _nan
-        mid = n // 2
-        return xs[mid] if n % 2 else (xs[mid - 1] + xs[mid]) / 2.0
+        return span.median()
 
 
 def tail_median(channel, size: int) -> TailMedian:
@@ -548,48 +570,33 @@ class RecentLogs:
             self.diffs = None  # rebuilt from the logs when the jitter is next asked for
             return
         log = self.log
-        diffs = self.diffs
-        if diffs is not None:
-            return self._advance_with_diffs(values, n, gap)
+        # Once the jitter is read: the second differences too (stats.jitter_of_log_list's
+        # subtractions, so the same numbers).
+        diffs, sd = self.diffs, self.sorted_diffs
+        valid, (before, last) = self.valid, self.last_two
         # By index, not an islice: that would walk the deque from its start.
         for x in [values[j] for j in range(n - 1 - gap, n - 1)]:
             if x > 0 and x - x == 0.0:
                 y = float(log(x))  # numpy's log of one value: the one it takes within an array
                 logs.append(y)
                 _insort(xs, y)
+                if diffs is not None:
+                    if valid >= 2:
+                        d = (y - last) - (last - before)
+                        diffs.append(d)
+                        _insort(sd, d)
+                    valid += 1
+                    before, last = last, y
             else:
                 logs.append(None)
             if len(logs) > size:
                 old = logs.popleft()
                 if old is not None:
                     del xs[_bisect_left(xs, old)]
-
-    def _advance_with_diffs(self, values, n, gap):
-        """_advance's loop, keeping the second differences too (the same subtractions as
-        stats.jitter_of_log_list's, so the same numbers)."""
-        size, logs, xs, log = self.size, self.logs, self.sorted, self.log
-        diffs, sd = self.diffs, self.sorted_diffs
-        valid, (before, last) = self.valid, self.last_two
-        for x in [values[j] for j in range(n - 1 - gap, n - 1)]:
-            if x > 0 and x - x == 0.0:
-                y = float(log(x))
-                logs.append(y)
-                _insort(xs, y)
-                if valid >= 2:
-                    d = (y - last) - (last - before)
-                    diffs.append(d)
-                    _insort(sd, d)
-                valid += 1
-                before, last = last, y
-            else:
-                logs.append(None)
-            if len(logs) > size:
-                old = logs.popleft()
-                if old is not None:
-                    del xs[_bisect_left(xs, old)]
-                    if valid >= 3:
-                        del sd[_bisect_left(sd, diffs.popleft())]
-                    valid -= 1
+                    if diffs is not None:
+                        if valid >= 3:
+                            del sd[_bisect_left(sd, diffs.popleft())]
+                        valid -= 1
         self.valid, self.last_two = valid, (before, last)
 
     def noise_decades(self):

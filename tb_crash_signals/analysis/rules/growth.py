@@ -5,8 +5,6 @@ from __future__ import annotations
 import collections
 import dataclasses
 import math
-from bisect import bisect_left as _bisect_left
-from bisect import insort as _insort
 from itertools import islice
 
 import numpy as np
@@ -22,7 +20,7 @@ from tb_crash_signals.analysis.stats import (
     value_at_or_before,
     window_sums,
 )
-from tb_crash_signals.analysis.streaming import Stream, StreamHit, shared_level
+from tb_crash_signals.analysis.streaming import SortedSpan, Stream, StreamHit, shared_level
 
 
 @dataclasses.dataclass(frozen=True)
@@ -188,53 +186,24 @@ class _Baseline:
     median of the forward-filled logs of the `size` points before the window (of the finite ones
     while fewer than `size` precede it; NaN under w of them, or with a NaN among `size`).
 
-    The points' values are kept sorted and advanced from the log window (which ends at point
-    i - 1) only when asked: the decisions come in runs of consecutive points, each moving the
-    span by one point.
+    The points are a SortedSpan moved along the log window (which ends at point i - 1) only when
+    asked: the decisions come in runs of consecutive points, each moving the span by one point.
     """
 
     def __init__(self, history, w, size):
-        self.history, self.w, self.size = history, w, size
-        self.values = collections.deque()  # the span's values, oldest first
-        self.sorted = []  # ... its finite ones, sorted
-        self.nans = 0
-        self.end = 0  # the span holds the points before this one
+        self.history, self.w = history, w
+        self.span = SortedSpan(size)
 
     def at(self, i):
-        w, size = self.w, self.size
+        w, span = self.w, self.span
         lo = i - w + 1
         if lo < w:
             return math.nan
         hist = self.history.values
-        offset = len(hist) - i  # hist[offset + j] is point j
-        gap = lo - self.end
-        if gap >= size // 4 or not self.values:  # one sort costs less than that many insertions
-            values = list(islice(hist, offset + max(lo - size, 0), offset + lo))
-            self.values = collections.deque(values)
-            finite = [x for x in values if x == x]
-            self.nans = len(values) - len(finite)
-            self.sorted = sorted(finite)
-        elif gap > 0:
-            values, xs = self.values, self.sorted
-            for x in islice(hist, offset + self.end, offset + lo):
-                values.append(x)
-                if x == x:
-                    _insort(xs, x)
-                else:
-                    self.nans += 1
-                if len(values) > size:
-                    old = values.popleft()
-                    if old == old:
-                        del xs[_bisect_left(xs, old)]
-                    else:
-                        self.nans -= 1
-        self.end = lo
-        xs = self.sorted
-        n = len(xs)
-        if (n < w) if lo < size else self.nans:
+        span.move_to(hist, len(hist) - i, lo)
+        if (len(span.sorted) < w) if lo < span.size else span.nans:
             return math.nan
-        mid = n // 2
-        return xs[mid] if n % 2 else (xs[mid - 1] + xs[mid]) / 2.0
+        return span.median()
 
 
 @rule(
