@@ -548,7 +548,7 @@ class RecentLogs:
         # positive finite points, in order), in order and sorted, how many logs, and the last two.
         self.diffs = self.sorted_diffs = None
         self.valid, self.last_two = 0, (_nan, _nan)
-        self.rough_until = -1  # the jitter is sure to stay at least the last bar asked through this count
+        self.rough_until = (-1, _nan)  # through this count the jitter is sure to stay at least this bar
 
     def _advance(self):
         end = self.channel.n - 1
@@ -637,7 +637,6 @@ class RecentLogs:
             self.jitter_result = _stats.jitter_of_sorted_diffs(self.sorted_diffs)
         return self.jitter_result
 
-
     def jitter_under(self, bar):
         """The jitter if it is under `bar`, else None (NaN is not under). Once it is found at or
         above the bar, it is not computed again for as many points as it surely stays there:
@@ -646,12 +645,13 @@ class RecentLogs:
         absolute deviation then, either side of its median: twice that deviation is at least the
         narrowest span of that many of today's sorted differences."""
         n = self.channel.n
-        if n <= self.rough_until:
+        until, above = self.rough_until
+        if n <= until and bar <= above:
             return None
         jit = self.jitter()
         if jit < bar:
             return jit
-        self.rough_until = n + _rough_for(self.sorted_diffs, bar)
+        self.rough_until = (n + _rough_for(self.sorted_diffs, bar), bar)
         return None
 
 

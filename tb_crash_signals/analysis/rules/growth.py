@@ -159,7 +159,6 @@ class GradGrowthStream(Stream):
         fit = fit_window(np.array(xs, dtype=np.int64), logs, base, p, self.loss.ratio)
         return None if fit is None else StreamHit(fit=fit)
 
-
     def _may_fit(self, xs, ys) -> bool:
         """fit_window's tests of the whole window's line (rising, steady, `min_growth` over the
         window), in Python floats: False only where they fail by far more than the rounding that
@@ -180,6 +179,7 @@ class GradGrowthStream(Stream):
         r2 = b * b * sxx / syy
         slack = self._SLACK
         return not (b * float(xs[-1] - xs[0]) < self.min_growth - slack or (b > 0 and r2 < self.p.min_r2 - slack))
+
 
 class _Baseline:
     """The run's normal level for the window ending at point i, as the batch rule takes it: the
