@@ -529,9 +529,14 @@ def jitter_of_log_list(logs: list) -> float:
     n = len(logs)
     if n < 10:
         return _nan_float
-    d = [(logs[i + 2] - logs[i + 1]) - (logs[i + 1] - logs[i]) for i in range(n - 2)]
+    d = second_differences(logs)
     d.sort()
     return jitter_of_sorted_diffs(d)
+
+
+def second_differences(logs: list) -> list:
+    """np.diff(logs, 2) of a list, in Python: the same subtractions, so the same numbers."""
+    return [(logs[i + 2] - logs[i + 1]) - (logs[i + 1] - logs[i]) for i in range(len(logs) - 2)]
 
 
 def jitter_of_sorted_diffs(d: list) -> float:

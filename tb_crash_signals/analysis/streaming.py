@@ -570,7 +570,7 @@ class RecentLogs:
             self.diffs = None  # rebuilt from the logs when the jitter is next asked for
             return
         log = self.log
-        # Once the jitter is read: the second differences too (stats.jitter_of_log_list's
+        # Once the jitter is read: the second differences too (stats.second_differences'
         # subtractions, so the same numbers).
         diffs, sd = self.diffs, self.sorted_diffs
         valid, (before, last) = self.valid, self.last_two
@@ -630,10 +630,10 @@ class RecentLogs:
             self._advance()
             if self.diffs is None:
                 lg = [x for x in self.logs if x is not None]
-                d = [(lg[k + 2] - lg[k + 1]) - (lg[k + 1] - lg[k]) for k in range(len(lg) - 2)]
+                d = _stats.second_differences(lg)
                 self.diffs, self.sorted_diffs = collections.deque(d), sorted(d)
                 self.valid = len(lg)
-                self.last_two = (lg[-2], lg[-1]) if len(lg) >= 2 else (_nan, lg[-1] if lg else _nan)
+                self.last_two = tuple(([_nan, _nan] + lg)[-2:])
             self.jitter_result = _stats.jitter_of_sorted_diffs(self.sorted_diffs)
         return self.jitter_result
 

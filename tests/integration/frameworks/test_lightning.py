@@ -110,7 +110,6 @@ def test_a_learning_rate_far_too_high_is_stopped_before_nan(tmp_path, caplog):
 
     ours = critical(cb.incidents)
     assert ours and ours[0][0] == "divergence"
-
     assert critical(scanned_incidents(str(tmp_path / "stopped")))[:1] == ours[:1]
     assert ours[0] in critical(scanned_incidents(str(tmp_path / "free")))
 

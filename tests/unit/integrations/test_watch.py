@@ -10,11 +10,15 @@ import pytest
 from tb_crash_signals.integrations._watch import Watch
 
 
-def diverging(watch, steps=200):
+def loss_at(step):
     """A healthy loss, then one growing by 30% a step: a critical divergence long before overflow."""
+    return 1.0 / (1 + 0.01 * step) if step < 120 else 0.5 * 1.3 ** (step - 120)
+
+
+def diverging(watch, steps=200):
+    """Feeds loss_at (and a grad norm following it) until the watch stops training."""
     for step in range(steps):
-        loss = 1.0 / (1 + 0.01 * step) if step < 120 else 0.5 * 1.3 ** (step - 120)
-        if watch.update(step, train_loss=loss, grad_norm=loss * 2):
+        if watch.update(step, train_loss=loss_at(step), grad_norm=loss_at(step) * 2):
             return step
     return None
 
@@ -87,8 +91,7 @@ def test_fed_ten_steps_at_a_time_it_finds_the_same_episodes_and_stops_within_ten
     # Fed up to where it stopped, the episodes are those of the Monitor fed at every step.
     reference = Watch()
     for step in range(stopped + 1):
-        loss = 1.0 / (1 + 0.01 * step) if step < 120 else 0.5 * 1.3 ** (step - 120)
-        reference.update(step, train_loss=loss, grad_norm=loss * 2)
+        reference.update(step, train_loss=loss_at(step), grad_norm=loss_at(step) * 2)
     assert batched.monitor.report()["episodes"] == reference.monitor.report()["episodes"]
     assert sum("Training stopped at step" in line for line in lines) == 1
     assert any(line.endswith(f"Training stopped at step {stopped}.") for line in lines)
