@@ -54,6 +54,12 @@ class GrowthParams:
         1.1, "the train loss is not improving when its level (median of 7 points) is at least this "
         "multiple of its best level (the lowest median of 31 points)"
     )
+    loss_falling: float = param(
+        0.95, "no prediction while the train loss falls fast: its level (median of 7 points) under this "
+        "multiple of its best level (the lowest median of 31 points), new lows far under the slow "
+        "best -- a run that starts to learn, whose grad norm rises with its first large steps",
+        above=0.0,
+    )
     cooldown: int = param(20, "points without a prediction after which a new episode starts")
 
 
@@ -334,6 +340,8 @@ def fit_window(steps: np.ndarray, logv: np.ndarray, base: float, p: GrowthParams
     """
     # The current value must stand well above the run's normal level.
     if not np.isfinite(base) or logv[-1] - base < math.log(p.min_excess):
+        return None
+    if loss_ratio < p.loss_falling:  # NaN (no train loss): no such evidence
         return None
     _, b, r2 = linear_fit(steps, logv)
     span = float(steps[-1] - steps[0])

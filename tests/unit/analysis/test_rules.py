@@ -254,6 +254,27 @@ def test_growth_ignores_the_early_rise_of_a_healthy_run():
     assert "CS201" not in codes(analyze(grad_norm=g))
 
 
+def test_growth_waits_while_the_loss_falls_fast():
+    # A run that starts to learn: the grad norm grows ~8x with the first large steps while the
+    # loss drops to new lows far under its slow best. The same growth under a flat loss is an alarm.
+    n = 400
+    rng = np.random.default_rng(5)
+    t = np.arange(n)
+    g = 0.4 * np.exp(0.05 * np.clip(t - 150, 0, 60)) * (1 + 0.05 * rng.standard_normal(n))
+    falling = np.where(t < 150, 2.3, 2.3 * np.exp(-0.01 * (t - 150))) * (1 + 0.01 * rng.standard_normal(n))
+    flat = 2.3 * (1 + 0.01 * rng.standard_normal(n))
+    fast = dataclasses.replace(RULES["CS201"].default_params(), threshold=20.0)
+    cfg = dataclasses.replace(Config(), params={"CS201": fast})
+    assert "CS201" not in codes(analyze(config=cfg, grad_norm=g, train_loss=falling))
+    assert "CS201" in codes(analyze(config=cfg, grad_norm=g, train_loss=flat))
+    # The online monitor decides alike, point by point.
+    for loss, fires in ((falling, False), (flat, True)):
+        m = Monitor(cfg)
+        for step in range(n):
+            m.update(step, train_loss=float(loss[step]), grad_norm=float(g[step]))
+        assert any(e.code == "CS201" for e in m.episodes()) == fires
+
+
 def test_plateau_fires_when_loss_never_improves():
     rng = np.random.default_rng(3)
     flat = 1.39 + 0.003 * rng.standard_normal(60)
