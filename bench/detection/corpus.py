@@ -9,14 +9,18 @@ did. What the scenario meant is kept in the metadata for readability.
 
 Layout of the corpus directory:
 
-    labels.json   {"version", "seconds", "runs": {"<split>/<run>": metadata + labels}}
+    labels.json   {"version", "fresh", "seconds", "runs": {"<split>/<run>": metadata + labels}}
     split.json    the (kind, style) cell -> split table and the runs per split
     dev/<run>/... test/<run>/...   event files (Keras runs: <run>/train, <run>/validation)
 
 The corpus is cached (reused when complete and of the same version);
 `--force` regenerates it. Deterministic given the seeds.
 
-    python bench/detection/corpus.py [--out DIR] [--force] [--jobs 1]
+`--fresh N` generates, instead, N replicates of every scenario with seeds the
+corpus does not use (a corpus of its own, in the same layout): what the
+measures become on runs nobody looked at while tuning, beside the test half.
+
+    python bench/detection/corpus.py [--out DIR] [--force] [--jobs 1] [--fresh N]
 """
 
 from __future__ import annotations
@@ -37,18 +41,20 @@ CORPUS_VERSION = 5
 SPLITS = ("dev", "test")
 
 
-def default_dir() -> str:
-    return os.path.join(tempfile.gettempdir(), f"tbcs-detection-corpus-v{CORPUS_VERSION}")
+def default_dir(fresh: int = 0) -> str:
+    name = f"tbcs-detection-fresh{fresh}-v{CORPUS_VERSION}" if fresh else f"tbcs-detection-corpus-v{CORPUS_VERSION}"
+    return os.path.join(tempfile.gettempdir(), name)
 
 
-def train_one(root: str, index: int) -> dict:
-    """Trains run `index` of the plan into root/<split>/<run> and returns its metadata."""
+def train_one(root: str, index: int, fresh: int = 0) -> dict:
+    """Trains run `index` of the plan (`scenarios.plan(fresh)`) into root/<split>/<run> and returns
+    its metadata."""
     from labels import compute_labels
     from scenarios import plan, spec_for
     from train import train_run
     from writers import Logger
 
-    p = plan()[index]
+    p = plan(fresh)[index]
     spec = spec_for(p)
     opt_name = {"adam": "Adam", "adamw": "AdamW", "sgd": "SGD"}[spec.opt]
     log = Logger(os.path.join(root, p.split), p.run, p.style, opt_name,
@@ -72,30 +78,31 @@ def _job(args):
     return train_one(*args)
 
 
-def _load(out: str) -> dict | None:
+def _load(out: str, fresh: int = 0) -> dict | None:
     path = os.path.join(out, "labels.json")
     if not os.path.isfile(path):
         return None
     with open(path) as f:
         meta = json.load(f)
-    return meta if meta.get("version") == CORPUS_VERSION else None
+    return meta if meta.get("version") == CORPUS_VERSION and meta.get("fresh", 0) == fresh else None
 
 
 def generate(out: str | None = None, jobs: int = 1, force: bool = False, quiet: bool = False,
-             only: list[int] | None = None) -> dict:
-    """Generates the corpus into `out` (or returns the cached one)."""
+             only: list[int] | None = None, fresh: int = 0) -> dict:
+    """Generates the corpus into `out` (or returns the cached one); `fresh` > 0: that many
+    fresh-seed replicates of every scenario instead (see `scenarios.plan`)."""
     from scenarios import plan, split_table
 
-    out = out or default_dir()
+    out = out or default_dir(fresh)
     if not force and only is None:
-        meta = _load(out)
+        meta = _load(out, fresh)
         if meta is not None:
             return meta
     if os.path.isdir(out):
         shutil.rmtree(out)
     os.makedirs(out)
-    todo = list(range(len(plan()))) if only is None else list(only)
-    args = [(out, i) for i in todo]
+    todo = list(range(len(plan(fresh)))) if only is None else list(only)
+    args = [(out, i, fresh) for i in todo]
     t0 = time.time()
     runs = {}
 
@@ -115,7 +122,7 @@ def generate(out: str | None = None, jobs: int = 1, force: bool = False, quiet: 
     else:
         for a in args:
             done(_job(a))
-    meta = {"version": CORPUS_VERSION, "seconds": round(time.time() - t0, 1), "jobs": jobs,
+    meta = {"version": CORPUS_VERSION, "fresh": fresh, "seconds": round(time.time() - t0, 1), "jobs": jobs,
             "runs": dict(sorted(runs.items()))}
     with open(os.path.join(out, "labels.json"), "w") as f:
         json.dump(meta, f, indent=1)
@@ -127,7 +134,7 @@ def generate(out: str | None = None, jobs: int = 1, force: bool = False, quiet: 
     return meta
 
 
-def relabel(out: str | None = None) -> dict:
+def relabel(out: str | None = None, fresh: int = 0) -> dict:
     """Recomputes the labels of a generated corpus from its event files (after a labels.py change).
 
     The event files hold exactly the recorded scalars (float32, TensorBoard's
@@ -136,8 +143,8 @@ def relabel(out: str | None = None) -> dict:
     from events import RawReader
     from labels import compute_labels
 
-    out = out or default_dir()
-    meta = _load(out)
+    out = out or default_dir(fresh)
+    meta = _load(out, fresh)
     if meta is None:
         raise SystemExit(f"no corpus of version {CORPUS_VERSION} in {out}")
     readers = {s: RawReader(os.path.join(out, s)) for s in SPLITS}
@@ -196,14 +203,17 @@ def scenario_rows(meta: dict) -> list[str]:
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", default=default_dir())
+    ap.add_argument("--out", default=None, help="default: under the temp dir")
+    ap.add_argument("--fresh", type=int, default=0, metavar="N",
+                    help="generate N fresh-seed replicates of every scenario instead (a held-out check)")
     ap.add_argument("--jobs", type=int, default=1, help="worker processes (default 1)")
     ap.add_argument("--force", action="store_true", help="regenerate even if cached")
     ap.add_argument("--only", type=int, nargs="*", help="plan indices only (for development)")
     ap.add_argument("--relabel", action="store_true",
                     help="recompute the labels of the corpus in --out from its event files")
     a = ap.parse_args(argv)
-    meta = relabel(a.out) if a.relabel else generate(a.out, a.jobs, a.force, only=a.only)
+    a.out = a.out or default_dir(a.fresh)
+    meta = relabel(a.out, a.fresh) if a.relabel else generate(a.out, a.jobs, a.force, only=a.only, fresh=a.fresh)
     print(f"{len(meta['runs'])} runs in {a.out} ({meta['seconds']} s)")
     print("\n".join(summary_rows(meta)))
     print()

@@ -4,7 +4,9 @@
     python bench/detection/run.py --config after=tuned.toml --out /dev/stdout
 
 The corpus is generated into --corpus (default: corpus.default_dir(), under
-the temp dir) unless a complete one of the same version is there. Detectors:
+the temp dir) unless a complete one of the same version is there. `--fresh N`
+also generates N fresh-seed replicates of every scenario (`corpus.py --fresh`)
+and scores every detector but `before` on them, dev and test cells apart. Detectors:
 the defaults (`ours`), `before` (the package as of BEFORE_REVISION, the last
 commit before the corpus-v5 retuning, run from a `git archive` of it), the article's four rules, the four
 anchors, plus any `--config NAME=TOML`. The prose around the tables is
@@ -141,7 +143,7 @@ def offenders(results: dict, det: str = "ours") -> list[str]:
     """The worst offenders of one detector, per split and on the real logs."""
     lines = []
     r = results.get(det, {})
-    for split in ("dev", "test"):
+    for split in ("dev", "test", "fresh-dev", "fresh-test"):
         if split not in r:
             continue
         m = r[split]
@@ -183,7 +185,18 @@ def offenders(results: dict, det: str = "ours") -> list[str]:
     return lines
 
 
-def render(results: dict, meta: dict) -> str:
+def fresh_section(results: dict, fresh_meta: dict | None) -> str:
+    """The fresh-seed corpus: what it holds and the measures on its dev and test cells."""
+    if fresh_meta is None:
+        return "(not generated here: `run.py --fresh N` generates and scores it)"
+    parts = [f"{len(fresh_meta['runs'])} runs ({fresh_meta['fresh']} replicates of every scenario), "
+             f"generated in {fresh_meta.get('seconds')} s:", "", *corpus.summary_rows(fresh_meta), ""]
+    for split in ("dev", "test"):
+        parts += [f"### Fresh seeds, {split} cells", "", *split_table(results, f"fresh-{split}"), ""]
+    return "\n".join(parts).rstrip()
+
+
+def render(results: dict, meta: dict, fresh_meta: dict | None = None) -> str:
     with open(os.path.join(HERE, "detection_template.md")) as f:
         template = f.read()
     subs = {
@@ -194,6 +207,7 @@ def render(results: dict, meta: dict) -> str:
         "{{DEV}}": "\n".join(split_table(results, "dev")),
         "{{TEST}}": "\n".join(split_table(results, "test")),
         "{{REAL}}": "\n".join(real_table(results)),
+        "{{FRESH}}": fresh_section(results, fresh_meta),
         "{{MISSES}}": "\n".join(offenders(results)) or "- none",
     }
     for k, v in subs.items():
@@ -209,6 +223,8 @@ def main(argv=None):
     ap.add_argument("--json", default=None, help="also write the raw measures here")
     ap.add_argument("--jobs", type=int, default=1, help="corpus generation workers")
     ap.add_argument("--force", action="store_true", help="regenerate the corpus")
+    ap.add_argument("--fresh", type=int, default=0, metavar="N",
+                    help="also generate N fresh-seed replicates of every scenario and score them")
     ap.add_argument("--config", action="append", metavar="NAME=TOML",
                     help="also score a TOML config as detector NAME (repeatable)")
     ap.add_argument("--detectors", default="ours,before,article,olmo,megatron,foundry,wandb",
@@ -225,10 +241,17 @@ def main(argv=None):
     order = [d for d in names if d in detectors] + [d for d in detectors if d not in names]
     detectors = {d: detectors[d] for d in order}
     results = score.evaluate(a.corpus, a.real_logs, detectors)
+    fresh_meta = None
+    if a.fresh:
+        fresh_dir = corpus.default_dir(a.fresh)
+        fresh_meta = corpus.generate(fresh_dir, a.jobs, a.force, fresh=a.fresh)
+        fresh = score.evaluate(fresh_dir, None, {d: f for d, f in detectors.items() if d != "before"})
+        for d, by_split in fresh.items():
+            results[d].update({f"fresh-{split}": m for split, m in by_split.items()})
     if a.json:
         with open(a.json, "w") as f:
             json.dump(results, f, indent=1)
-    md = render(results, meta)
+    md = render(results, meta, fresh_meta)
     if a.out:
         with open(a.out, "w") as f:
             f.write(md)

@@ -319,8 +319,13 @@ class Planned:
     scenario: Scenario
 
 
-def plan() -> list[Planned]:
-    """Every run of the corpus, in a fixed order."""
+def plan(fresh: int = 0) -> list[Planned]:
+    """Every run of the corpus, in a fixed order.
+
+    fresh > 0: instead, `fresh` replicates of every scenario with seeds no run of the corpus has
+    (named `..._f<r>`), for a held-out look at how its measures carry over to new runs of the
+    same scenarios; split by the same cells, starting from other cells than the corpus's.
+    """
     out = []
     for si, sc in enumerate(SCENARIOS):
         cells = {"dev": [], "test": []}
@@ -328,16 +333,21 @@ def plan() -> list[Planned]:
             for s in sc.styles:
                 cells[split_of(k, s)].append((k, s))
         assert cells["dev"] and cells["test"], sc.name
-        offset = zlib.crc32(sc.name.encode()) % 97
-        for r in range(sc.replicates):
+        offset = zlib.crc32(sc.name.encode()) % 97 + (1 if fresh else 0)
+        for r in range(fresh or sc.replicates):
             split = ("dev", "test")[r % 2]
             pool = cells[split]
             # step through the half's cells with a stride coprime to its size
             stride = next(x for x in (7, 5, 3, 2, 1) if len(pool) % x or x == 1)
             kind, style = pool[(offset + (r // 2) * stride) % len(pool)]
-            seed = 100 * si + r
-            out.append(Planned(f"{sc.name}_{kind}_{style}_r{r}", split, kind, style, seed, sc))
+            seed = (_FRESH_SEEDS if fresh else 0) + 100 * si + r
+            out.append(Planned(f"{sc.name}_{kind}_{style}_{'f' if fresh else 'r'}{r}", split, kind, style,
+                               seed, sc))
     return out
+
+
+# Seeds of the fresh replicates start here: the corpus's are 100 x scenario + replicate (< 3 100).
+_FRESH_SEEDS = 100_000
 
 
 def spec_for(p: Planned) -> RunSpec:

@@ -74,6 +74,8 @@ class CrashSignals(Watching, _pl.Callback):
         val_key: the logged metric holding the validation loss.
         ratio_every: measure the update ratio every this many steps (it copies the
             weights once); 0 never.
+        grad_every: measure the gradient norm every this many steps (1: every step). On a
+            small model it costs more than the rest of the callback.
         log_signals: write the gradient norm, learning rate and update ratio to the
             trainer's loggers.
         check_every: feed the Monitor this many steps at once (1: every step). Saves most of
@@ -88,10 +90,11 @@ class CrashSignals(Watching, _pl.Callback):
 
     def __init__(self, config=None, stop_on: Iterable[str] | None = None, stop: bool = True,
                  val_key: str = "val_loss", ratio_every: int = 10, log_signals: bool = True,
-                 check_every: int = 1):
+                 check_every: int = 1, grad_every: int = 1):
         self._watch = Watch(config, stop_on, stop, self._report, check_every)
         self.val_key = val_key
         self.ratio_every = max(int(ratio_every), 0)
+        self.grad_every = max(int(grad_every), 1)
         self.log_signals = log_signals
         self._pending: dict = {}
         self._ratio = None
@@ -120,11 +123,12 @@ class CrashSignals(Watching, _pl.Callback):
         if not trainer.is_global_zero:
             return
         params = self._parameters(pl_module)
-        self._pending["grad_norm"] = global_grad_norm(params)
+        step = _logged_step(trainer)
+        if step % self.grad_every == 0:
+            self._pending["grad_norm"] = global_grad_norm(params)
         groups = getattr(optimizer, "param_groups", None)
         if groups:
             self._pending["lr"] = groups[0].get("lr")
-        step = _logged_step(trainer)
         if self.ratio_every and step % self.ratio_every == 0:
             self._ratio = update_ratio(params).__enter__()
 
