@@ -1,6 +1,6 @@
 """The framework callbacks' cost next to the tiny models' training step.
 
-    KERAS_BACKEND=torch python bench/bench_callbacks.py [--repeats 3] [--check-every 10]
+    KERAS_BACKEND=torch python bench/bench_callbacks.py [--repeats 3] [--check-every 10] [--grad-every 10]
 
 Trains the healthy runs of tests/integration/frameworks (a tiny GPT-2 under the
 HuggingFace Trainer, a tiny MLP under Lightning and under Keras 3 on torch, CPU)
@@ -8,7 +8,9 @@ with the callback (Lightning logging every 50 steps, its default), timing the
 time spent inside its hooks (Monitor updates, gradient norm, update ratio,
 logging) against the run's wall time per step, warm-up included. The best of
 --repeats runs is printed (least disturbed by other jobs), with the median.
---check-every is the callbacks' own option (the Monitor fed that many steps at once).
+--check-every is the callbacks' own option (the Monitor fed that many steps at once);
+--grad-every the Lightning and Keras callbacks' (the gradient norm measured every that
+many steps; their defaults are 1 and 10).
 """
 
 from __future__ import annotations
@@ -57,7 +59,7 @@ def timed(callback):
     return spent
 
 
-def hf(out, check_every=1):
+def hf(out, check_every=1, grad_every=None):
     import test_hf
 
     from tb_crash_signals.integrations.hf import CrashSignalsCallback
@@ -69,24 +71,24 @@ def hf(out, check_every=1):
     return time.perf_counter() - t0, spent[0], trainer.state.global_step
 
 
-def lightning(out, check_every=1):
+def lightning(out, check_every=1, grad_every=None):
     import test_lightning
 
     from tb_crash_signals.integrations.lightning import CrashSignals
 
-    cb = CrashSignals(check_every=check_every)
+    cb = CrashSignals(check_every=check_every, **({} if grad_every is None else {"grad_every": grad_every}))
     spent = timed(cb)
     t0 = time.perf_counter()
     trainer = test_lightning.fit(out, cb, peak_lr=0.1, ramp=20, steps=300, log_every=LIGHTNING_LOG_EVERY)
     return time.perf_counter() - t0, spent[0], trainer.global_step
 
 
-def keras(out, check_every=1):
+def keras(out, check_every=1, grad_every=None):
     import test_keras
 
     from tb_crash_signals.integrations.keras import CrashSignals
 
-    cb = CrashSignals(check_every=check_every)
+    cb = CrashSignals(check_every=check_every, **({} if grad_every is None else {"grad_every": grad_every}))
     spent = timed(cb)
     t0 = time.perf_counter()
     model, _ = test_keras.fit(out, cb, lr=0.05)
@@ -97,6 +99,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--check-every", type=int, default=1)
+    ap.add_argument("--grad-every", type=int, default=None, help="default: each callback's own")
     args = ap.parse_args(argv)
     logging.disable(logging.WARNING)
     import numpy as np
@@ -105,13 +108,14 @@ def main(argv=None):
     torch.set_num_threads(1)
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
           f"Python {platform.python_version()}, torch {torch.__version__} (1 thread), numpy {np.__version__}, "
-          f"load average {os.getloadavg()[0]:.1f}; check_every={args.check_every}")
+          f"load average {os.getloadavg()[0]:.1f}; check_every={args.check_every}, "
+          f"grad_every={args.grad_every or 'default'}")
     print("framework   steps   step (wall)   callback per step   share   (best of runs; median share)")
     for name, run in (("HuggingFace", hf), ("Lightning", lightning), ("Keras 3", keras)):
         results = []
         for _ in range(args.repeats):
             with tempfile.TemporaryDirectory() as out:
-                wall, spent, steps = run(out, args.check_every)
+                wall, spent, steps = run(out, args.check_every, args.grad_every)
             results.append((spent / wall, wall / steps, spent / steps, steps))
         share, step, cost, steps = min(results)
         print(f"{name:<11} {steps:>5}   {step * 1e3:8.2f} ms   {cost * 1e6:10.1f} us       {share:6.2%}   "
