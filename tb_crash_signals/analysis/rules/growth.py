@@ -230,9 +230,11 @@ def grad_norm_growth(data, p: GrowthParams, since=None):
     its last 3 points), projects the crossing within `horizon` steps -- or the
     grad norm is already `rel_excess`x its normal level while the train loss
     stopped improving: the source article's third layer, flagging an
-    explosion before it happens. When the growth accelerates, the recent
-    half of the window gives the fit. The fit is returned so the crossing
-    can be drawn.
+    explosion before it happens. No prediction while the train loss falls
+    fast (its level under `loss_falling` x its best level): a grad norm
+    rising with a run's first large steps is learning. When the growth
+    accelerates, the recent half of the window gives the fit. The fit is
+    returned so the crossing can be drawn.
     """
     s = data.get("grad_norm")
     w = p.window
