@@ -74,8 +74,9 @@ class CrashSignals(Watching, _pl.Callback):
         val_key: the logged metric holding the validation loss.
         ratio_every: measure the update ratio every this many steps (it copies the
             weights once); 0 never.
-        grad_every: measure the gradient norm every this many steps (1: every step). On a
-            small model it costs more than the rest of the callback.
+        grad_every: measure the gradient norm every this many steps (1: every step), and at
+            the steps the loggers write. On a small model it costs more than the rest of the
+            callback.
         log_signals: write the gradient norm, learning rate and update ratio to the
             trainer's loggers.
         check_every: feed the Monitor this many steps at once (1: every step). Saves most of
@@ -124,7 +125,8 @@ class CrashSignals(Watching, _pl.Callback):
             return
         params = self._parameters(pl_module)
         step = _logged_step(trainer)
-        if step % self.grad_every == 0:
+        # Also at the steps the loggers write, so the logs hold the gradient norms the Monitor saw.
+        if step % self.grad_every == 0 or (self.log_signals and _logs_now(trainer, step)):
             self._pending["grad_norm"] = global_grad_norm(params)
         groups = getattr(optimizer, "param_groups", None)
         if groups:

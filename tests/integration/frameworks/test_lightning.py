@@ -91,11 +91,13 @@ def test_a_healthy_run_trains_to_the_end_untouched(tmp_path):
     # The callback numbers steps as the logger does.
     assert [s for s, _ in logged(tmp_path, "train_loss")] == list(range(200))
 
-    # The cheap settings: the gradient norm every tenth step, the Monitor fed ten steps at a time.
+    # The cheap settings: the gradient norm every tenth step and at the steps the loggers write
+    # (every 50th), the Monitor fed ten steps at a time.
     cheap = CrashSignals(grad_every=10, check_every=10)
-    fit(tmp_path / "cheap", cheap, peak_lr=0.1, ramp=20, steps=200)
+    fit(tmp_path / "cheap", cheap, peak_lr=0.1, ramp=20, steps=200, log_every=50)
     points = cheap.monitor.report()["points"]
-    assert points["train_loss"] == 200 and points["grad_norm"] == 20
+    assert points["train_loss"] == 200 and points["grad_norm"] == 20 + 4
+    assert [s for s, _ in logged(tmp_path / "cheap", "train/grad_norm")] == [49, 99, 149, 199]
     assert critical(cheap.incidents) == []
 
 
