@@ -25,6 +25,15 @@ class UpdateRatioParams:
     cooldown: int = param(10, "points back in band after which a new episode starts")
 
 
+@dataclasses.dataclass(frozen=True)
+class UpdateRatioLowParams(UpdateRatioParams):
+    consecutive: int = param(
+        8, "points under the band in a row before the rule fires: the updates of a run that has "
+        "converged dip under it for a few points (an easy task near zero loss, a decayed schedule); "
+        "a learning rate far too low keeps them there"
+    )
+
+
 def _run_start(s, since, consecutive: int) -> tuple[int, int]:
     """(i0, a): hits are wanted from i0; runs of `consecutive` points are counted from a."""
     i0 = since_index(s, since)
@@ -96,13 +105,13 @@ def update_ratio_high(data, p: UpdateRatioParams, since=None):
 
 @rule(
     code="CS502", symbol="update-ratio-low", family="optimizer", severity="warning",
-    signals=("update_ratio",), params=UpdateRatioParams,
+    signals=("update_ratio",), params=UpdateRatioLowParams,
     describe=lambda ep, p: _describe_ratio(ep, p, False), peak="min",
     stream=RatioLowStream, overlays=(BandEdge("update_ratio", "low", "low"),),
     advice="the weights barely move: raise the learning rate, check that the schedule did "
     "not decay to zero and that parameters are not frozen",
 )
-def update_ratio_low(data, p: UpdateRatioParams, since=None):
+def update_ratio_low(data, p: UpdateRatioLowParams, since=None):
     """Parameter updates are too small to learn anything.
 
     Fires when |delta theta| / |theta| stays below `low` for `consecutive`
