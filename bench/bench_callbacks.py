@@ -59,36 +59,36 @@ def timed(callback):
     return spent
 
 
-def hf(out, check_every=1, grad_every=None):
+def hf(out, grad_every=None, **options):  # the Trainer logs the gradient norm itself
     import test_hf
 
     from tb_crash_signals.integrations.hf import CrashSignalsCallback
 
-    cb = CrashSignalsCallback(check_every=check_every)
+    cb = CrashSignalsCallback(**options)
     spent = timed(cb)
     t0 = time.perf_counter()
     trainer = test_hf.train(out, cb, lr=0.5, steps=120, eval_steps=40)
     return time.perf_counter() - t0, spent[0], trainer.state.global_step
 
 
-def lightning(out, check_every=1, grad_every=None):
+def lightning(out, **options):
     import test_lightning
 
     from tb_crash_signals.integrations.lightning import CrashSignals
 
-    cb = CrashSignals(check_every=check_every, **({} if grad_every is None else {"grad_every": grad_every}))
+    cb = CrashSignals(**options)
     spent = timed(cb)
     t0 = time.perf_counter()
     trainer = test_lightning.fit(out, cb, peak_lr=0.1, ramp=20, steps=300, log_every=LIGHTNING_LOG_EVERY)
     return time.perf_counter() - t0, spent[0], trainer.global_step
 
 
-def keras(out, check_every=1, grad_every=None):
+def keras(out, **options):
     import test_keras
 
     from tb_crash_signals.integrations.keras import CrashSignals
 
-    cb = CrashSignals(check_every=check_every, **({} if grad_every is None else {"grad_every": grad_every}))
+    cb = CrashSignals(**options)
     spent = timed(cb)
     t0 = time.perf_counter()
     model, _ = test_keras.fit(out, cb, lr=0.05)
@@ -101,6 +101,9 @@ def main(argv=None):
     ap.add_argument("--check-every", type=int, default=1)
     ap.add_argument("--grad-every", type=int, default=None, help="default: each callback's own")
     args = ap.parse_args(argv)
+    options = {"check_every": args.check_every}  # the callbacks' own
+    if args.grad_every is not None:
+        options["grad_every"] = args.grad_every
     logging.disable(logging.WARNING)
     import numpy as np
     import torch
@@ -115,7 +118,7 @@ def main(argv=None):
         results = []
         for _ in range(args.repeats):
             with tempfile.TemporaryDirectory() as out:
-                wall, spent, steps = run(out, args.check_every, args.grad_every)
+                wall, spent, steps = run(out, **options)
             results.append((spent / wall, wall / steps, spent / steps, steps))
         share, step, cost, steps = min(results)
         print(f"{name:<11} {steps:>5}   {step * 1e3:8.2f} ms   {cost * 1e6:10.1f} us       {share:6.2%}   "

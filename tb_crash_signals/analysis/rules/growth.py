@@ -147,8 +147,11 @@ class GradGrowthStream(Stream):
     def _decide(self, i, x):
         p, w, q = self.p, self.w, self.q
         base = self.baseline.at(i)
-        # fit_window's first test, before the arrays are built: it rejects most windows.
+        # fit_window's first tests, before the arrays are built: they reject most windows.
         if not base - base == 0.0 or x - base < self.min_excess:
+            return None
+        loss_ratio = self.loss.ratio
+        if loss_ratio < p.loss_falling:
             return None
         hist = self.history.values
         n = len(hist)
@@ -162,7 +165,7 @@ class GradGrowthStream(Stream):
         logs = np.array(ys, dtype=np.float64)
         if logs[w - q :].sum() / q - logs[:q].sum() / q < self.rise:
             return None
-        fit = fit_window(np.array(xs, dtype=np.int64), logs, base, p, self.loss.ratio)
+        fit = fit_window(np.array(xs, dtype=np.int64), logs, base, p, loss_ratio)
         return None if fit is None else StreamHit(fit=fit)
 
     def _may_fit(self, xs, ys) -> bool:
