@@ -17,13 +17,13 @@ from tb_crash_signals.scan import scan_logdir
 
 EXPECTED = {
     "keras-mnist-lrsweep/logs/convergence_search/learning_rate-optimizer": (
-        "learning_rate=1.0 with optimizer in {Adam, Adamax, Nadam, RMSprop}: 4/4 exploded at step 0; "
-        "every other run: 0/28"
+        "learning_rate ≥ 0.1 with optimizer in {Adam, Adamax, Nadam, RMSprop}: 8/8 exploded at steps 0–8; "
+        "every other run: 0/24"
     ),
 }
 NOTES = {
     "keras-mnist-lrsweep/logs/convergence_search/optimized_scheduler-scheduler": (
-        "all 19 runs exploded at step 0: no hyperparameter separates them"
+        "all 19 runs went critical: no hyperparameter separates them"
     ),
 }
 

@@ -55,6 +55,30 @@ def test_loss_bound_catches_a_blowup_at_the_first_point():
     assert "CS002" not in codes(analyze(train_loss=np.array([11.0, 9.0, 7.0])))
 
 
+def test_collapse_onto_a_uniform_guess_after_a_fall_from_far_above_it():
+    # Keras epoch losses of a 10-class model whose first epoch blew up: 5.5, then ln 10 for good.
+    rng = np.random.default_rng(2)
+    stuck = math.log(10) * (1.002 + 0.0005 * rng.standard_normal(20))
+    collapsed = np.concatenate([[5.5], stuck])
+    eps = episodes_of(analyze(train_loss=collapsed), "CS116")
+    assert [e.start_step for e in eps] == [8] and eps[0].severity == "critical"
+    assert "ln 10" in eps[0].message and "5.5" in eps[0].message
+    # Not without the fall: a run stuck at chance from its start (a plateau), one that blew up to
+    # a level that is no ln k, one that converges gradually onto ln 3, one that is not flat.
+    at_chance = np.concatenate([[2.4], stuck])
+    off_chance = np.concatenate([[5.5], stuck * 1.05])
+    converging = np.concatenate([math.log(3) * (1 + 2.0 * np.exp(-np.arange(300) / 40)), [math.log(3)] * 12])
+    noisy = np.concatenate([[5.5], math.log(10) * (1 + 0.02 * rng.standard_normal(20))])
+    for loss in (at_chance, off_chance, converging, noisy):
+        assert "CS116" not in codes(analyze(train_loss=loss))
+    # The online monitor decides alike, point by point.
+    for loss, fires in ((collapsed, True), (at_chance, False), (converging, False), (noisy, False)):
+        m = Monitor()
+        for step, value in enumerate(loss.tolist()):
+            m.update(step, train_loss=value)
+        assert [e.start_step for e in m.episodes() if e.code == "CS116"] == ([8] if fires else [])
+
+
 def test_grad_norm_threshold_is_the_article_rule():
     g = healthy_grad(400)
     g[200:210] = 150.0
