@@ -40,7 +40,7 @@ def chance_classes(level: float, p: CollapseParams, slack: float | None = None) 
     """The k whose ln k the level is within `tolerance` (or `slack`) of, 2 <= k <= max_classes;
     else None (the smallest such k)."""
     tol = p.tolerance if slack is None else slack
-    if not 0.0 < level < 7.0 or tol >= 1.0:  # beyond any max_classes' ln k worth telling apart
+    if not 0.0 < level <= math.log(p.max_classes) * (1.0 + tol) or tol >= 1.0:
         return None
     for k in range(max(2, math.floor(math.exp(level / (1.0 + tol)))),
                    min(p.max_classes, math.ceil(math.exp(level / (1.0 - tol)))) + 1):
@@ -131,20 +131,21 @@ def collapse(data, p: CollapseParams, since=None):
     wins = sliding_window_view(v, n)[first - n + 1:]  # the window ending at each point from `first`
     with np.errstate(invalid="ignore"):
         lo, hi = wins.min(axis=1), wins.max(axis=1)
-        flat = (lo > 0) & (hi <= (1.0 + p.band) * lo) & np.isfinite(hi)
-    idx = np.flatnonzero(flat)
+        flat = np.flatnonzero((lo > 0) & (hi <= (1.0 + p.band) * lo) & np.isfinite(hi))
+    if flat.size == 0:
+        return
+    level = np.median(wins[flat], axis=1)
+    at = flat + first
+    # The largest of the (up to) n points before each window, NaN left out (-inf: none).
+    padded = np.concatenate([np.full(n - 1, -np.inf), np.where(np.isnan(v), -np.inf, v)])
+    top = sliding_window_view(padded, n).max(axis=1)[at - n]
+    fell = np.flatnonzero(top >= p.above * level)
     hits, notes = [], {}
-    for j in idx.tolist():
-        level = float(np.median(wins[j]))
-        k = chance_classes(level, p)
-        if k is None:
-            continue
-        i = first + j
-        prior = v[max(0, i - 2 * n + 1): i - n + 1]
-        prior = prior[prior == prior]
-        top = float(prior.max()) if prior.size else math.nan
-        if top >= p.above * level:
+    for j in fell.tolist():
+        k = chance_classes(float(level[j]), p)
+        if k is not None:
+            i = int(at[j])
             hits.append(i)
-            notes[i] = _note(level, top, k)
+            notes[i] = _note(float(level[j]), float(top[j]), k)
     if hits:
         yield Hits("train_loss", np.asarray(hits), note=notes.get)
