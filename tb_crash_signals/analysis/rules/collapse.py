@@ -10,6 +10,7 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from tb_crash_signals.analysis.rules.base import Hits, fmt, param, rule, since_index
+from tb_crash_signals.analysis.stats import sliding_max, sliding_min
 from tb_crash_signals.analysis.streaming import Stream, StreamHit
 
 
@@ -128,17 +129,18 @@ def collapse(data, p: CollapseParams, since=None):
     first = max(since_index(s, since), n)  # a hit needs a point before its window
     if first >= len(v):
         return
-    wins = sliding_window_view(v, n)[first - n + 1:]  # the window ending at each point from `first`
-    with np.errstate(invalid="ignore"):
-        lo, hi = wins.min(axis=1), wins.max(axis=1)
-        flat = np.flatnonzero((lo > 0) & (hi <= (1.0 + p.band) * lo) & np.isfinite(hi))
+    # NaN as -inf: a window holding one is not flat (its min is not positive), and the points
+    # before a window are read without it.
+    x = np.where(np.isnan(v), -np.inf, v)
+    lo = sliding_min(x, n)[first - n + 1:]  # of the window ending at each point from `first`
+    hi = sliding_max(x, n)[first - n + 1:]
+    flat = np.flatnonzero((lo > 0) & (hi <= (1.0 + p.band) * lo) & np.isfinite(hi))
     if flat.size == 0:
         return
-    level = np.median(wins[flat], axis=1)
     at = flat + first
-    # The largest of the (up to) n points before each window, NaN left out (-inf: none).
-    padded = np.concatenate([np.full(n - 1, -np.inf), np.where(np.isnan(v), -np.inf, v)])
-    top = sliding_window_view(padded, n).max(axis=1)[at - n]
+    level = np.median(sliding_window_view(v, n)[at - n + 1], axis=1)
+    # The largest of the (up to) n points before each window (-inf: none).
+    top = sliding_max(np.concatenate([np.full(n - 1, -np.inf), x]), n)[at - n]
     fell = np.flatnonzero(top >= p.above * level)
     hits, notes = [], {}
     for j in fell.tolist():
