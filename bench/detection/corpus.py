@@ -19,8 +19,11 @@ The corpus is cached (reused when complete and of the same version);
 `--fresh N` generates, instead, N replicates of every scenario with seeds the
 corpus does not use (a corpus of its own, in the same layout): what the
 measures become on runs nobody looked at while tuning, beside the test half.
+`--fresh-from R` numbers them from R (seeds and cells no earlier set has) and
+`--split dev` keeps one half: more dev runs to tune on, the test cells untouched.
 
-    python bench/detection/corpus.py [--out DIR] [--force] [--jobs 1] [--fresh N]
+    python bench/detection/corpus.py [--out DIR] [--force] [--jobs 1] [--fresh N [--fresh-from R]]
+                                     [--split dev|test]
 """
 
 from __future__ import annotations
@@ -41,20 +44,24 @@ CORPUS_VERSION = 5
 SPLITS = ("dev", "test")
 
 
-def default_dir(fresh: int = 0) -> str:
-    name = f"tbcs-detection-fresh{fresh}-v{CORPUS_VERSION}" if fresh else f"tbcs-detection-corpus-v{CORPUS_VERSION}"
+def default_dir(fresh: int = 0, start: int = 0, split: str | None = None) -> str:
+    if not fresh:
+        name = f"tbcs-detection-corpus-v{CORPUS_VERSION}"
+    else:
+        name = f"tbcs-detection-fresh{fresh}" + (f"-from{start}" if start else "") + (f"-{split}" if split else "")
+        name += f"-v{CORPUS_VERSION}"
     return os.path.join(tempfile.gettempdir(), name)
 
 
-def train_one(root: str, index: int, fresh: int = 0) -> dict:
-    """Trains run `index` of the plan (`scenarios.plan(fresh)`) into root/<split>/<run> and returns
-    its metadata."""
+def train_one(root: str, index: int, fresh: int = 0, start: int = 0) -> dict:
+    """Trains run `index` of the plan (`scenarios.plan(fresh, start)`) into root/<split>/<run> and
+    returns its metadata."""
     from labels import compute_labels
     from scenarios import plan, spec_for
     from train import train_run
     from writers import Logger
 
-    p = plan(fresh)[index]
+    p = plan(fresh, start)[index]
     spec = spec_for(p)
     opt_name = {"adam": "Adam", "adamw": "AdamW", "sgd": "SGD"}[spec.opt]
     log = Logger(os.path.join(root, p.split), p.run, p.style, opt_name,
@@ -78,31 +85,37 @@ def _job(args):
     return train_one(*args)
 
 
-def _load(out: str, fresh: int = 0) -> dict | None:
+def _load(out: str, fresh: int = 0, start: int = 0, split: str | None = None) -> dict | None:
     path = os.path.join(out, "labels.json")
     if not os.path.isfile(path):
         return None
     with open(path) as f:
         meta = json.load(f)
-    return meta if meta.get("version") == CORPUS_VERSION and meta.get("fresh", 0) == fresh else None
+    same = (meta.get("version") == CORPUS_VERSION and meta.get("fresh", 0) == fresh
+            and meta.get("fresh_from", 0) == start and meta.get("split") == split)
+    return meta if same else None
 
 
 def generate(out: str | None = None, jobs: int = 1, force: bool = False, quiet: bool = False,
-             only: list[int] | None = None, fresh: int = 0) -> dict:
+             only: list[int] | None = None, fresh: int = 0, start: int = 0,
+             split: str | None = None) -> dict:
     """Generates the corpus into `out` (or returns the cached one); `fresh` > 0: that many
-    fresh-seed replicates of every scenario instead (see `scenarios.plan`)."""
+    fresh-seed replicates of every scenario instead, numbered from `start` (see
+    `scenarios.plan`); `split`: only the runs of that half."""
     from scenarios import plan, split_table
 
-    out = out or default_dir(fresh)
+    out = out or default_dir(fresh, start, split)
     if not force and only is None:
-        meta = _load(out, fresh)
+        meta = _load(out, fresh, start, split)
         if meta is not None:
             return meta
     if os.path.isdir(out):
         shutil.rmtree(out)
     os.makedirs(out)
-    todo = list(range(len(plan(fresh)))) if only is None else list(only)
-    args = [(out, i, fresh) for i in todo]
+    planned = plan(fresh, start)
+    todo = list(range(len(planned))) if only is None else list(only)
+    todo = [i for i in todo if split is None or planned[i].split == split]
+    args = [(out, i, fresh, start) for i in todo]
     t0 = time.time()
     runs = {}
 
@@ -122,7 +135,8 @@ def generate(out: str | None = None, jobs: int = 1, force: bool = False, quiet: 
     else:
         for a in args:
             done(_job(a))
-    meta = {"version": CORPUS_VERSION, "fresh": fresh, "seconds": round(time.time() - t0, 1), "jobs": jobs,
+    meta = {"version": CORPUS_VERSION, "fresh": fresh, "fresh_from": start, "split": split,
+            "seconds": round(time.time() - t0, 1), "jobs": jobs,
             "runs": dict(sorted(runs.items()))}
     with open(os.path.join(out, "labels.json"), "w") as f:
         json.dump(meta, f, indent=1)
@@ -134,7 +148,7 @@ def generate(out: str | None = None, jobs: int = 1, force: bool = False, quiet: 
     return meta
 
 
-def relabel(out: str | None = None, fresh: int = 0) -> dict:
+def relabel(out: str | None = None, fresh: int = 0, start: int = 0, split: str | None = None) -> dict:
     """Recomputes the labels of a generated corpus from its event files (after a labels.py change).
 
     The event files hold exactly the recorded scalars (float32, TensorBoard's
@@ -143,11 +157,11 @@ def relabel(out: str | None = None, fresh: int = 0) -> dict:
     from events import RawReader
     from labels import compute_labels
 
-    out = out or default_dir(fresh)
-    meta = _load(out, fresh)
+    out = out or default_dir(fresh, start, split)
+    meta = _load(out, fresh, start, split)
     if meta is None:
         raise SystemExit(f"no corpus of version {CORPUS_VERSION} in {out}")
-    readers = {s: RawReader(os.path.join(out, s)) for s in SPLITS}
+    readers = {s: RawReader(os.path.join(out, s)) for s in SPLITS if os.path.isdir(os.path.join(out, s))}
     for r in meta["runs"].values():
         rd = readers[r["split"]]
         rec = {}
@@ -206,14 +220,22 @@ def main(argv=None):
     ap.add_argument("--out", default=None, help="default: under the temp dir")
     ap.add_argument("--fresh", type=int, default=0, metavar="N",
                     help="generate N fresh-seed replicates of every scenario instead (a held-out check)")
+    ap.add_argument("--fresh-from", type=int, default=0, metavar="R",
+                    help="number the fresh replicates from R (new seeds and cells; default 0)")
+    ap.add_argument("--split", choices=SPLITS, default=None, help="generate only this half")
     ap.add_argument("--jobs", type=int, default=1, help="worker processes (default 1)")
     ap.add_argument("--force", action="store_true", help="regenerate even if cached")
     ap.add_argument("--only", type=int, nargs="*", help="plan indices only (for development)")
     ap.add_argument("--relabel", action="store_true",
                     help="recompute the labels of the corpus in --out from its event files")
     a = ap.parse_args(argv)
-    a.out = a.out or default_dir(a.fresh)
-    meta = relabel(a.out, a.fresh) if a.relabel else generate(a.out, a.jobs, a.force, only=a.only, fresh=a.fresh)
+    if a.fresh_from and not a.fresh:
+        ap.error("--fresh-from needs --fresh N")
+    a.out = a.out or default_dir(a.fresh, a.fresh_from, a.split)
+    if a.relabel:
+        meta = relabel(a.out, a.fresh, a.fresh_from, a.split)
+    else:
+        meta = generate(a.out, a.jobs, a.force, only=a.only, fresh=a.fresh, start=a.fresh_from, split=a.split)
     print(f"{len(meta['runs'])} runs in {a.out} ({meta['seconds']} s)")
     print("\n".join(summary_rows(meta)))
     print()

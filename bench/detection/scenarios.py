@@ -319,13 +319,16 @@ class Planned:
     scenario: Scenario
 
 
-def plan(fresh: int = 0) -> list[Planned]:
+def plan(fresh: int = 0, start: int = 0) -> list[Planned]:
     """Every run of the corpus, in a fixed order.
 
     fresh > 0: instead, `fresh` replicates of every scenario with seeds no run of the corpus has
     (named `..._f<r>`), for a held-out look at how its measures carry over to new runs of the
     same scenarios; split by the same cells, starting from other cells than the corpus's.
+    `start`: the first fresh replicate's number, so that sets generated apart (0-5, then 6-11)
+    share no seed and carry on through the cells.
     """
+    assert start + fresh <= 100, "replicate numbers must stay under 100 (the seeds' spacing)"
     out = []
     for si, sc in enumerate(SCENARIOS):
         cells = {"dev": [], "test": []}
@@ -334,7 +337,7 @@ def plan(fresh: int = 0) -> list[Planned]:
                 cells[split_of(k, s)].append((k, s))
         assert cells["dev"] and cells["test"], sc.name
         offset = zlib.crc32(sc.name.encode()) % 97 + (1 if fresh else 0)
-        for r in range(fresh or sc.replicates):
+        for r in range(start, start + fresh) if fresh else range(sc.replicates):
             split = ("dev", "test")[r % 2]
             pool = cells[split]
             # step through the half's cells with a stride coprime to its size
@@ -346,7 +349,8 @@ def plan(fresh: int = 0) -> list[Planned]:
     return out
 
 
-# Seeds of the fresh replicates start here: the corpus's are 100 x scenario + replicate (< 3 100).
+# Seeds of the fresh replicates start here: the corpus's are 100 x scenario + replicate (< 3 100);
+# replicate numbers stay under 100, so no two share a seed.
 _FRESH_SEEDS = 100_000
 
 

@@ -99,7 +99,8 @@ class Window:
         """The last k values (fewer if fewer were pushed)."""
         values = self.values
         n = len(values)
-        return list(values) if n <= k else list(islice(values, n - k, None))
+        # By index from the end: an islice would walk the deque from its start.
+        return list(values) if n <= k else [values[j] for j in range(-k, 0)]
 
     def maximum(self, k):
         """The maximum of the last k values, as stats.trailing_max sees it (NaN when none is

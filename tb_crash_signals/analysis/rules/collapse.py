@@ -11,7 +11,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from tb_crash_signals.analysis.rules.base import Hits, fmt, param, rule, since_index
 from tb_crash_signals.analysis.stats import sliding_max, sliding_min
-from tb_crash_signals.analysis.streaming import Stream, StreamHit
+from tb_crash_signals.analysis.streaming import Stream, StreamHit, small_median
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,6 +71,12 @@ class CollapseStream(Stream):
         self.slack = (1.0 + p.tolerance) * (1.0 + p.band) - 1.0
         self.flat = 1.0 + p.band
         self.prev = math.nan
+        # Points in a row each within `band` of the one before. Once they span the window and the
+        # points before it, no point there can be `above` x the level (a chain of 2 x points
+        # steps of at most `band` each rises less than that): a loss resting on a level -- a
+        # plateau, a run stuck at chance for good -- costs two comparisons a point.
+        self.run = 0
+        self.settled = 2 * p.points if self.flat ** (2 * p.points) < p.above else math.inf
 
     def check(self, i, step, v):
         p, prev = self.p, self.prev
@@ -80,9 +86,11 @@ class CollapseStream(Stream):
         # Cheap necessary conditions first: this point and the one before are both in the flat
         # window, and this one near some ln k.
         flat = self.flat
-        if not (v > 0 and prev > 0 and v <= flat * prev and prev <= flat * v) or i < p.points:
+        if not (v > 0 and prev > 0 and v <= flat * prev and prev <= flat * v):
+            self.run = 0
             return None
-        if chance_classes(v, p, self.slack) is None:
+        run = self.run = self.run + 1
+        if i < p.points or run >= self.settled or chance_classes(v, p, self.slack) is None:
             return None
         n = p.points
         values = self.values
@@ -90,13 +98,13 @@ class CollapseStream(Stream):
         lo, hi = min(window), max(window)
         if not (lo > 0 and hi <= flat * lo and math.isfinite(hi)):
             return None
-        level = float(np.median(window))
-        k = chance_classes(level, p)
-        if k is None:
-            return None
         before = [x for x in (values[j] for j in range(max(-2 * n, -len(values)), -n)) if x == x]
         top = max(before, default=math.nan)
-        if not top >= p.above * level:
+        if not top >= p.above * lo:  # the level is at least lo
+            return None
+        level = small_median(window)  # np.median's, bit for bit
+        k = chance_classes(level, p)
+        if k is None or not top >= p.above * level:
             return None
         return StreamHit(note=_note(level, top, k))
 

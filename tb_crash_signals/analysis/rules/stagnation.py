@@ -46,7 +46,11 @@ class ValStagnationStream(Stream):
         hit = None
         if self.first is None:
             self.first = v
-        if i >= p.evaluations and all(abs(x - v) < p.tolerance for x in self.values):
+        values = self.values
+        # The last value first: a moving loss fails there, without the walk over the window.
+        if i >= p.evaluations and (not values or abs(values[-1] - v) < p.tolerance) and all(
+            abs(x - v) < p.tolerance for x in values
+        ):
             if not (p.min_level > 0 and v < p.min_level * self.first):
                 hit = HIT
         self.values.append(v)
