@@ -240,7 +240,8 @@ def summarize(run: LogicalRun, data: Mapping[str, Series], episodes, grad_max=Fa
     gap = None
     if train is not None and val is not None and len(val) and len(train):
         t = value_at_or_before(train.steps, train.values, val.steps[-1:])[0]
-        gap = _finite_or_none(val.values[-1] - t)
+        # As Python floats: inf - inf is NaN without numpy's RuntimeWarning on stderr.
+        gap = _finite_or_none(float(val.values[-1]) - float(t))
     if grad_max is False:
         grad_max = _finite_max(grad.values) if grad is not None else None
     by_sev = {
