@@ -1,8 +1,8 @@
 """CS114, CS115: one logged point that is already the crash, under any absolute threshold.
 
 A loss 100x its recent median in one point, a loss that jumps right after the
-learning rate did, or the loss and the grad norm jumping 10x together at the
-same step: each is the crash itself, even while the grad norm is still far
+learning rate did, or the grad norm jumping 10x with the loss 3x at the same
+step: each is the crash itself, even while the grad norm is still far
 under the explosion threshold of small models.
 """
 
@@ -317,12 +317,15 @@ class JumpTogetherStream(Stream):
     "resume from a checkpoint before this step, skip the batch, lower the learning rate, clip gradients",
 )
 def jump_together(data, p: JumpTogetherParams, since=None):
-    """The grad norm and the train loss jump `factor` (10) x together at the same step.
+    """The grad norm jumps `factor` (10) x and the train loss `loss_factor` (3) x at the same step.
 
     Each against the median of its previous `window` points, both logged at
     that step: one of them alone can be a noisy batch, both together are an
     update that went wrong -- a crash signal even while the grad norm is far
-    under the explosion threshold.
+    under the explosion threshold. The loss's bar is lower than the grad
+    norm's: a jump that reaches the weights shows in the loss first as a few
+    times its level (an SGD transformer's grad norm 64x with its loss 3.4x,
+    one logged point before its NaN).
     """
     g, s = data.get("grad_norm"), data.get("train_loss")
     if g is None or s is None or len(g) <= p.min_points or len(s) <= p.min_points:

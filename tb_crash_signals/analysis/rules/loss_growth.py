@@ -318,7 +318,6 @@ class LossGrowthStream(Stream):
         self.run = 0  # points in a row that climbed, ending at the last one
         self.run_with_grad = 0  # ... with the grad norm climbing too
         self.under, self.checked = False, -1  # the level under max_ratio at the last point checked
-        self.deep_at = -2  # the last point checked that was past max_ratio on every level (`deep`)
         # A larger spread raises climbing's bars only for non-negative z's (the defaults).
         self.bars_fall = p.z >= 0 and p.z_with_grad >= 0
         self.low_ratio = min(p.ratio_with_grad, p.ratio_with_lr)
@@ -367,18 +366,6 @@ class LossGrowthStream(Stream):
         if early:  # a short run: its own best level, no slow level, the jitter gate for noise
             best, b = early_best(best, low), math.nan
         hit = None
-        # Past max_ratio on every level at this point and the one before, the run has diverged and
-        # stays so: no climb, as the batch rule's `settled` (most points of a diverged run).
-        top = p.max_ratio * best
-        if level >= top and fast >= top and not b < top:
-            if self.deep_at == i - 1:
-                self.deep_at = self.checked = i
-                self.run = self.run_with_grad = 0
-                self.busy = self.under = False
-                for own in self.own:
-                    own.append(v)
-                return None
-            self.deep_at = i
         # On a smooth loss its fast level tells, against the lower of the best level and the level's
         # lowest (see the batch rule). Which loss is smooth costs a jitter, read only when the choice
         # can change what happens: a climb possible on either level, or the two on different sides
