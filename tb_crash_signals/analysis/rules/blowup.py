@@ -1,8 +1,8 @@
 """CS114, CS115: one logged point that is already the crash, under any absolute threshold.
 
 A loss 100x its recent median in one point, a loss that jumps right after the
-learning rate did, or the grad norm jumping 10x with the loss 3x at the same
-step: each is the crash itself, even while the grad norm is still far
+learning rate did, or the loss and the grad norm jumping 10x together at the
+same step: each is the crash itself, even while the grad norm is still far
 under the explosion threshold of small models.
 """
 
@@ -223,10 +223,9 @@ class JumpTogetherParams:
     window: int = param(50, "trailing points forming each signal's baseline (median)", at_least=2)
     min_points: int = param(10, "points of each signal needed before the rule can fire")
     factor: float = param(
-        10.0, "the grad norm must be at least this multiple of its recent median, and the train loss "
-        "logged at the same step `loss_factor` x its own"
+        10.0, "the grad norm and the train loss logged at the same step must both be at least this "
+        "multiple of their recent medians"
     )
-    loss_factor: float = param(3.0, "... the train loss's multiple of its recent median")
     min_rise: float = param(
         0.05, "the loss must rise above its median by at least this share of the run's initial level "
         "(the median of its first 10 points): jumps between losses near zero are no crash"
@@ -291,12 +290,12 @@ class JumpTogetherStream(Stream):
             return None
         # The loss's median before its last point is at least its window's lower bound.
         lo = train.window.low
-        if lo > 0 and p.loss_factor >= 0 and loss < p.loss_factor * lo:
+        if lo > 0 and p.factor >= 0 and loss < p.factor * lo:
             return None
         g_med = self.median.before(i, i, p.min_points)
         l_med = self.loss_median.before(train.n - 1, train.n, p.min_points)
         if (
-            g_med > 0 and l_med > 0 and v >= p.factor * g_med and loss >= p.loss_factor * l_med
+            g_med > 0 and l_med > 0 and v >= p.factor * g_med and loss >= p.factor * l_med
             and loss - l_med >= p.min_rise * self._init_before(train.n - 1)
         ):
             if not (self.loss_noise.noise_decades() >= p.max_noise or self.noise.noise_decades() >= p.max_noise):
@@ -317,15 +316,12 @@ class JumpTogetherStream(Stream):
     "resume from a checkpoint before this step, skip the batch, lower the learning rate, clip gradients",
 )
 def jump_together(data, p: JumpTogetherParams, since=None):
-    """The grad norm jumps `factor` (10) x and the train loss `loss_factor` (3) x at the same step.
+    """The grad norm and the train loss jump `factor` (10) x together at the same step.
 
     Each against the median of its previous `window` points, both logged at
     that step: one of them alone can be a noisy batch, both together are an
     update that went wrong -- a crash signal even while the grad norm is far
-    under the explosion threshold. The loss's bar is lower than the grad
-    norm's: a jump that reaches the weights shows in the loss first as a few
-    times its level (an SGD transformer's grad norm 64x with its loss 3.4x,
-    one logged point before its NaN).
+    under the explosion threshold.
     """
     g, s = data.get("grad_norm"), data.get("train_loss")
     if g is None or s is None or len(g) <= p.min_points or len(s) <= p.min_points:
@@ -350,7 +346,7 @@ def jump_together(data, p: JumpTogetherParams, since=None):
     init, known_after = initial_level(s.values)
     inits = np.where(pos > known_after, init, np.nan)
     with np.errstate(invalid="ignore", divide="ignore"):
-        ok = (g_med > 0) & (l_med > 0) & (gv[cand] >= p.factor * g_med) & (loss >= p.loss_factor * l_med)
+        ok = (g_med > 0) & (l_med > 0) & (gv[cand] >= p.factor * g_med) & (loss >= p.factor * l_med)
         ok &= np.isfinite(loss) & (loss - l_med >= p.min_rise * inits)
     notes = {}
     for i, j, gm, lv, lm in zip(cand[ok], pos[ok], g_med[ok], loss[ok], l_med[ok]):

@@ -79,29 +79,6 @@ def test_collapse_onto_a_uniform_guess_after_a_fall_from_far_above_it():
         assert [e.start_step for e in m.episodes() if e.code == "CS116"] == ([8] if fires else [])
 
 
-def test_jump_together_a_far_larger_grad_norm_with_a_loss_3x_is_a_crash():
-    # The grad norm 60x its median and the loss 3.4x its own at one step: one update threw the
-    # weights off (an SGD transformer's range test one logged point before its NaN).
-    loss, grad = healthy_loss(400), healthy_grad(400)
-    loss[300], grad[300] = 3.4 * np.median(loss[250:300]), 60.0 * np.median(grad[250:300])
-    eps = episodes_of(analyze(train_loss=loss, grad_norm=grad), "CS115")
-    assert [(e.start_step, e.severity) for e in eps] == [(300, "critical")]
-    assert "grad norm 60x and train loss 3.4x" in eps[0].message
-    # One of the two alone, or the loss up only 2x, is a noisy batch.
-    for g_factor, l_factor in ((60.0, 2.0), (5.0, 3.4), (60.0, 1.0), (1.0, 30.0)):
-        loss, grad = healthy_loss(400), healthy_grad(400)
-        loss[300] *= l_factor
-        grad[300] *= g_factor
-        assert "CS115" not in codes(analyze(train_loss=loss, grad_norm=grad)), (g_factor, l_factor)
-    # The online monitor decides alike.
-    loss, grad = healthy_loss(400), healthy_grad(400)
-    loss[300], grad[300] = 3.4 * np.median(loss[250:300]), 60.0 * np.median(grad[250:300])
-    m = Monitor()
-    for step, (lv, gv) in enumerate(zip(loss.tolist(), grad.tolist())):
-        m.update(step, train_loss=lv, grad_norm=gv)
-    assert [e.start_step for e in m.episodes() if e.code == "CS115"] == [300]
-
-
 def test_grad_norm_threshold_is_the_article_rule():
     g = healthy_grad(400)
     g[200:210] = 150.0
