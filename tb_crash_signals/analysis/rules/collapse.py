@@ -76,7 +76,8 @@ class CollapseStream(Stream):
         # steps of at most `band` each rises less than that): a loss resting on a level -- a
         # plateau, a run stuck at chance for good -- costs two comparisons a point.
         self.run = 0
-        self.settled = 2 * p.points if self.flat ** (2 * p.points) < p.above else math.inf
+        # In logs: flat ** (2 x points) overflows for a large `points`.
+        self.settled = 2 * p.points if 2 * p.points * math.log1p(p.band) < math.log(p.above) else math.inf
 
     def check(self, i, step, v):
         p, prev = self.p, self.prev
