@@ -431,17 +431,19 @@ class Levels:
     last points, the longest level's, and one push updates them all in place, as each would:
     a point enters every sorted list and the point k back leaves that of the level of k."""
 
-    __slots__ = ("levels", "window", "last", "fast")
+    __slots__ = ("levels", "window", "last", "fast", "filling")
 
     def __init__(self):
         self.levels = []
         self.window = None  # the shared window, once every level is in its usual case
         self.last = _nan
         self.fast = ()  # (level, k, its sorted list, mid, odd) for each level, then
+        self.filling = 0  # pushes left before every window can be full (the longest level's k)
 
     def add(self, level: Level):
         """Adds a level (before any point)."""
         self.levels.append(level)
+        self.filling = max(self.filling, level.k)
 
     def push(self, v):
         """Takes the next point, for every level."""
@@ -449,7 +451,11 @@ class Levels:
         if window is None:
             for level in self.levels:
                 level.push(v)
-            if all(not level.nans and len(level.window) == level.k for level in self.levels):
+            # No window is full before the longest level's k pushes: no test until then (a short
+            # run, epoch by epoch, may never get there).
+            if self.filling > 1:
+                self.filling -= 1
+            elif all(not level.nans and len(level.window) == level.k for level in self.levels):
                 self._share()
             return
         if v - v == 0.0:
