@@ -8,7 +8,8 @@ with the callback (Lightning logging every 50 steps, its default), timing the
 time spent inside its hooks (Monitor updates, gradient norm, update ratio,
 logging) against the run's wall time per step, warm-up included. The best of
 --repeats runs is printed (least disturbed by other jobs), with the median.
---check-every is the callbacks' own option (the Monitor fed that many steps at once);
+--check-every is the callbacks' own option (the Monitor fed that many steps at once, or "auto",
+their default);
 --grad-every the Lightning and Keras callbacks' (the gradient norm measured every that
 many steps; their defaults are 1 and 10).
 """
@@ -98,10 +99,12 @@ def keras(out, **options):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--check-every", type=int, default=1)
+    ap.add_argument("--check-every", default=None, help='N or "auto" (default: the callbacks\' own, "auto")')
     ap.add_argument("--grad-every", type=int, default=None, help="default: each callback's own")
     args = ap.parse_args(argv)
-    options = {"check_every": args.check_every}  # the callbacks' own
+    options = {}  # the callbacks' own
+    if args.check_every is not None:
+        options["check_every"] = args.check_every if args.check_every == "auto" else int(args.check_every)
     if args.grad_every is not None:
         options["grad_every"] = args.grad_every
     logging.disable(logging.WARNING)
@@ -111,7 +114,7 @@ def main(argv=None):
     torch.set_num_threads(1)
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
           f"Python {platform.python_version()}, torch {torch.__version__} (1 thread), numpy {np.__version__}, "
-          f"load average {os.getloadavg()[0]:.1f}; check_every={args.check_every}, "
+          f"load average {os.getloadavg()[0]:.1f}; check_every={args.check_every or 'default'}, "
           f"grad_every={args.grad_every or 'default'}")
     print("framework   steps   step (wall)   callback per step   share   (best of runs; median share)")
     for name, run in (("HuggingFace", hf), ("Lightning", lightning), ("Keras 3", keras)):

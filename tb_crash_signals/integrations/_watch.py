@@ -4,11 +4,20 @@ from __future__ import annotations
 
 import importlib
 import math
-from typing import Callable, Iterable
+import time
+from typing import Callable, Iterable, Union
 
 from tb_crash_signals.analysis.incidents import Incident
 from tb_crash_signals.analysis.rules import RULES
 from tb_crash_signals.online.monitor import Monitor
+
+# check_every="auto": the share of the loop's time the Monitor's feeds aim to stay under, the
+# most steps a feed holds back, and the longest a step waits (a loop that slowed down).
+AUTO_SHARE = 0.005
+AUTO_MAX_STEPS = 16
+AUTO_MAX_WAIT = 1.0
+
+CheckEvery = Union[int, str]
 
 
 def require(module: str, extra: str, what: str):
@@ -40,16 +49,19 @@ class Watch:
         stop_on: rule codes whose critical episodes stop training (default: every critical).
         stop: False only reports, never stops.
         report: called with (severity, line) for each incident, once, when it opens.
-        check_every: feed the Monitor the steps of this many at once (1: each step as it comes).
-            Inside a training loop most of the Monitor's cost is reading its state back into
-            caches the training step has flushed, once per feed. The episodes and incidents are
-            the same, at the same steps; a stop can come up to `check_every` - 1 steps after its
-            first alarm, except that a non-finite value, a train loss or grad norm at least twice
-            the one before, or a grad norm over CS101's threshold is fed at once.
+        check_every: feed the Monitor the steps of this many at once (1: each step as it comes),
+            or "auto": as many as keep its feeds under AUTO_SHARE (0.5 %) of the loop's time,
+            measured as it runs, up to AUTO_MAX_STEPS (16) steps and AUTO_MAX_WAIT (1 s). Inside
+            a fast training loop most of the Monitor's cost is reading its state back into caches
+            the training step has flushed, once per feed; a loop whose steps take tens of
+            milliseconds is fed every step. The episodes and incidents are the same, at the same
+            steps; a stop can come up to `check_every` - 1 steps after its first alarm, except
+            that a non-finite value, a train loss or grad norm at least twice the one before, or
+            a grad norm over CS101's threshold is fed at once.
     """
 
     def __init__(self, config=None, stop_on: Iterable[str] | None = None, stop: bool = True,
-                 report: Callable[[str, str], None] | None = None, check_every: int = 1):
+                 report: Callable[[str, str], None] | None = None, check_every: CheckEvery = "auto"):
         if stop_on is not None:
             stop_on = [str(code).upper() for code in stop_on]
             unknown = [code for code in stop_on if code not in RULES]
@@ -63,7 +75,16 @@ class Watch:
         self._report = report
         self._step: int | None = None
         self._stop_told = False
-        self.check_every = max(int(check_every), 1)
+        self.auto = check_every == "auto"
+        if not self.auto:
+            try:
+                check_every = int(check_every)
+            except (TypeError, ValueError):
+                raise ValueError(f'check_every must be a positive integer or "auto", got {check_every!r}') from None
+        # With "auto": the steps a feed holds now, adapted after each feed.
+        self.check_every = 1 if self.auto else max(check_every, 1)
+        self._held_since = 0.0  # when the oldest step not fed yet came ("auto")
+        self._fed_at: float | None = None  # when the last feed ended ("auto")
         self._pending: list[tuple[int, dict]] = []
         self._last: dict[str, float] = {}  # the last train loss and grad norm given
         self._grad_threshold = float(getattr(self.monitor.config.params_for("CS101"), "threshold", math.inf))
@@ -83,7 +104,10 @@ class Watch:
         values = {k: v for k, v in values.items() if v is not None}
         if not values:
             return False
-        if self.check_every == 1:
+        if self.auto:
+            if not self._feed_auto(step, values):
+                return False
+        elif self.check_every == 1:
             self._step = step
             self.monitor.update(step, **values)
         else:
@@ -98,6 +122,37 @@ class Watch:
             self.stopped_step = step
             return True
         return False
+
+    def _feed_auto(self, step: int, values: dict) -> bool:
+        """check_every="auto": holds the step or feeds what is held; True when it fed."""
+        pending = self._pending
+        pending.append((step, values))
+        now = time.perf_counter()
+        if len(pending) == 1:
+            self._held_since = now
+        urgent = self._urgent(values)  # always: it keeps the last loss and grad norm
+        if not (urgent or step - pending[0][0] + 1 >= self.check_every or now - self._held_since >= AUTO_MAX_WAIT):
+            return False
+        self._step = step
+        self.flush()
+        done = time.perf_counter()
+        if self._fed_at is not None and done > self._fed_at:
+            # The feed's share of the time since the last one (the loop's steps and this feed).
+            share = (done - now) / (done - self._fed_at)
+            if share > AUTO_SHARE:
+                self.check_every = min(2 * self.check_every, AUTO_MAX_STEPS)
+            elif share < AUTO_SHARE / 4:
+                self.check_every = max(self.check_every // 2, 1)
+        self._fed_at = done
+        return True
+
+    def in_lockstep(self):
+        """Under "auto", feeds every step from now on: processes that each decide on the same
+        values stop at the same step only if they feed at the same steps, which timing does not
+        promise. A fixed check_every stays."""
+        if self.auto:
+            self.flush()
+            self.auto, self.check_every = False, 1
 
     def flush(self):
         """Feeds the Monitor the steps given since its last feed."""

@@ -3,6 +3,7 @@
 import math
 
 import numpy as np
+import pytest
 import torch
 
 from support.article import ArticleMonitor, scenario
@@ -31,12 +32,16 @@ def test_compat_runs_custom_rules_and_exposes_should_stop():
     assert m.should_stop
 
 
-def test_global_grad_norm_matches_clip_grad_norm():
+@pytest.mark.parametrize("hidden", [16, 1100])  # a small model (one flat copy), and a large one (per-tensor norms)
+def test_global_grad_norm_matches_clip_grad_norm(hidden):
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
-    model(torch.randn(4, 8)).pow(2).sum().backward()
+    model = torch.nn.Sequential(torch.nn.Linear(1000 if hidden > 100 else 8, hidden), torch.nn.ReLU(),
+                                torch.nn.Linear(hidden, 2))
+    model(torch.randn(4, model[0].in_features)).pow(2).sum().backward()
     expected = float(torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=1e9))
     assert math.isclose(global_grad_norm(model), expected, rel_tol=1e-6)
+    assert math.isclose(global_grad_norm(model, norm_type=1.0),
+                        float(torch.nn.utils.clip_grad_norm_(model.parameters(), 1e9, norm_type=1.0)), rel_tol=1e-5)
     assert global_grad_norm(torch.nn.Linear(2, 2)) == 0.0
 
 

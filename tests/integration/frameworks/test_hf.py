@@ -89,3 +89,13 @@ def test_a_learning_rate_far_too_high_is_stopped_before_nan(tmp_path):
     # scan over the logs the Trainer wrote finds the same incident at the same step.
     assert critical(scanned_incidents(str(tmp_path / "stopped")))[:1] == ours[:1]
     assert ours[0] in critical(scanned_incidents(str(tmp_path / "free")))
+
+
+def test_under_distributed_training_every_process_feeds_every_step(tmp_path):
+    # Each process decides on its own (identical) logs: "auto" would time its feeds per process.
+    args = TrainingArguments(output_dir=str(tmp_path), report_to=[])
+    single, several = CrashSignalsCallback(), CrashSignalsCallback()
+    single.on_train_begin(args, None, None)
+    assert single._watch.auto
+    several.on_train_begin(type("Args", (), {"world_size": 2})(), None, None)
+    assert not several._watch.auto and several._watch.check_every == 1

@@ -82,6 +82,14 @@ def test_a_healthy_run_trains_to_the_end_untouched(tmp_path):
     assert history.history["loss"][-1] < history.history["loss"][0]
 
 
+def test_the_learning_rate_read_is_the_optimizers_under_a_schedule(tmp_path):
+    cb = CrashSignals()
+    model, _ = fit(tmp_path, cb, lr=0.05, ramp=10, epochs=1)  # a ramp: the schedule's value moves
+    assert cb._step == 28 and cb._lr() == pytest.approx(float(model.optimizer.learning_rate), rel=1e-7)
+    lrs = [values["lr"] for _, values in cb.monitor._log if "lr" in values]  # steps 10 and 20
+    assert len(lrs) == 2 and 0.005 < lrs[0] < lrs[1] < 0.05
+
+
 def test_a_learning_rate_far_too_high_is_stopped_before_nan(tmp_path):
     free = CrashSignals(stop=False)
     fit(tmp_path / "free", free, lr=3.0, ramp=100)

@@ -7,6 +7,7 @@ import sys
 
 import pytest
 
+from tb_crash_signals.integrations import _watch
 from tb_crash_signals.integrations._watch import Watch
 
 
@@ -25,7 +26,7 @@ def diverging(watch, steps=200):
 
 def test_stops_once_at_the_first_critical_step_and_reports_each_incident_once():
     lines = []
-    watch = Watch(report=lambda severity, line: lines.append((severity, line)))
+    watch = Watch(report=lambda severity, line: lines.append((severity, line)), check_every=1)
     step = diverging(watch)
     assert step is not None and 120 < step < 160
     assert watch.stopped_step == step
@@ -82,14 +83,14 @@ def test_the_package_imports_without_any_framework():
 
 
 def test_fed_ten_steps_at_a_time_it_finds_the_same_episodes_and_stops_within_ten_steps():
-    every_step, batched = Watch(), Watch(check_every=10)
+    every_step, batched = Watch(check_every=1), Watch(check_every=10)
     stop = diverging(every_step)
     lines = []
     batched._report = lambda severity, line: lines.append(line)
     stopped = diverging(batched)
     assert stopped is not None and stop <= stopped <= stop + 9 and batched.stopped_step == stopped
     # Fed up to where it stopped, the episodes are those of the Monitor fed at every step.
-    reference = Watch()
+    reference = Watch(check_every=1)
     for step in range(stopped + 1):
         reference.update(step, train_loss=loss_at(step), grad_norm=loss_at(step) * 2)
     assert batched.monitor.report()["episodes"] == reference.monitor.report()["episodes"]
@@ -110,3 +111,88 @@ def test_fed_in_batches_a_non_finite_loss_or_a_jump_is_fed_at_once():
     assert jump.monitor.report()["points"] == {}
     jump.update(5, train_loss=1.0, grad_norm=3.0)  # the grad norm tripled: fed at once, all six steps
     assert jump.monitor.report()["points"] == {"train_loss": 6, "grad_norm": 6}
+
+
+class LoopClock:
+    """A training loop's clock: `train(seconds)` passes a step's time; each Monitor feed costs
+    `feed` seconds of it (the Watch reads this clock through time.perf_counter)."""
+
+    def __init__(self, monkeypatch, watch, feed):
+        self.now = 100.0
+        monkeypatch.setattr(_watch.time, "perf_counter", lambda: self.now)
+        update = watch.monitor.update
+
+        def costly(*args, **kwargs):
+            self.now += feed
+            return update(*args, **kwargs)
+
+        watch.monitor.update = costly
+
+    def train(self, seconds):
+        self.now += seconds
+
+
+def test_auto_holds_steps_back_in_a_fast_loop_and_finds_the_same_story(monkeypatch):
+    watch = Watch()  # check_every="auto"
+    clock = LoopClock(monkeypatch, watch, feed=40e-6)  # 40 us a feed: 2 % of a 2 ms step
+    stopped = None
+    for step in range(200):
+        clock.train(2e-3)
+        if watch.update(step, train_loss=loss_at(step), grad_norm=loss_at(step) * 2):
+            stopped = step
+            break
+    assert watch.check_every == _watch.AUTO_MAX_STEPS  # doubled while its share was over 0.5 %
+    reference = Watch(check_every=1)
+    stop = diverging(reference)
+    assert stopped is not None and stop <= stopped < stop + _watch.AUTO_MAX_STEPS
+    again = Watch(check_every=1)
+    for step in range(stopped + 1):
+        again.update(step, train_loss=loss_at(step), grad_norm=loss_at(step) * 2)
+    assert watch.monitor.report()["episodes"] == again.monitor.report()["episodes"]
+
+
+def test_auto_feeds_every_step_of_a_slow_loop(monkeypatch):
+    watch = Watch()
+    clock = LoopClock(monkeypatch, watch, feed=40e-6)
+    for step in range(50):
+        clock.train(0.05)  # 50 ms steps: a feed is 0.08 % of them
+        watch.update(step, train_loss=1.0 / (1 + 0.1 * step))
+        assert not watch._pending  # fed at once
+    assert watch.check_every == 1
+
+
+def test_auto_feeds_a_step_held_longer_than_a_second_at_the_next_one(monkeypatch):
+    watch = Watch()
+    clock = LoopClock(monkeypatch, watch, feed=40e-6)
+    for step in range(100):
+        clock.train(1e-3)
+        watch.update(step, train_loss=1.0 / (1 + 0.01 * step))
+    assert watch.check_every == _watch.AUTO_MAX_STEPS and watch._pending
+    held = len(watch._pending)
+    clock.train(2.0)  # the loop slows down: an evaluation, a checkpoint
+    watch.update(100, train_loss=0.5)
+    assert held < _watch.AUTO_MAX_STEPS and not watch._pending
+
+
+@pytest.mark.parametrize("bad", ["often", 2.5j, None])
+def test_a_bad_check_every_is_a_clear_error(bad):
+    with pytest.raises(ValueError, match="check_every must be a positive integer or \"auto\""):
+        Watch(check_every=bad)
+
+
+def test_in_lockstep_an_auto_watch_feeds_every_step_from_then_on(monkeypatch):
+    watch = Watch()
+    clock = LoopClock(monkeypatch, watch, feed=40e-6)
+    for step in range(100):
+        clock.train(1e-3)
+        watch.update(step, train_loss=1.0 / (1 + 0.01 * step))
+    assert watch._pending  # a fast loop: steps held back
+    watch.in_lockstep()
+    assert not watch._pending and watch.check_every == 1
+    for step in range(100, 120):
+        clock.train(1e-3)
+        watch.update(step, train_loss=0.5)
+        assert not watch._pending
+    fixed = Watch(check_every=10)
+    fixed.in_lockstep()  # a fixed choice is already the same on every process
+    assert fixed.check_every == 10
