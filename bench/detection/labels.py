@@ -25,7 +25,9 @@ detectors may not. The rules, all on logged points:
   (`sustained`: lost what it had learnt). None if none happens.
 - **precursor** (crash runs): for the train loss and the grad norm, over
   their finite points before the crash (smoothed as above, within those
-  points only, so the crash itself cannot leak into them), with m the
+  points only, so the crash itself cannot leak into them; a grad norm that
+  jumps > 10x the median of its 9 points before, in the last points before
+  the loss's crash, is the crash too, and left out), with m the
   smoothed minimum (for the grad norm, after the first 10 % of those points,
   past the early transient): if the smoothed value reaches 2x m (loss) / 3x m
   (grad norm, which also drifts up in healthy runs) by the crash, its rise
@@ -79,6 +81,8 @@ THRESHOLD = 100.0  # the grad-norm explosion threshold whose crossing a growth f
 # A per-step series whose quartiles lie this many decades apart (a factor 3.2) is noise at the
 # scale of a spike: tiny batches near zero loss, where single batches jump 3-10x all the time.
 NOISE_DECADES = 0.5
+# A point this many times the median before it is a jump: the crash, when it does not come back.
+JUMP = 10.0
 
 
 def purged(points) -> tuple[np.ndarray, np.ndarray]:
@@ -152,7 +156,7 @@ def crash(loss, grad, overflow) -> tuple[int | None, str | None]:
             if not np.isfinite(v[i]):
                 break
             m = _prev_median(v, i, 50, 20)
-            if np.isfinite(m) and m > 0 and v[i] > 10 * m and v[i] >= 0.5 * init:
+            if np.isfinite(m) and m > 0 and v[i] > JUMP * m and v[i] >= 0.5 * init:
                 after = v[i + 1:i + 11]
                 prev = v[max(0, i - 50):i]
                 level = np.median(after) if after.size >= 3 else np.inf
@@ -188,10 +192,14 @@ def rise_start(sig, crash_at, factor: float, skip_fraction: float) -> int | None
     # Only what was logged before the crash: smoothing across the crash would carry an abrupt
     # jump back onto the points before it, a "precursor" no one could have seen.
     ok = np.isfinite(v) & (s < crash_at)
-    s = s[ok]
+    s, v = s[ok], v[ok]
+    # A grad norm may explode a step before the loss jumps: that is the crash, not a rise before
+    # it, and the smoothing's end padding would repeat it until it is the median.
+    while v.size > 10 and v[-1] > JUMP * np.median(v[-10:-1]):
+        s, v = s[:-1], v[:-1]
     if s.size < 10:
         return None
-    sm = _smooth(v[ok], _k(int(ok.sum())))
+    sm = _smooth(v, _k(v.size))
     skip = int(s.size * skip_fraction)
     lo = skip + int(np.argmin(sm[skip:]))
     m = float(sm[lo])
