@@ -1,7 +1,8 @@
 """CS114, CS115: one logged point that is already the crash, under any absolute threshold.
 
 A loss 100x its recent median in one point, a loss that jumps right after the
-learning rate did, or the loss and the grad norm jumping 10x together at the
+learning rate did, a loss that multiplied at each of its last points up to 10x
+its recent median, or the loss and the grad norm jumping 10x together at the
 same step: each is the crash itself, even while the grad norm is still far
 under the explosion threshold of small models.
 """
@@ -48,6 +49,13 @@ class BlowupParams:
         "the learning rate jumped"
     )
     envelope: float = param(2.0, "see `after_lr`")
+    climb: int = param(
+        2, "... or the last this-many points each rose `climb_rise` x the one before, up to `climb_big` x "
+        "the recent median: an explosion over a few logged points (epoch-level runs cross 100x in three "
+        "or four); 0 never", at_most=200,
+    )
+    climb_rise: float = param(1.5, "see `climb`")
+    climb_big: float = param(10.0, "see `climb`")
     lr_factor: float = param(5.0, "a learning-rate jump is a rise by more than this multiple in one logged point")
     lr_lag: int = param(
         3, "the jump is one of the last this-many learning-rate points at or before the loss's step (at "
@@ -90,22 +98,37 @@ def _lr_jump_before(lr, steps, p: BlowupParams) -> np.ndarray:
     return out
 
 
-def blowup_kind(x, med, top, lr_ratio, init, p: BlowupParams) -> str | None:
+def blowup_kind(x, med, top, lr_ratio, init, before, p: BlowupParams) -> str | None:
     """Which crash a loss point is (None: none), from its median and max before it, the
-    learning-rate jump just before it and the run's initial level (shared by the batch rule
-    and its stream)."""
+    learning-rate jump just before it, the run's initial level and its last `climb` points
+    before it, oldest first (shared by the batch rule and its stream)."""
     if not (math.isfinite(x) and med > 0 and x - med >= p.min_rise * init):
         return None
     if x >= p.big * med:
         return "big"
     if lr_ratio > 0 and x >= p.after_lr * med and x >= p.envelope * top:
         return "lr"
+    if p.climb > 0 and x >= p.climb_big * med and climbed(before, x, p):
+        return "climb"
     return None
 
 
-def _note(kind, x, med, lr_ratio) -> str:
+def climbed(before, x, p: BlowupParams) -> bool:
+    """Whether x ends `climb` points in a row, each `climb_rise` x the one before it."""
+    if len(before) < p.climb:
+        return False
+    for prev in reversed(before):
+        if not (prev > 0 and x >= p.climb_rise * prev):
+            return False
+        x = prev
+    return True
+
+
+def _note(kind, x, med, lr_ratio, start=None) -> str:
     if kind == "big":
         return f"{fmt(x / med)}x its recent median {fmt(med)} in one point"
+    if kind == "climb":
+        return f"{fmt(x / med)}x its recent median {fmt(med)}, multiplying at every point from {fmt(start)}"
     return (
         f"{fmt(x / med)}x its recent median {fmt(med)} right after the learning rate jumped "
         f"{fmt(lr_ratio)}x"
@@ -126,18 +149,22 @@ class LossBlowupStream(Stream):
     def __init__(self, p, signal, channels):
         self.p = p
         self.window = channels[signal].window
+        self.values = channels[signal].values  # ends with the point checked
         self.median = tail_median(channels[signal], p.window)  # of the points before
         self.lr = channels["lr"].values  # updated first: its points at or before this step
+        # The smallest multiple of the window's min (<= its median) at which it can fire.
+        self.floor = min(p.big, p.after_lr, p.climb_big if p.climb > 0 else math.inf)
+        self.floor_without_lr = min(p.big, p.climb_big if p.climb > 0 else math.inf)
         self.noise = recent_logs(channels[signal], p.noise_window, np.log10)  # of the points before
         self.own = getattr(self.noise, "values", None)  # kept by the stream itself, if at all
         self.initial = channels[signal].initial  # pushed after the checks: as of the points before
 
     def quiet(self):
-        # Under min(big, after_lr) x the window's min (see _check); nothing to keep unless the
-        # stream keeps its own recent points.
+        # Under min(big, after_lr, climb_big) x the window's min (see _check); nothing to keep
+        # unless the stream keeps its own recent points.
         if self.own is not None:
             return None
-        return Quiet(floor_factor=min(self.p.big, self.p.after_lr))
+        return Quiet(floor_factor=self.floor)
 
     def check(self, i, step, v):
         hit = self._check(i, v)
@@ -150,16 +177,19 @@ class LossBlowupStream(Stream):
         if i < p.min_points or not v - v == 0.0:
             return None
         lo = self.window.lower_bound()
-        if lo > 0 and v < min(p.big, p.after_lr) * lo:
-            return None  # under min(big, after_lr) x the window's min <= its median
+        if lo > 0 and v < self.floor * lo:
+            return None  # under the smallest multiple of the window's min <= its median
         lr_ratio = self._lr_jump()
-        if not lr_ratio > 0 and lo > 0 and p.big >= 0 and v < p.big * lo:
-            return None  # no jump of the learning rate: only "big" could be, and it is not
+        if not lr_ratio > 0 and lo > 0 and self.floor_without_lr >= 0 and v < self.floor_without_lr * lo:
+            return None  # no jump of the learning rate: only "big" or "climb" could be, and neither is
         med = self.median.before(i, i, p.min_points)
-        kind = blowup_kind(v, med, self.window.maximum(p.window), lr_ratio, self.initial.value, p)
+        values = self.values
+        n = len(values)
+        before = [values[j] for j in range(max(n - 1 - p.climb, 0), n - 1)] if p.climb > 0 else ()
+        kind = blowup_kind(v, med, self.window.maximum(p.window), lr_ratio, self.initial.value, before, p)
         if kind is None or self.noise.noise_decades() >= p.max_noise:
             return None
-        return StreamHit(note=_note(kind, v, med, lr_ratio))
+        return StreamHit(note=_note(kind, v, med, lr_ratio, before[0] if before else None))
 
     def _lr_jump(self):
         lr, p = self.lr, self.p
@@ -180,24 +210,29 @@ class LossBlowupStream(Stream):
     "lower learning rate; check the batch and any scheduler restart at this step",
 )
 def loss_blowup(data, p: BlowupParams, since=None):
-    """One train-loss point is the crash: `big` x its recent median, or a jump right after the
-    learning rate jumped.
+    """One train-loss point is the crash: `big` x its recent median, a jump right after the
+    learning rate jumped, or the end of a climb that multiplied it at every point.
 
     Fires on a train loss at least `big` (100) x the median of its previous
     `window` points, or at least `after_lr` x that median and `envelope` x
     their largest while one of the last `lr_lag` learning-rate points rose
     more than `lr_factor` x the one before it (a scheduler restart that
-    throws the run off). Under any absolute threshold: the loss of a small
-    model that explodes from 0.003 to 1.0 is a crash at 1.0.
+    throws the run off), or at least `climb_big` (10) x that median with
+    each of its last `climb` (2) points `climb_rise` (1.5) x the one before
+    (an explosion over a few logged points: an epoch-level run whose loss
+    goes 2.9, 3.4, 11, 31, 80 has crashed at 31). Under any absolute
+    threshold: the loss of a small model that explodes from 0.003 to 1.0 is
+    a crash at 1.0.
     """
     s = data.get("train_loss")
     if s is None or len(s) <= p.min_points:
         return
     v = s.values
     i0 = since_index(s, since)
+    floor = min(p.big, p.after_lr, p.climb_big if p.climb > 0 else math.inf)
     with np.errstate(invalid="ignore"):
         candidate = np.isfinite(v) & ~(trailing_min(v, p.window) > 0) | (
-            v >= min(p.big, p.after_lr) * trailing_min(v, p.window)
+            v >= floor * trailing_min(v, p.window)
         )
     candidate[: max(p.min_points, i0)] = False
     cand = np.flatnonzero(candidate)
@@ -210,10 +245,11 @@ def loss_blowup(data, p: BlowupParams, since=None):
     hits, notes = [], {}
     for j, i in enumerate(cand.tolist()):
         level = init if i > known_after else math.nan
-        kind = blowup_kind(float(v[i]), float(med[j]), float(top[j]), float(lr_ratio[j]), level, p)
+        before = v[max(i - p.climb, 0):i].tolist() if p.climb > 0 else ()
+        kind = blowup_kind(float(v[i]), float(med[j]), float(top[j]), float(lr_ratio[j]), level, before, p)
         if kind is not None and not noise_decades(v[max(i - p.noise_window, 0) : i]) >= p.max_noise:
             hits.append(i)
-            notes[i] = _note(kind, float(v[i]), float(med[j]), float(lr_ratio[j]))
+            notes[i] = _note(kind, float(v[i]), float(med[j]), float(lr_ratio[j]), before[0] if before else None)
     if hits:
         yield Hits("train_loss", np.asarray(hits), note=notes.get)
 

@@ -79,6 +79,33 @@ def test_collapse_onto_a_uniform_guess_after_a_fall_from_far_above_it():
         assert [e.start_step for e in m.episodes() if e.code == "CS116"] == ([8] if fires else [])
 
 
+def test_loss_blowup_in_one_point_or_multiplying_over_a_few():
+    rng = np.random.default_rng(3)
+    base = 2.3 * (1 + 0.01 * rng.standard_normal(24))
+    one_point = np.concatenate([base, [300.0, 2.3, 2.3]])  # 130x in one point
+    # An epoch-level run that multiplies at every point: 3.4, 11, 31 is 12x its median at 31.
+    climbing = np.concatenate([base, [3.37, 11.1, 30.9, 80.4, 174.0]])
+    # A spike that builds over two points and falls back, 2.3 -> 3.1 -> 9 (3.9x): no crash; nor a
+    # climb of 1.2x a point (the loss-growth rules tell that); nor tiny-batch noise near zero.
+    spike = np.concatenate([base, [3.1, 9.0, 2.4, 2.3, 2.3]])
+    gradual = np.concatenate([base, 2.3 * 1.2 ** np.arange(1, 15)])
+    noise = 0.01 * np.exp(1.6 * rng.standard_normal(300))
+    cases = ((one_point, [24], "in one point"), (climbing, [26], "multiplying at every point from 3.37"),
+             (spike, [], None), (gradual, [], None), (noise, [], None))
+    for loss, starts, note in cases:
+        eps = episodes_of(analyze(train_loss=loss), "CS114")
+        assert [e.start_step for e in eps] == starts, loss
+        if note:
+            assert eps[0].severity == "critical" and note in eps[0].message
+        # The online monitor decides alike, point by point.
+        m = Monitor()
+        for step, value in enumerate(loss.tolist()):
+            m.update(step, train_loss=value)
+        assert [e.start_step for e in m.episodes() if e.code == "CS114"] == starts
+    off = Config(params={"CS114": dataclasses.replace(RULES["CS114"].params(), climb=0)})
+    assert "CS114" not in codes(analyze(train_loss=climbing, config=off))
+
+
 def test_grad_norm_threshold_is_the_article_rule():
     g = healthy_grad(400)
     g[200:210] = 150.0
