@@ -168,15 +168,8 @@ class CrashSignals(Watching, _keras.callbacks.Callback):
             self.model.stop_training = True
 
     def _lr(self):
-        optimizer = self.model.optimizer
         try:
-            # A schedule called with the step as a Python int: what `optimizer.learning_rate`
-            # returns (the schedule at the iteration count), at half its cost (~70 against
-            # ~150 us on torch), since the count is not read back from the backend first.
-            schedule = getattr(optimizer, "_learning_rate", None)
-            if isinstance(schedule, _keras.optimizers.schedules.LearningRateSchedule):
-                return float(_numpy(schedule(self._step)))
-            return float(_numpy(optimizer.learning_rate))
+            return float(_numpy(self.model.optimizer.learning_rate))
         except (AttributeError, TypeError, ValueError):
             return None
 
