@@ -80,12 +80,20 @@ def early_bests(best, level, min_points):
     return out
 
 
+# The early gate reads the jitter of at most this many points before the level's window: the
+# noise the loss has now. A loss that fell smoothly at first and turned noisy later (a one-cycle
+# warm-up raising the learning rate) is no smooth loss whose 1.1x bump is a climb.
+EARLY_JITTER_POINTS = 16
+
+
 def early_jitter_at(i, values, p) -> float:
-    """The `jitter` of the points before the level's window at point i, of the run's `values` from
-    its first (an array, or the channel's recent points while it holds them all): a short run's
-    noise, which its quartiles would mistake for its trend and the climb."""
+    """The `jitter` of the last EARLY_JITTER_POINTS points before the level's window at point i, of
+    the run's `values` from its first (an array, or the channel's recent points while it holds
+    them all): a short run's noise, which its quartiles would mistake for its trend and the
+    climb."""
     k = max(i - p.smooth + 1, 0)
-    return jitter_of_short(values[:k].tolist() if isinstance(values, np.ndarray) else islice(values, 0, k))
+    a = max(k - EARLY_JITTER_POINTS, 0)
+    return jitter_of_short(values[a:k].tolist() if isinstance(values, np.ndarray) else islice(values, a, k))
 
 
 def gate_noise(i, noise_at, values, p) -> float:
