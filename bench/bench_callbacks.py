@@ -37,7 +37,8 @@ warnings.filterwarnings("ignore")
 # Lightning's default log_every_n_steps: the callback writes its signals to the loggers then.
 LIGHTNING_LOG_EVERY = 50
 HOOKS = ("on_log", "on_before_optimizer_step", "on_train_batch_begin", "on_train_batch_end",
-         "on_validation_end", "on_epoch_end")
+         "on_validation_end", "on_epoch_begin", "on_epoch_end", "on_train_epoch_start", "on_train_begin",
+         "on_train_end")
 
 
 def timed(callback):

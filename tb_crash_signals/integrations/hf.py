@@ -70,6 +70,9 @@ class CrashSignalsCallback(Watching, TrainerCallback):
             # Every process decides on its own logs: they must feed at the same steps.
             self._watch.in_lockstep()
 
+    def on_train_end(self, args, state, control, **kwargs):
+        self._watch.flush()  # the steps held back: their incidents are reported now
+
     def on_log(self, args, state, control, logs=None, **kwargs):
         if not logs:
             return

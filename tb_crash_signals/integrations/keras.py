@@ -130,6 +130,9 @@ class CrashSignals(Watching, _keras.callbacks.Callback):
         self._next = None
         self._iteration_scalar = None
 
+    def on_train_end(self, logs=None):
+        self._watch.flush()  # the steps held back: their incidents are reported now
+
     def on_epoch_begin(self, epoch, logs=None):
         self._variables = self._tensors = None
         self._iteration_scalar = None

@@ -163,6 +163,10 @@ class CrashSignals(Watching, _pl.Callback):
             stop = value is not None and self._watch.update(step, val_loss=_loss_of(value))
         self._decide(trainer, stop, step)
 
+    def on_train_end(self, trainer, pl_module):
+        if trainer.is_global_zero:
+            self._watch.flush()  # the steps held back: their incidents are reported now
+
     def _decide(self, trainer, stop: bool, step: int):
         if trainer.world_size > 1:
             # Only rank zero can say True, so "any rank" is rank zero's decision: an all-reduce

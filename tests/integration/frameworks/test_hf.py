@@ -62,6 +62,7 @@ def test_a_healthy_run_trains_to_the_end_untouched(tmp_path):
     cb = CrashSignalsCallback()
     trainer = train(tmp_path, cb, lr=0.5, steps=120, eval_steps=40)
     assert trainer.state.global_step == 120
+    assert not cb._watch._pending  # what was held back is fed when training ends
     assert cb.stopped_step is None and not cb.monitor.should_stop
     assert critical(cb.incidents) == []
     loss = logged(tmp_path, "train/loss")

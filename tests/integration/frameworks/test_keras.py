@@ -74,6 +74,7 @@ def test_a_healthy_run_trains_to_the_end_untouched(tmp_path):
     cb = CrashSignals()
     model, history = fit(tmp_path, cb, lr=0.05)
     assert len(history.history["loss"]) == 7 and int(model.optimizer.iterations) == 7 * 28
+    assert not cb._watch._pending  # what was held back is fed when training ends
     assert cb.stopped_step is None and not cb.monitor.should_stop
     assert critical(cb.incidents) == []
     points = cb.monitor.report()["points"]

@@ -83,6 +83,7 @@ def test_a_healthy_run_trains_to_the_end_untouched(tmp_path):
     cb = CrashSignals()
     trainer = fit(tmp_path, cb, peak_lr=0.1, ramp=20, steps=200)
     assert trainer.global_step == 200
+    assert not cb._watch._pending  # what was held back is fed when training ends
     assert cb.stopped_step is None and not cb.monitor.should_stop
     assert critical(cb.incidents) == []
     points = cb.monitor.report()["points"]
