@@ -42,7 +42,10 @@ from tb_crash_signals.analysis.streaming import (
 @dataclasses.dataclass(frozen=True)
 class BlowupParams:
     window: int = param(50, "trailing points forming the baseline (median) and the local range (max)", at_least=2)
-    min_points: int = param(10, "points needed before the rule can fire")
+    min_points: int = param(
+        5, "points needed before the rule can fire (a run thrown off by a far too large step in its first "
+        "dozen points crashes there)"
+    )
     big: float = param(100.0, "a loss at least this multiple of its recent median is a crash by itself")
     after_lr: float = param(
         3.0, "... or this multiple of it (and `envelope` x the window's largest point) right after "
@@ -63,7 +66,8 @@ class BlowupParams:
     )
     min_rise: float = param(
         0.05, "the loss must rise above its median by at least this share of the run's initial level "
-        "(the median of its first 10 points): jumps between losses near zero are no crash"
+        "(the median of its first 10 points; before it is known, any rise): jumps between losses near zero are "
+        "no crash"
     )
     noise_window: int = noise_window_param()
     max_noise: float = max_noise_param("alarm")
@@ -102,7 +106,7 @@ def blowup_kind(x, med, top, lr_ratio, init, before, p: BlowupParams) -> str | N
     """Which crash a loss point is (None: none), from its median and max before it, the
     learning-rate jump just before it, the run's initial level and its last `climb` points
     before it, oldest first (shared by the batch rule and its stream)."""
-    if not (math.isfinite(x) and med > 0 and x - med >= p.min_rise * init):
+    if not (math.isfinite(x) and med > 0 and x - med >= p.min_rise * (init if init == init else 0.0)):
         return None
     if x >= p.big * med:
         return "big"
@@ -257,14 +261,18 @@ def loss_blowup(data, p: BlowupParams, since=None):
 @dataclasses.dataclass(frozen=True)
 class JumpTogetherParams:
     window: int = param(50, "trailing points forming each signal's baseline (median)", at_least=2)
-    min_points: int = param(10, "points of each signal needed before the rule can fire")
+    min_points: int = param(
+        5, "points of each signal needed before the rule can fire (a run thrown off by a far too large "
+        "step in its first dozen points crashes there)"
+    )
     factor: float = param(
         10.0, "the grad norm and the train loss logged at the same step must both be at least this "
         "multiple of their recent medians"
     )
     min_rise: float = param(
         0.05, "the loss must rise above its median by at least this share of the run's initial level "
-        "(the median of its first 10 points): jumps between losses near zero are no crash"
+        "(the median of its first 10 points; before it is known, any rise): jumps between losses near zero are "
+        "no crash"
     )
     noise_window: int = noise_window_param(from_recent=True)
     max_noise: float = max_noise_param("alarm")
@@ -341,7 +349,7 @@ class JumpTogetherStream(Stream):
     def _init_before(self, last):
         """The loss's initial level as known at its point `last` (before it)."""
         init = self.init
-        return init.value if init.known <= last else math.nan
+        return init.value if init.known <= last else 0.0
 
 
 @rule(
@@ -380,7 +388,7 @@ def jump_together(data, p: JumpTogetherParams, since=None):
     l_med, _ = trailing_median_mad_at(s.values, p.window, p.min_points, pos, mad=False)
     loss = s.values[pos]
     init, known_after = initial_level(s.values)
-    inits = np.where(pos > known_after, init, np.nan)
+    inits = np.where(pos > known_after, init, 0.0)
     with np.errstate(invalid="ignore", divide="ignore"):
         ok = (g_med > 0) & (l_med > 0) & (gv[cand] >= p.factor * g_med) & (loss >= p.factor * l_med)
         ok &= np.isfinite(loss) & (loss - l_med >= p.min_rise * inits)

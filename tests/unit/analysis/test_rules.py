@@ -106,6 +106,23 @@ def test_loss_blowup_in_one_point_or_multiplying_over_a_few():
     assert "CS114" not in codes(analyze(train_loss=climbing, config=off))
 
 
+def test_a_jump_together_in_the_first_dozen_points_is_a_crash():
+    # A far too large SGD step at the 7th logged point: loss and grad norm 15x together, before
+    # the run's initial level (its first 10 points) is known.
+    loss = np.array([1.2, 0.95, 0.8, 0.75, 0.7, 0.72, 11.0, 4.0, 3.5, 3.3, 3.2, 3.1, 3.0])
+    grad = np.array([1.4, 1.2, 1.1, 1.0, 1.0, 1.1, 15.0, 6.0, 5.0, 4.0, 4.0, 3.5, 3.5])
+    # A warm-up: the grad norm rises 5x in a few points while the loss falls.
+    warm_loss = np.array([2.3, 1.9, 1.5, 1.2, 1.0, 0.9, 0.8, 0.75, 0.7, 0.68, 0.66, 0.65, 0.64])
+    warm_grad = np.array([0.2, 0.3, 0.5, 0.8, 1.0, 1.0, 1.1, 1.0, 1.0, 0.9, 0.9, 0.9, 0.9])
+    for (lv, gv), starts in (((loss, grad), [6]), ((warm_loss, warm_grad), [])):
+        eps = episodes_of(analyze(train_loss=lv, grad_norm=gv), "CS115")
+        assert [e.start_step for e in eps] == starts
+        m = Monitor()
+        for step, (a, b) in enumerate(zip(lv.tolist(), gv.tolist())):
+            m.update(step, train_loss=a, grad_norm=b)
+        assert [e.start_step for e in m.episodes() if e.code == "CS115"] == starts
+
+
 def test_grad_norm_threshold_is_the_article_rule():
     g = healthy_grad(400)
     g[200:210] = 150.0
