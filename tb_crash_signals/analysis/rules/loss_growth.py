@@ -98,6 +98,10 @@ class LossGrowthParams:
     min_points: int = param(31, "points needed before the rule can fire ...")
     early_points: int = early_points_param()
     early_jitter: float = early_jitter_param()
+    early_noisy: float = param(
+        1.5, "... and one whose jitter is under twice that is judged too, with its jitter taken this many "
+        "times over (its climb must stand further out of its noise); 0: not judged", at_least=0.0,
+    )
     cooldown: int = param(
         60, "points without a climb after which a new episode starts: a loss bouncing after it diverged "
         "climbs again every few dozen points, and that is the same divergence"
@@ -105,10 +109,17 @@ class LossGrowthParams:
 
 
 def early_spread_noise(i, values, p: LossGrowthParams):
-    """Before `min_points`: the loss's spread (its `jitter`) and the noise its gate reads (0 on a
-    smooth loss, else inf), from the points before the level's window (of the run's `values`)."""
+    """Before `min_points`: the loss's spread (its `jitter`, `early_noisy` x on a loss a little
+    noisier than `early_jitter`) and the noise its gate reads (0 on a smooth loss or a little
+    noisier, else inf), from the points before the level's window (of the run's `values`)."""
     spread = early_jitter_at(i, values, p)
-    return spread, (0.0 if spread < p.early_jitter else math.inf)
+    if spread < p.early_jitter:
+        return spread, 0.0
+    if p.early_noisy > 0 and spread < 2.0 * p.early_jitter:
+        # A little noisier than smooth (epoch means of a run still learning): judged, its climb
+        # out of its jitter taken `early_noisy` x.
+        return p.early_noisy * spread, 0.0
+    return spread, math.inf
 
 
 def climbing(level, before, slow, slow_before, best, init, spread, noise, grad_rising, lr_rising,

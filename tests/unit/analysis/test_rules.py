@@ -238,6 +238,25 @@ def test_a_short_smooth_run_can_diverge_before_its_31st_point():
     assert "CS113" not in codes(analyze(train_loss=noisy))
 
 
+def test_a_short_run_a_little_noisier_than_smooth_is_judged_with_its_noise_counted_more():
+    # 30 epochs of a Keras CNN under an exponential learning rate: learns to 0.63 by epoch 18,
+    # bumps between 0.63 and 0.80 (jitter ~0.06, over early_jitter 0.05), then climbs; its
+    # sustained crash (2x its best) is at epoch 28.
+    loss = np.array([2.29, 2.144, 1.651, 1.367, 1.236, 1.144, 0.9895, 0.8641, 0.776, 0.7886, 0.7339,
+                     0.7964, 0.6587, 0.6425, 0.6432, 0.6406, 0.7307, 0.6573, 0.6319, 0.7519, 0.7467,
+                     0.7412, 0.6944, 0.7721, 0.8448, 0.7747, 0.9109, 1.107, 1.561, 1.678])
+    lr = 0.001044 * 1.168 ** np.arange(loss.size)
+    eps = episodes_of(analyze(train_loss=loss, lr=lr), "CS202")
+    assert len(eps) == 1 and 20 < eps[0].start_step <= 28 and eps[0].severity == "critical"
+    m = Monitor()
+    for step, (a, b) in enumerate(zip(loss.tolist(), lr.tolist())):
+        m.update(step, lr=b, train_loss=a)
+    assert [e.start_step for e in m.episodes() if e.code == "CS202"] == [eps[0].start_step]
+    # Not judged at all before the 31st point with early_noisy 0 (the gate's earlier form).
+    off = Config(params={"CS202": dataclasses.replace(RULES["CS202"].default_params(), early_noisy=0.0)})
+    assert "CS202" not in codes(analyze(off, train_loss=loss, lr=lr))
+
+
 def test_a_divergence_that_begins_in_noise_fires_once_the_noise_is_gone():
     rng = np.random.default_rng(4)
     t = np.arange(300)
