@@ -21,8 +21,11 @@ detectors may not. The rules, all on logged points:
   time); the first point from which the train loss, smoothed by a centred
   median of 9 points (2 % of the points on long runs), stays >= 2x its best
   smoothed value so far through the end of the run (at least 5 points),
-  having reached 3x it and at least half the initial loss level
-  (`sustained`: lost what it had learnt). None if none happens.
+  having reached 3x it and at least half the initial loss level, or from
+  which it stays at >= its best + 90 % of (initial level - best), having
+  come down to 75 % of the initial level first (a loss that cannot double,
+  back at chance) (`sustained`: lost what it had learnt). None if none
+  happens.
 - **precursor** (crash runs): for the train loss and the grad norm, over
   their finite points before the crash (smoothed as above, within those
   points only, so the crash itself cannot leak into them; a grad norm that
@@ -83,6 +86,10 @@ THRESHOLD = 100.0  # the grad-norm explosion threshold whose crossing a growth f
 NOISE_DECADES = 0.5
 # A point this many times the median before it is a jump: the crash, when it does not come back.
 JUMP = 10.0
+# A loss at its best plus this share of (initial - best) has lost what it learnt, once it had
+# learnt at least down to LEARNT x its initial level.
+LOST = 0.9
+LEARNT = 0.75
 
 
 def purged(points) -> tuple[np.ndarray, np.ndarray]:
@@ -179,6 +186,14 @@ def crash(loss, grad, overflow) -> tuple[int | None, str | None]:
                 top = float(sm[p:].max())
                 if best[p] > 0 and top >= 3 * best[p] and top >= 0.5 * init and fv.size - p >= 5:
                     cands.append((int(fs[p]), "sustained"))
+            # Or back at its initial level for good, having learnt: a loss whose start is under 2x
+            # its best cannot double, and is back at chance when it has lost (nearly) all of it.
+            with np.errstate(invalid="ignore"):
+                back = (sm >= best + LOST * (init - best)) & (best <= LEARNT * init)
+            stays = np.minimum.accumulate(back[::-1])[::-1]
+            idx = np.flatnonzero(stays)
+            if idx.size and fv.size - int(idx[0]) >= 5 and init > 0:
+                cands.append((int(fs[int(idx[0])]), "sustained"))
     if not cands:
         return None, None
     return min(cands)
