@@ -1,0 +1,47 @@
+"""The detection corpus' labels (bench/detection/labels.py): what counts as a crash and a precursor."""
+
+import math
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench", "detection"))
+
+from labels import compute_labels
+
+
+def points(values, every=10):
+    return [(i * every, float(v)) for i, v in enumerate(values)]
+
+
+def test_a_loss_back_at_its_initial_level_for_good_has_crashed():
+    # Learns 2.3 -> 1.3 (it can never double: 2.6 is above where it started), then climbs back to
+    # chance as an LR range test's learning rate grows, and stays there.
+    learn = 2.3 - 1.0 * (1 - np.exp(-np.arange(60) / 12))
+    climb = 1.3 + 1.0 * (1 - np.exp(-np.arange(40) / 6))
+    chance = np.full(30, 2.31)
+    labels = compute_labels({"train_loss": points(np.concatenate([learn, climb, chance]))})
+    assert labels["category"] == "diverged" and labels["crash_how"] == "sustained"
+    assert 60 * 10 < labels["crash_step"] < 130 * 10
+    # A climb that goes half way back and stays there is not back at its initial level.
+    half = np.concatenate([learn, 1.3 + 0.5 * (1 - np.exp(-np.arange(70) / 6))])
+    assert compute_labels({"train_loss": points(half)})["crash_step"] is None
+    # Nor is a run that never learnt (a plateau at its initial level).
+    flat = 2.3 + 0.01 * np.sin(np.arange(130))
+    assert compute_labels({"train_loss": points(flat)})["crash_step"] is None
+
+
+def test_a_grad_norm_exploding_one_step_before_the_loss_jumps_is_no_precursor():
+    # The grad norm drifts 0.18 -> 0.3 as training starts, stays flat, and jumps 70x one logged
+    # point before the loss turns NaN: an abrupt crash, not a rise since the drift.
+    loss = [2.3 - 0.1 * math.log1p(i) for i in range(60)] + [7.9, math.nan]
+    grad = [min(0.18 + 0.01 * i, 0.3) + 0.005 * math.sin(i) for i in range(60)] + [21.7, math.nan]
+    labels = compute_labels({"train_loss": points(loss), "grad_norm": points(grad)})
+    assert labels["category"] == "diverged" and labels["crash_step"] == 610
+    assert labels["precursor"] is False
+    # A grad norm that climbs 10x over the 40 points before the crash is one.
+    rising = [0.3] * 20 + [0.3 * 1.06 ** i for i in range(40)] + [30.0, math.nan]
+    labels = compute_labels({"train_loss": points(loss), "grad_norm": points(rising)})
+    assert labels["precursor"] is True and labels["precursor_signal"] == "grad_norm"
+    assert 150 <= labels["precursor_start"] <= 400
