@@ -1,14 +1,18 @@
 """The detection corpus' labels (bench/detection/labels.py): what counts as a crash and a precursor."""
 
+import importlib.util
 import math
 import os
-import sys
 
 import numpy as np
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench", "detection"))
-
-from labels import compute_labels
+# Loaded by path: bench/detection is no package, and its module names (events, train, ...) must
+# not shadow anything else the tests import.
+_PATH = os.path.join(os.path.dirname(__file__), "..", "..", "bench", "detection", "labels.py")
+_spec = importlib.util.spec_from_file_location("detection_labels", _PATH)
+_labels = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_labels)
+compute_labels = _labels.compute_labels
 
 
 def points(values, every=10):
