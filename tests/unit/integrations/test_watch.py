@@ -161,12 +161,18 @@ def test_auto_feeds_every_step_of_a_slow_loop(monkeypatch):
     assert watch.check_every == 1
 
 
-def test_auto_feeds_a_step_held_longer_than_a_second_at_the_next_one(monkeypatch):
+def after_a_fast_loop(monkeypatch):
+    """An "auto" Watch after 100 steps of 1 ms whose feeds cost 40 us each, and its clock."""
     watch = Watch()
     clock = LoopClock(monkeypatch, watch, feed=40e-6)
     for step in range(100):
         clock.train(1e-3)
         watch.update(step, train_loss=1.0 / (1 + 0.01 * step))
+    return watch, clock
+
+
+def test_auto_feeds_a_step_held_longer_than_a_second_at_the_next_one(monkeypatch):
+    watch, clock = after_a_fast_loop(monkeypatch)
     assert watch.check_every == _watch.AUTO_MAX_STEPS and watch._pending
     held = len(watch._pending)
     clock.train(2.0)  # the loop slows down: an evaluation, a checkpoint
@@ -181,11 +187,7 @@ def test_a_bad_check_every_is_a_clear_error(bad):
 
 
 def test_in_lockstep_an_auto_watch_feeds_every_step_from_then_on(monkeypatch):
-    watch = Watch()
-    clock = LoopClock(monkeypatch, watch, feed=40e-6)
-    for step in range(100):
-        clock.train(1e-3)
-        watch.update(step, train_loss=1.0 / (1 + 0.01 * step))
+    watch, clock = after_a_fast_loop(monkeypatch)
     assert watch._pending  # a fast loop: steps held back
     watch.in_lockstep()
     assert not watch._pending and watch.check_every == 1
