@@ -52,6 +52,7 @@ def global_grad_norm(model_or_params, norm_type: float = 2.0) -> float:
         norms = [torch.linalg.vector_norm(g, norm_type) for g in grads]
     return torch.linalg.vector_norm(torch.stack(norms), norm_type).item()
 
+
 class update_ratio:
     """Context manager measuring ||theta_after - theta_before|| / ||theta_before||.
 
