@@ -6,8 +6,11 @@ Trains the healthy runs of tests/integration/frameworks (a tiny GPT-2 under the
 HuggingFace Trainer, a tiny MLP under Lightning and under Keras 3 on torch, CPU)
 with the callback (Lightning logging every 50 steps, its default), timing the
 time spent inside its hooks (Monitor updates, gradient norm, update ratio,
-logging) against the run's wall time per step, warm-up included. The best of
---repeats runs is printed (least disturbed by other jobs), with the median.
+logging) against the run's wall time per step, warm-up included ("share": of the
+whole fit(), the trainer's setup and teardown included), and against the training
+loop alone ("share of the loop": from the first training step's hook to the last's,
+evaluations included). The best of --repeats runs is printed (least disturbed by
+other jobs), with the median.
 --check-every is the callbacks' own option (the Monitor fed that many steps at once, or "auto",
 their default);
 --grad-every the Lightning and Keras callbacks' (the gradient norm measured every that
@@ -41,24 +44,36 @@ HOOKS = ("on_log", "on_before_optimizer_step", "on_train_batch_begin", "on_train
          "on_train_end")
 
 
-def timed(callback):
-    """Wraps the callback's hooks with a clock; returns the list the time goes into."""
+def timed(callback, step_hook):
+    """Wraps the callback's hooks with a clock. Returns the list the time goes into, and the
+    (wall clock, time spent so far) taken after each call of `step_hook` (once a training step),
+    from which the share of the training loop itself is read (setup and teardown left out)."""
     spent = [0.0]
+    marks = []
     for name in HOOKS:
         hook = getattr(callback, name, None)
         if hook is None:
             continue
 
         @functools.wraps(hook)
-        def wrapper(*args, _hook=hook, **kwargs):
+        def wrapper(*args, _hook=hook, _mark=name == step_hook, **kwargs):
             t0 = time.perf_counter()
             try:
                 return _hook(*args, **kwargs)
             finally:
-                spent[0] += time.perf_counter() - t0
+                t1 = time.perf_counter()
+                spent[0] += t1 - t0
+                if _mark:
+                    marks.append((t1, spent[0]))
 
         setattr(callback, name, wrapper)
-    return spent
+    return spent, marks
+
+
+def loop_share(marks) -> float:
+    """The callback's share of the wall time from the first training step's hook to the last's."""
+    (t0, s0), (t1, s1) = marks[0], marks[-1]
+    return (s1 - s0) / (t1 - t0)
 
 
 def hf(out, grad_every=None, **options):  # the Trainer logs the gradient norm itself
@@ -67,10 +82,10 @@ def hf(out, grad_every=None, **options):  # the Trainer logs the gradient norm i
     from tb_crash_signals.integrations.hf import CrashSignalsCallback
 
     cb = CrashSignalsCallback(**options)
-    spent = timed(cb)
+    spent, marks = timed(cb, "on_log")  # logging_steps=1: once a step
     t0 = time.perf_counter()
     trainer = test_hf.train(out, cb, lr=0.5, steps=120, eval_steps=40)
-    return time.perf_counter() - t0, spent[0], trainer.state.global_step
+    return time.perf_counter() - t0, spent[0], trainer.state.global_step, loop_share(marks)
 
 
 def lightning(out, **options):
@@ -79,10 +94,10 @@ def lightning(out, **options):
     from tb_crash_signals.integrations.lightning import CrashSignals
 
     cb = CrashSignals(**options)
-    spent = timed(cb)
+    spent, marks = timed(cb, "on_train_batch_end")
     t0 = time.perf_counter()
     trainer = test_lightning.fit(out, cb, peak_lr=0.1, ramp=20, steps=300, log_every=LIGHTNING_LOG_EVERY)
-    return time.perf_counter() - t0, spent[0], trainer.global_step
+    return time.perf_counter() - t0, spent[0], trainer.global_step, loop_share(marks)
 
 
 def keras(out, **options):
@@ -91,10 +106,10 @@ def keras(out, **options):
     from tb_crash_signals.integrations.keras import CrashSignals
 
     cb = CrashSignals(**options)
-    spent = timed(cb)
+    spent, marks = timed(cb, "on_train_batch_end")
     t0 = time.perf_counter()
     model, _ = test_keras.fit(out, cb, lr=0.05)
-    return time.perf_counter() - t0, spent[0], int(model.optimizer.iterations.value)
+    return time.perf_counter() - t0, spent[0], int(model.optimizer.iterations.value), loop_share(marks)
 
 
 def main(argv=None):
@@ -117,16 +132,17 @@ def main(argv=None):
           f"Python {platform.python_version()}, torch {torch.__version__} (1 thread), numpy {np.__version__}, "
           f"load average {os.getloadavg()[0]:.1f}; check_every={args.check_every or 'default'}, "
           f"grad_every={args.grad_every or 'default'}")
-    print("framework   steps   step (wall)   callback per step   share   (best of runs; median share)")
+    print("framework   steps   step (wall)   callback per step   share   (median)   share of the loop (median)")
     for name, run in (("HuggingFace", hf), ("Lightning", lightning), ("Keras 3", keras)):
         results = []
         for _ in range(args.repeats):
             with tempfile.TemporaryDirectory() as out:
-                wall, spent, steps = run(out, **options)
-            results.append((spent / wall, wall / steps, spent / steps, steps))
-        share, step, cost, steps = min(results)
+                wall, spent, steps, loop = run(out, **options)
+            results.append((spent / wall, wall / steps, spent / steps, steps, loop))
+        share, step, cost, steps, loop = min(results)
         print(f"{name:<11} {steps:>5}   {step * 1e3:8.2f} ms   {cost * 1e6:10.1f} us       {share:6.2%}   "
-              f"({statistics.median(r[0] for r in results):.2%})")
+              f"({statistics.median(r[0] for r in results):.2%})   {loop:6.2%} "
+              f"({statistics.median(r[4] for r in results):.2%})")
 
 
 if __name__ == "__main__":
