@@ -104,46 +104,41 @@ class Watch:
         values = {k: v for k, v in values.items() if v is not None}
         if not values:
             return False
-        if self.auto:
-            if not self._feed_auto(step, values):
-                return False
-        elif self.check_every == 1:
+        if self.check_every == 1 and not self.auto:
             self._step = step
             self.monitor.update(step, **values)
-        else:
-            pending = self._pending
-            pending.append((step, values))
-            if not (self._urgent(values) or step - pending[0][0] + 1 >= self.check_every):
-                return False
-            self._step = step
-            self.flush()
+        elif not self._feed(step, values):
+            return False
         self._step = None
         if self.stop and self.stopped_step is None and self.monitor.should_stop:
             self.stopped_step = step
             return True
         return False
 
-    def _feed_auto(self, step: int, values: dict) -> bool:
-        """check_every="auto": holds the step or feeds what is held; True when it fed."""
+    def _feed(self, step: int, values: dict) -> bool:
+        """Holds the step, or feeds what is held (see check_every); True when it fed. Under
+        "auto", adapts check_every to the feed's share of the loop's time."""
         pending = self._pending
         pending.append((step, values))
-        now = time.perf_counter()
+        now = time.perf_counter() if self.auto else 0.0
         if len(pending) == 1:
             self._held_since = now
         urgent = self._urgent(values)  # always: it keeps the last loss and grad norm
-        if not (urgent or step - pending[0][0] + 1 >= self.check_every or now - self._held_since >= AUTO_MAX_WAIT):
+        waited = self.auto and now - self._held_since >= AUTO_MAX_WAIT
+        if not (urgent or step - pending[0][0] + 1 >= self.check_every or waited):
             return False
         self._step = step
         self.flush()
-        done = time.perf_counter()
-        if self._fed_at is not None and done > self._fed_at:
-            # The feed's share of the time since the last one (the loop's steps and this feed).
-            share = (done - now) / (done - self._fed_at)
-            if share > AUTO_SHARE:
-                self.check_every = min(2 * self.check_every, AUTO_MAX_STEPS)
-            elif share < AUTO_SHARE / 4:
-                self.check_every = max(self.check_every // 2, 1)
-        self._fed_at = done
+        if self.auto:
+            done = time.perf_counter()
+            if self._fed_at is not None and done > self._fed_at:
+                # The feed's share of the time since the last one (the loop's steps and this feed).
+                share = (done - now) / (done - self._fed_at)
+                if share > AUTO_SHARE:
+                    self.check_every = min(2 * self.check_every, AUTO_MAX_STEPS)
+                elif share < AUTO_SHARE / 4:
+                    self.check_every = max(self.check_every // 2, 1)
+            self._fed_at = done
         return True
 
     def in_lockstep(self):

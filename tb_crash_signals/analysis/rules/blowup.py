@@ -117,6 +117,13 @@ def blowup_kind(x, med, top, lr_ratio, init, before, p: BlowupParams) -> str | N
     return None
 
 
+def fire_floor(p: BlowupParams, lr_jumped: bool = True) -> float:
+    """The smallest multiple of the recent median (so of the window's minimum) at which a point
+    can fire: `big`, `climb_big` if climbs count, `after_lr` right after a learning-rate jump."""
+    floor = min(p.big, p.climb_big if p.climb > 0 else math.inf)
+    return min(floor, p.after_lr) if lr_jumped else floor
+
+
 def climbed(before, x, p: BlowupParams) -> bool:
     """Whether x ends `climb` points in a row, each `climb_rise` x the one before it."""
     if len(before) < p.climb:
@@ -156,9 +163,7 @@ class LossBlowupStream(Stream):
         self.values = channels[signal].values  # ends with the point checked
         self.median = tail_median(channels[signal], p.window)  # of the points before
         self.lr = channels["lr"].values  # updated first: its points at or before this step
-        # The smallest multiple of the window's min (<= its median) at which it can fire.
-        self.floor = min(p.big, p.after_lr, p.climb_big if p.climb > 0 else math.inf)
-        self.floor_without_lr = min(p.big, p.climb_big if p.climb > 0 else math.inf)
+        self.floor, self.floor_without_lr = fire_floor(p), fire_floor(p, lr_jumped=False)
         self.noise = recent_logs(channels[signal], p.noise_window, np.log10)  # of the points before
         self.own = getattr(self.noise, "values", None)  # kept by the stream itself, if at all
         self.initial = channels[signal].initial  # pushed after the checks: as of the points before
@@ -233,10 +238,9 @@ def loss_blowup(data, p: BlowupParams, since=None):
         return
     v = s.values
     i0 = since_index(s, since)
-    floor = min(p.big, p.after_lr, p.climb_big if p.climb > 0 else math.inf)
     with np.errstate(invalid="ignore"):
         candidate = np.isfinite(v) & ~(trailing_min(v, p.window) > 0) | (
-            v >= floor * trailing_min(v, p.window)
+            v >= fire_floor(p) * trailing_min(v, p.window)
         )
     candidate[: max(p.min_points, i0)] = False
     cand = np.flatnonzero(candidate)
