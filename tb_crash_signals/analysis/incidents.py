@@ -29,6 +29,7 @@ _PRECURSOR = ("CS201", "CS202")
 _SPIKES = ("CS102", "CS111", "CS112")
 _OVERFLOW = ("CS003", "CS004")
 _OPTIMIZER_HIGH = ("CS501", "CS512", "CS513")  # the learning rate / updates too large
+_LR_RAISED = ("CS512", "CS513")  # events that cause a crash, where CS501 is a state
 _PLATEAU = ("CS301",)
 _STAGNATION = ("CS302",)
 _OVERFIT = ("CS401", "CS402")
@@ -56,7 +57,8 @@ class Incident:
     Attributes:
         kind: one of KINDS.
         severity: the most severe of its episodes' ("info", "warning", "critical").
-        signal: the signal of its first alarm.
+        signal: the signal its story starts from: its first alarm's, or that of the cause
+            before it (a learning rate that jumped).
         start_step: where its story starts (its first episode, or the fit's start).
         first_alarm_step: its first critical episode's start (its first episode's if none).
         end_step, open: its last episode's end; whether one of its episodes is still open.
@@ -196,7 +198,8 @@ def _incident(kind: str, members: list[int], episodes: list[Episode]) -> Inciden
     eps = [episodes[i] for i in members]
     severity = min((e.severity for e in eps), key=_SEVERITY_RANK.__getitem__)
     critical = [e for e in eps if e.severity == "critical"]
-    alarm = min(critical or eps, key=lambda e: (e.start_step, e.code))
+    first = min(critical or eps, key=lambda e: (e.start_step, e.code))
+    alarm = first  # where the story starts: the first alarm, or the cause that came before it
     start = min(e.start_step for e in eps)
     fits = [e for e in eps if e.fit is not None]
     fit = max(fits, key=lambda e: e.fit.end_step).fit if fits else None
@@ -216,10 +219,14 @@ def _incident(kind: str, members: list[int], episodes: list[Episode]) -> Inciden
         if crash is None and cause:  # too large a learning rate, and the loss suffers: that is the story
             kind = "optimizer"
             alarm = min(cause, key=lambda e: e.start_step)
+        # A learning rate that jumped or kept rising before the crash is its cause: the story starts there.
+        jumped = [e for e in cause if e.code in _LR_RAISED]
+        if crash is not None and jumped:
+            alarm = max(jumped, key=lambda e: e.start_step)
     crash_step = crash.start_step if crash is not None else None
     lead = None
     if crash_step is not None:
-        lead = max(crash_step - alarm.start_step, 0)
+        lead = max(crash_step - first.start_step, 0)
     headline = _headline(kind, eps, alarm, crash, lead, start, fit)
     # A story from the first logged step has no checkpoint before it to go back to.
     resume = f"resume from a checkpoint before step {start}" if start > 0 else "restart the run"
@@ -228,7 +235,7 @@ def _incident(kind: str, members: list[int], episodes: list[Episode]) -> Inciden
         advice = alarm.advice
     return Incident(
         kind=kind, severity=severity, signal=alarm.signal, start_step=start,
-        first_alarm_step=alarm.start_step, end_step=max(e.end_step for e in eps),
+        first_alarm_step=first.start_step, end_step=max(e.end_step for e in eps),
         open=any(e.open for e in eps), crash_step=crash_step, lead_steps=lead,
         occurrences=_occurrences(kind, eps), headline=headline, advice=advice,
         episodes=tuple(members), fit=fit,
@@ -319,6 +326,8 @@ def _divergence_headline(kind, eps, alarm, crash, lead, start, fit) -> str:
     at = f"{what} at step {crash.start_step}"
     if kind == "nonfinite":
         return f"{at} with no warning sign before"
+    if alarm.code in _LR_RAISED:
+        return f"{alarm.message}; {at}"
     if alarm.code == "CS201" and lead:
         return f"grad norm grew exponentially from step {start}; {at} (predicted {_steps(lead)} early)"
     if alarm.code == "CS202" and lead:

@@ -41,6 +41,11 @@ class DivergenceParams:
         0.5, "... and have lost at least this share of the progress from the initial level (the "
         "median of the first 10 points) to the best"
     )
+    learnt: float = param(
+        0.75, "... unless the best level is at most this share of the initial level: a run that "
+        "learnt that much has diverged once it lost `lost` of it, at any multiple of its best (a "
+        "classifier drifting back toward chance never doubles its best)", above=0.0,
+    )
     consecutive: int = param(5, "points in a row at that level before the rule fires", at_least=1)
     back: float = param(
         1.5, "once fired, the divergence lasts until the level is back under this multiple of the best: "
@@ -59,10 +64,16 @@ def elevated(level, best, init, p: DivergenceParams):
     and its stream share it)."""
     with np.errstate(invalid="ignore"):
         return (
-            (level >= p.factor * best)
+            ((level >= p.factor * best) | (best <= p.learnt * init))
             & (best > 0)
             & ~((init > best) & (level - best < p.lost * (init - best)))
         )
+
+
+def rest_factor(p: DivergenceParams) -> float:
+    """The multiple of the best level under which `elevated` is false for any initial level: a
+    best at most `learnt` x the initial level must regain `lost` x (1 / learnt - 1) of itself."""
+    return min(p.factor, 1.0 + p.lost * (1.0 / p.learnt - 1.0))
 
 
 def early_best(best, level_low):
@@ -128,12 +139,12 @@ class LossDivergenceStream(Stream):
         self.inside = False  # fired, and the level not yet back under `back` x the best
 
     def rest(self):
-        # Under `factor` x the best nothing is elevated (see check); nothing must be counted or
-        # inside, nor kept per point by the stream itself.
+        # Under `rest_factor` x the best nothing is elevated (see check); nothing must be counted
+        # or inside, nor kept per point by the stream itself.
         if self.own is not None:
             return None
         p = self.p
-        return Rest(after=max(p.min_points, self.start), bars=((self.level, p.factor, self.best_level),))
+        return Rest(after=max(p.min_points, self.start), bars=((self.level, rest_factor(p), self.best_level),))
 
     def _noise_at(self, i):
         return self.noise.noise_decades()  # of the points before the current one
@@ -146,8 +157,8 @@ class LossDivergenceStream(Stream):
             best = early_best(best, self.level.low)
         init = self.initial.value
         # `elevated` on floats, without its numpy error state (a context manager a point).
-        up = (i >= self.start and v - v == 0.0 and level >= p.factor * best and best > 0
-              and not (init > best and level - best < p.lost * (init - best)))
+        up = (i >= self.start and v - v == 0.0 and (level >= p.factor * best or best <= p.learnt * init)
+              and best > 0 and not (init > best and level - best < p.lost * (init - best)))
         if up:
             up = not gate_noise(i, self._noise_at, self.values, p) >= p.max_noise
         if self.own is not None:
@@ -177,10 +188,12 @@ def _note(level, best) -> str:
 def loss_divergence(data, p: DivergenceParams, since=None):
     """The train loss lost what the run had learnt, and stays there (sustained divergence).
 
-    The loss's current level (trailing median of `smooth` points) is at least
-    `factor` x its best level so far (the lowest trailing median of
-    `best_smooth` points) and has lost at least `lost` of the progress from
-    the initial level to that best, for `consecutive` points in a row, on a
+    The loss's current level (trailing median of `smooth` points) has lost at
+    least `lost` of the progress from the initial level to its best level so
+    far (the lowest trailing median of `best_smooth` points), and is at least
+    `factor` x that best, unless the best is at most `learnt` x the initial
+    level (a classifier drifting back toward chance never doubles its best),
+    for `consecutive` points in a row, on a
     loss that is not pure noise (tiny batches). A spike that comes back does
     not fire; a jump that stays, or a slow climb, does. Once fired, every finite
     point is part of the divergence until the level is back under `back` x

@@ -45,3 +45,12 @@ def test_recurring_spikes_are_one_incident_with_their_count():
     (incident,) = build_incidents(eps, run_steps=1000)
     assert incident.kind == "spikes" and incident.occurrences == 3
     assert incident.headline.startswith("3 loss spikes from step 100")
+
+
+def test_a_learning_rate_jump_before_the_crash_is_its_cause_but_not_its_alarm():
+    eps = [episode("CS512", 664, signal="lr"), episode("CS113", 704, 800), episode("CS202", 724, 744)]
+    (incident,) = build_incidents(eps, run_steps=1200)
+    assert incident.kind == "divergence" and incident.crash_step == 704
+    assert incident.headline == "CS512 at 664; train loss diverged at step 704"
+    # The alarm is the first critical episode: a warning at the jump is no early critical.
+    assert incident.first_alarm_step == 704 and incident.lead_steps == 0 and incident.signal == "lr"

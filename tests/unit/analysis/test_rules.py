@@ -194,6 +194,28 @@ def test_loss_divergence_needs_the_progress_lost_and_kept_lost():
     assert "CS113" not in codes(analyze(train_loss=small))
 
 
+def test_a_classifier_drifting_back_toward_chance_has_diverged_before_doubling_its_best():
+    # Learns 2.3 -> ~1.6 (under 0.75x its initial level), then drifts back to 2.1 and stays: it
+    # lost 70 % of what it learnt, yet never reaches 2x its best.
+    rng = np.random.default_rng(2)
+    t = np.arange(800)
+    loss = np.where(t < 200, 2.3 - 0.7 * t / 200, np.minimum(1.6 + 0.5 * (t - 200) / 200, 2.1))
+    loss = loss * (1 + 0.02 * rng.standard_normal(800))
+    eps = episodes_of(analyze(train_loss=loss), "CS113")
+    # Half the progress is lost once the level passes 1.95 (step ~350); five points in a row fire.
+    assert eps and 340 < eps[0].start_step < 380, [(e.start_step, e.end_step) for e in eps]
+    m = Monitor()
+    for step, v in enumerate(loss.tolist()):
+        m.update(step, train_loss=v)
+    assert [e.start_step for e in m.episodes() if e.code == "CS113"] == [eps[0].start_step]
+    # A run that learnt little (best over 0.75x its start) is judged at 2x its best only.
+    little = np.where(t < 200, 2.3 - 0.4 * t / 200, np.minimum(1.9 + 0.3 * (t - 200) / 200, 2.2))
+    little = little * (1 + 0.02 * rng.standard_normal(800))
+    assert "CS113" not in codes(analyze(train_loss=little))
+    strict = Config(params={"CS113": dataclasses.replace(RULES["CS113"].default_params(), learnt=0.5)})
+    assert "CS113" not in codes(analyze(strict, train_loss=loss))
+
+
 def test_a_divergence_bouncing_around_its_level_is_one_episode():
     loss = healthy_loss(1200)
     rng = np.random.default_rng(5)
