@@ -93,7 +93,8 @@ class LossGrowthParams:
         "persists, a bouncing loss does not", at_least=1,
     )
     consecutive_alone: int = param(
-        10, "... and without the grad norm climbing: longer than the slow recovery of a spike", at_least=1,
+        10, "... and without the grad norm climbing: longer than the slow recovery of a spike (on a smooth "
+        "loss told by its fast level, `consecutive`: its bumps are over within a point or two)", at_least=1,
     )
     min_points: int = param(31, "points needed before the rule can fire ...")
     early_points: int = early_points_param()
@@ -328,6 +329,7 @@ class LossGrowthStream(Stream):
         self.own_steps = self.steps is not ch.steps
         self.run = 0  # points in a row that climbed, ending at the last one
         self.run_with_grad = 0  # ... with the grad norm climbing too
+        self.run_smooth = 0  # ... on a smooth loss, told by its fast level
         self.under, self.checked = False, -1  # the level under max_ratio at the last point checked
         # A larger spread raises climbing's bars only for non-negative z's (the defaults).
         self.bars_fall = p.z >= 0 and p.z_with_grad >= 0
@@ -384,7 +386,7 @@ class LossGrowthStream(Stream):
         best_smooth = low if best != best or low < best else best  # early_best's, inline: at every point
         slow_only = b >= p.slow_ratio * best
         told, width, levels, top_best = level, p.smooth, self.level.history, best
-        how = False
+        how = smooth = False
         if i >= self.start and v - v == 0.0 and best_smooth > 0:
             seven = best > 0 and (level >= self.low_ratio * best or slow_only)  # candidates, so far
             quick = fast >= self.low_ratio * best_smooth or b >= p.slow_ratio * best_smooth
@@ -421,7 +423,8 @@ class LossGrowthStream(Stream):
                                    p, finishing, width)
         self.run = self.run + 1 if how else 0
         self.run_with_grad = self.run_with_grad + 1 if how in _CORROBORATED else 0
-        if how and (self.run >= p.consecutive_alone or self.run_with_grad >= p.consecutive):
+        self.run_smooth = self.run_smooth + 1 if how and smooth else 0
+        if how and (self.run >= p.consecutive_alone or max(self.run_with_grad, self.run_smooth) >= p.consecutive):
             w = p.fit_window
             steps = list(islice(self.steps, max(len(self.steps) - w, 0), None))
             fit = projection(steps, list(islice(levels, max(len(levels) - w, 0), None)), top_best, p)
@@ -457,7 +460,8 @@ def loss_growth(data, p: LossGrowthParams, since=None):
     `max_ratio` x the best the run has diverged: the rule stops there, and the
     sustained divergence (CS113) tells the rest. The level must be rising (above its value
     `smooth` points before: the slow recovery of a spike falls) for
-    `consecutive` points in a row. The level must also have lost `lost` of
+    `consecutive` points in a row with the grad norm or the learning rate, or
+    on a smooth loss (below), else `consecutive_alone`. The level must also have lost `lost` of
     the progress from the initial level, and the loss must not be pure noise
     (tiny batches). A log-linear fit of the last levels projects when the
     loss reaches `target` x its best. Many small models diverge this way
@@ -532,7 +536,8 @@ def loss_growth(data, p: LossGrowthParams, since=None):
     hits, fits, notes = [], {}, {}
 
     w = p.fit_window
-    run = run_with_grad = 0  # climbing points in a row (with the grad norm), ending at point `last`
+    # Climbing points in a row (with the grad norm; on a smooth loss), ending at point `last`.
+    run = run_with_grad = run_smooth = 0
     last = -2
     # The noise estimates of the candidates past min_points, at once (the same numbers).
     late = cand[cand >= p.min_points]
@@ -551,14 +556,15 @@ def loss_growth(data, p: LossGrowthParams, since=None):
         before_level = float(lv[i - width]) if i >= width else math.nan
         slow_before = float(slow[i - p.smooth]) if i >= p.smooth else math.nan
         if last != i - 1:
-            run = run_with_grad = 0
+            run = run_with_grad = run_smooth = 0
         last = i
         how = climbing(float(lv[i]), before_level, float(slow_told[i]), slow_before, float(best[i]), init_i,
                        spread, noise, grad_up, lr_up, p, finishing=bool(under[i - 1]) if i else False, width=width)
         run = run + 1 if how else 0
         run_with_grad = run_with_grad + 1 if how in _CORROBORATED else 0
+        run_smooth = run_smooth + 1 if how and fast_i else 0
         if how:
-            if not (run >= p.consecutive_alone or run_with_grad >= p.consecutive) or i < first:
+            if not (run >= p.consecutive_alone or max(run_with_grad, run_smooth) >= p.consecutive) or i < first:
                 continue
             lo = max(i - w + 1, 0)
             fit = projection(s.steps[lo : i + 1], lv[lo : i + 1], float(best[i]), p)

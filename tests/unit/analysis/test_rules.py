@@ -279,6 +279,27 @@ def test_a_short_run_a_little_noisier_than_smooth_is_judged_with_its_noise_count
     assert "CS202" not in codes(analyze(off, train_loss=loss, lr=lr))
 
 
+def test_a_smooth_loss_that_doubles_and_stays_needs_three_points_not_ten():
+    # Epoch means of a Keras CNN whose loss scale grows unchecked: learns to 0.89, then 2.1x in one
+    # epoch, and stays there (its crash, 2x its best for good, is epoch 26); NaN-scale at epoch 28.
+    loss = np.array([2.309, 2.308, 2.297, 2.29, 2.286, 2.273, 2.251, 2.227, 2.146, 1.907, 1.558, 1.407,
+                     1.358, 1.219, 1.194, 1.192, 1.164, 1.005, 0.923, 0.936, 1.361, 0.956, 0.888, 1.87,
+                     2.22, 2.079, 2.011, 2.443])
+    eps = episodes_of(analyze(train_loss=loss), "CS202")
+    # Its fast level (median of 3) climbs from epoch 24; the third climbing epoch fires.
+    assert [e.start_step for e in eps] == [26] and eps[0].severity == "critical"
+    m = Monitor()
+    for step, v in enumerate(loss.tolist()):
+        m.update(step, train_loss=v)
+    assert [e.start_step for e in m.episodes() if e.code == "CS202"] == [26]
+    # A per-step loss a little too noisy to be smooth, stepping up ~1.9x, needs `consecutive_alone`.
+    rng = np.random.default_rng(0)
+    climb = np.full(30, 0.6) * (1 + 0.06 * rng.standard_normal(30))
+    noisy = np.concatenate([healthy_loss(400, noise=0.06), climb])
+    eps = episodes_of(analyze(train_loss=noisy), "CS202")
+    assert eps and eps[0].start_step >= 400 + RULES["CS202"].default_params().consecutive_alone - 1
+
+
 def test_a_divergence_that_begins_in_noise_fires_once_the_noise_is_gone():
     rng = np.random.default_rng(4)
     t = np.arange(300)
