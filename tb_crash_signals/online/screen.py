@@ -71,7 +71,11 @@ class RestScreen:
                 key = (id(level), id(best))
                 if key not in least or factor < least[key][1]:
                     least[key] = (level, factor, best)
-        self.bars = tuple(least.values())
+        # Grouped by best, whose low is read and tested once: (best, ((level, factor), ...)).
+        by_best = {}
+        for level, factor, best in least.values():
+            by_best.setdefault(id(best), (best, []))[1].append((level, factor))
+        self.bars = tuple((best, tuple(pairs)) for best, pairs in by_best.values())
 
     def quiet(self, i):
         """True if every rested stream is sure to return None at point i, its state unchanged
@@ -81,10 +85,13 @@ class RestScreen:
         for stream in self.streams:
             if stream.busy:
                 return False
-        for level, factor, best in self.bars:
+        for best, pairs in self.bars:
             b = best.low
-            if not (b > 0 and level.value < factor * b):
+            if not b > 0:
                 return False
+            for level, factor in pairs:
+                if not level.value < factor * b:
+                    return False
         return True
 
 
