@@ -131,7 +131,8 @@ class Channel:
     (for messages and the summary) and the forward-filled windows rules share."""
 
     __slots__ = ("name", "n", "steps", "values", "max_finite", "window", "log_window",
-                 "log_value", "checks", "always", "screen", "rest", "checks_at_rest", "always_at_rest",
+                 "log_value", "checks", "always", "screen", "quiet_lo", "quiet_hi", "rest", "checks_at_rest",
+                 "always_at_rest",
                  "open", "follows", "shared", "levels", "initial", "heading")
 
     def __init__(self, name, recent):
@@ -145,7 +146,10 @@ class Channel:
         self.log_value = _nan  # log(value) of the point being checked, if there is a log window
         self.checks = []  # (code, bound check method) of the rules that fire on it
         self.always = []  # ... those the screen cannot vouch for
-        self.screen = None  # Screen of the others, if any
+        # Finite values in [quiet_lo, quiet_hi] need only `always` (an empty band: every check);
+        # `screen`, if any, moves quiet_hi after each point.
+        self.quiet_lo, self.quiet_hi = _inf, -_inf
+        self.screen = None
         self.rest = None  # RestScreen of some of `always`, if any
         self.checks_at_rest = self.always_at_rest = None  # checks and always without those
         self.open = {}  # code -> the episode of that rule on this signal that can still grow
@@ -180,14 +184,13 @@ class Quiet:
     """Values for which a stream's check is sure to return None and to leave
     its state as it was: a finite v with lo <= v <= hi, v <= prev_factor x
     the previous point (when that is > 0), v < floor_factor x the lower bound
-    of the signal's window (when that is > 0), log(v) at most log_margin above
-    the lower bound of the log window. None: that condition is not needed."""
+    of the signal's window (when that is > 0). None: that condition is not
+    needed."""
 
     lo: float = -_inf
     hi: float = _inf
     prev_factor: float | None = None
     floor_factor: float | None = None
-    log_margin: float | None = None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -105,7 +105,11 @@ class _State:
                     quiets[sig].append(quiet)
         for sig, found in quiets.items():
             if found:
-                self.channels[sig].screen = Screen(found, self.channels[sig])
+                ch = self.channels[sig]
+                screen = Screen(found, ch)
+                ch.quiet_lo, ch.quiet_hi = screen.lo, screen.ceiling(_nan)  # before the first point
+                if screen.moves:
+                    ch.screen = screen
         for sig, found in rests.items():
             if found:
                 ch = self.channels[sig]
@@ -280,8 +284,7 @@ class Monitor:
                     ch.max_finite = v
                 if ch.open:
                     self._grow_open(ch, i, step, v)
-                screen = ch.screen
-                if screen is not None and screen.quiet(v):
+                if ch.quiet_lo <= v <= ch.quiet_hi:
                     checks = ch.always
                 rest = ch.rest
                 if rest is not None and rest.quiet(i):
@@ -300,6 +303,8 @@ class Monitor:
                 ch.window.push(v)
             if log_window is not None:
                 log_window.push(x)
+            if ch.screen is not None:
+                ch.quiet_hi = ch.screen.ceiling(v)
         v = values.get("val_loss")
         if v is not None and st.channels["train_loss"].n:
             st.last_gap = v - st.channels["train_loss"].values[-1]

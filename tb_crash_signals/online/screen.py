@@ -7,15 +7,18 @@ import math
 from tb_crash_signals.analysis.streaming import Channel
 
 _inf = math.inf
+_nextafter = math.nextafter
 
 
 class Screen:
-    """The Quiet conditions of one signal's streams, combined: while a value
-    meets them all, the monitor skips those streams' checks (most points of a
-    healthy run), so their necessary conditions cost one call, not one each."""
+    """The Quiet conditions of one signal's streams, combined into a band of values: while a
+    value lies in it (most points of a healthy run), the monitor skips those streams' checks, so
+    their necessary conditions cost two comparisons, not a call each. The band is [lo, ceiling],
+    the ceiling worked out after each point for the next one: at most hi, prev_factor x the point
+    (the next one's previous point), and under floor_factor x the lower bound of the signal's
+    window (which then holds the point)."""
 
-    __slots__ = ("lo", "hi", "prev_factor", "floor_factor", "log_margin",
-                 "channel", "values", "window", "log_window")
+    __slots__ = ("lo", "hi", "prev_factor", "floor_factor", "window", "moves")
 
     def __init__(self, quiets: list, channel: Channel):
         self.lo = max(q.lo for q in quiets)
@@ -23,34 +26,28 @@ class Screen:
         # The smallest factor implies the others, as the bases are > 0.
         self.prev_factor = _least(q.prev_factor for q in quiets)
         self.floor_factor = _least(q.floor_factor for q in quiets)
-        self.log_margin = _least(q.log_margin for q in quiets)
-        self.channel = channel
-        self.values = channel.values
         self.window = channel.window if self.floor_factor is not None else None
-        self.log_window = channel.log_window if self.log_margin is not None else None
+        # Without a factor the band is [lo, hi] at every point: nothing to work out after each.
+        self.moves = self.prev_factor is not None or self.window is not None
 
-    def quiet(self, v):
-        """True if every screened stream is sure to stay quiet at the finite value v
-        (the channel holds v as its last point; its windows end before it)."""
-        if not self.lo <= v <= self.hi:
-            return False
-        if self.prev_factor is not None:
-            try:
-                prev = self.values[-2]
-            except IndexError:  # the first point
-                return False
-            if not (prev > 0 and v <= self.prev_factor * prev):
-                return False
+    def ceiling(self, v):
+        """The largest finite value the next point may take with every screened stream sure to
+        stay quiet, after the point v (NaN: before the first point); -inf if none may."""
+        c = self.hi
+        factor = self.prev_factor
+        if factor is not None:
+            if not v > 0:  # the first point, or after a point <= 0 or NaN
+                return -_inf
+            c = min(c, factor * v)  # inf after an infinite point: no bound
         w = self.window
         if w is not None:
             lb = w.low
-            if not (lb > 0 and lb != _inf and v < self.floor_factor * lb):
-                return False
-        w = self.log_window
-        if w is not None:  # w.low is inf while nothing finite was pushed: quiet
-            if self.channel.log_value - w.low > self.log_margin:
-                return False
-        return True
+            if not (lb > 0 and lb != _inf):
+                return -_inf
+            # The next value must be under floor_factor x lb: at most the float below it (the
+            # largest float for an infinite product, under which every finite value is).
+            c = min(c, _nextafter(self.floor_factor * lb, -_inf))
+        return c
 
 
 class RestScreen:
