@@ -97,10 +97,10 @@ class Window:
 
     def tail(self, k):
         """The last k values (fewer if fewer were pushed)."""
-        values = self.values
-        n = len(values)
-        # By index from the end: an islice would walk the deque from its start.
-        return list(values) if n <= k else [values[j] for j in range(-k, 0)]
+        # Walked from the end: an islice of the deque itself would walk it from its start.
+        tail = list(islice(reversed(self.values), k))
+        tail.reverse()
+        return tail
 
     def maximum(self, k):
         """The maximum of the last k values, as stats.trailing_max sees it (NaN when none is

@@ -238,7 +238,8 @@ class PlateauStream(Stream):
         # >= 1 (else after the warm-up, where the patience has grown, as the defaults have it).
         self.screen_from = 0 if min(self.min_patience, self.cap) >= 1 else self.max_warmup + 1
         # The best as of each of the last `cap` points, and the learning rate's peak (its channel's
-        # max_finite: -inf before any) as of each: both monotone, kept where they changed.
+        # max_finite: -inf before any) as of each from its fall on: both monotone, kept where they
+        # changed.
         self.bests = _AsOf(self.cap)
         self.peaks = _AsOf(self.cap)
         self.lr_climb, self.lr_fell = p.lr_climb, p.lr_fell
@@ -252,9 +253,10 @@ class PlateauStream(Stream):
         lr = self.lr_peak.channel
         lr_now = lr.values[-1] if lr.values else math.nan
         peak = lr.max_finite
-        self.peaks.push(i, peak)
         if self.fell_at == math.inf and lr_now < self.lr_fell * peak:
             self.fell_at, self.fell_peak = i, peak
+        if self.fell_at != math.inf:  # _climb reads the peak as of points from the fall on only
+            self.peaks.push(i, peak)
         if i <= self.max_warmup:
             self._warm_up(i)
         self.bests.push(i, self.level.low)
