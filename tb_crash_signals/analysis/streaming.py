@@ -130,10 +130,9 @@ class Channel:
     """One signal as the monitor has seen it: counters, the recent raw points
     (for messages and the summary) and the forward-filled windows rules share."""
 
-    __slots__ = ("name", "n", "steps", "values", "max_finite", "window", "log_window",
-                 "log_value", "checks", "always", "screen", "quiet_lo", "quiet_hi", "rest", "checks_at_rest",
-                 "always_at_rest",
-                 "open", "follows", "shared", "levels", "initial", "heading")
+    __slots__ = ("name", "n", "steps", "values", "max_finite", "window", "log_window", "log_value",
+                 "checks", "always", "screen", "quiet_lo", "quiet_hi", "rest", "rest_from", "checks_at_rest",
+                 "always_at_rest", "open", "follows", "shared", "levels", "initial", "heading")
 
     def __init__(self, name, recent):
         self.name = name
@@ -151,6 +150,7 @@ class Channel:
         self.quiet_lo, self.quiet_hi = _inf, -_inf
         self.screen = None
         self.rest = None  # RestScreen of some of `always`, if any
+        self.rest_from = _inf  # ... asked from this point on (its `after`)
         self.checks_at_rest = self.always_at_rest = None  # checks and always without those
         self.open = {}  # code -> the episode of that rule on this signal that can still grow
         self.follows = []  # episodes whose note still reads this signal's points

@@ -114,6 +114,7 @@ class _State:
             if found:
                 ch = self.channels[sig]
                 ch.rest = RestScreen([(stream, rest) for _, stream, rest in found])
+                ch.rest_from = ch.rest.after
                 resting = {code for code, _, _ in found}
                 ch.checks_at_rest = [c for c in ch.checks if c[0] not in resting]
                 ch.always_at_rest = [c for c in ch.always if c[0] not in resting]
@@ -286,8 +287,7 @@ class Monitor:
                     self._grow_open(ch, i, step, v)
                 if ch.quiet_lo <= v <= ch.quiet_hi:
                     checks = ch.always
-                rest = ch.rest
-                if rest is not None and rest.quiet(i):
+                if i >= ch.rest_from and ch.rest.quiet():
                     checks = ch.always_at_rest if checks is ch.always else ch.checks_at_rest
             for code, check in checks:
                 hit = check(i, step, v)

@@ -74,11 +74,9 @@ class RestScreen:
             by_best.setdefault(id(best), (best, []))[1].append((level, factor))
         self.bars = tuple((best, tuple(pairs)) for best, pairs in by_best.values())
 
-    def quiet(self, i):
-        """True if every rested stream is sure to return None at point i, its state unchanged
-        (a finite point; the shared levels hold it)."""
-        if i < self.after:
-            return False
+    def quiet(self):
+        """True if every rested stream is sure to return None at the point being checked, its
+        state unchanged (a finite point from `after` on; the shared levels hold it)."""
         for stream in self.streams:
             if stream.busy:
                 return False
