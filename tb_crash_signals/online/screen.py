@@ -13,12 +13,13 @@ _nextafter = math.nextafter
 class Screen:
     """The Quiet conditions of one signal's streams, combined into a band of values: while a
     value lies in it (most points of a healthy run), the monitor skips those streams' checks, so
-    their necessary conditions cost two comparisons, not a call each. The band is [lo, ceiling],
+    their necessary conditions cost two comparisons and, for a band that moves, one call after
+    the point, not a call each. The band is [lo, ceiling],
     the ceiling worked out after each point for the next one: at most hi, prev_factor x the point
     (the next one's previous point), and under floor_factor x the lower bound of the signal's
     window (which then holds the point)."""
 
-    __slots__ = ("lo", "hi", "prev_factor", "floor_factor", "window", "moves")
+    __slots__ = ("lo", "hi", "prev_factor", "floor_factor", "window", "low", "floor", "moves")
 
     def __init__(self, quiets: list, channel: Channel):
         self.lo = max(q.lo for q in quiets)
@@ -27,26 +28,35 @@ class Screen:
         self.prev_factor = _least(q.prev_factor for q in quiets)
         self.floor_factor = _least(q.floor_factor for q in quiets)
         self.window = channel.window if self.floor_factor is not None else None
+        self.low = self.floor = -_inf  # the window's lower bound last seen (never -inf), and the bar under it
         # Without a factor the band is [lo, hi] at every point: nothing to work out after each.
         self.moves = self.prev_factor is not None or self.window is not None
+
+    def _floor(self, low):
+        """Takes the window's new lower bound: the next value must be under floor_factor x it
+        (when it is > 0), so at most the float below that (the largest float for an infinite
+        product, under which every finite value is)."""
+        self.low = low
+        self.floor = _nextafter(self.floor_factor * low, -_inf) if 0 < low < _inf else -_inf
 
     def ceiling(self, v):
         """The largest finite value the next point may take with every screened stream sure to
         stay quiet, after the point v (NaN: before the first point); -inf if none may."""
+        # Comparisons rather than min(), whose call costs more than all of them.
         c = self.hi
         factor = self.prev_factor
         if factor is not None:
             if not v > 0:  # the first point, or after a point <= 0 or NaN
                 return -_inf
-            c = min(c, factor * v)  # inf after an infinite point: no bound
+            x = factor * v  # inf after an infinite point: no bound
+            if x < c:
+                c = x
         w = self.window
         if w is not None:
-            lb = w.low
-            if not (lb > 0 and lb != _inf):
-                return -_inf
-            # The next value must be under floor_factor x lb: at most the float below it (the
-            # largest float for an infinite product, under which every finite value is).
-            c = min(c, _nextafter(self.floor_factor * lb, -_inf))
+            if w.low != self.low:  # the window's lower bound moves now and then, not every point
+                self._floor(w.low)
+            if self.floor < c:
+                c = self.floor
         return c
 
 
