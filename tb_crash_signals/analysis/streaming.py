@@ -97,10 +97,10 @@ class Window:
 
     def tail(self, k):
         """The last k values (fewer if fewer were pushed)."""
-        values = self.values
-        n = len(values)
-        # By index from the end: an islice would walk the deque from its start.
-        return list(values) if n <= k else [values[j] for j in range(-k, 0)]
+        # Walked from the end: an islice of the deque itself would walk it from its start.
+        tail = list(islice(reversed(self.values), k))
+        tail.reverse()
+        return tail
 
     def maximum(self, k):
         """The maximum of the last k values, as stats.trailing_max sees it (NaN when none is
@@ -130,9 +130,9 @@ class Channel:
     """One signal as the monitor has seen it: counters, the recent raw points
     (for messages and the summary) and the forward-filled windows rules share."""
 
-    __slots__ = ("name", "n", "steps", "values", "max_finite", "window", "log_window",
-                 "log_value", "checks", "always", "screen", "rest", "checks_at_rest", "always_at_rest",
-                 "open", "follows", "shared", "levels", "initial", "heading")
+    __slots__ = ("name", "n", "steps", "values", "max_finite", "window", "log_window", "log_value",
+                 "checks", "always", "screen", "quiet_lo", "quiet_hi", "rest", "rest_from", "checks_at_rest",
+                 "always_at_rest", "open", "follows", "shared", "levels", "initial", "heading")
 
     def __init__(self, name, recent):
         self.name = name
@@ -145,8 +145,12 @@ class Channel:
         self.log_value = _nan  # log(value) of the point being checked, if there is a log window
         self.checks = []  # (code, bound check method) of the rules that fire on it
         self.always = []  # ... those the screen cannot vouch for
-        self.screen = None  # Screen of the others, if any
+        # Finite values in [quiet_lo, quiet_hi] need only `always` (an empty band: every check);
+        # `screen`, if any, moves quiet_hi after each point.
+        self.quiet_lo, self.quiet_hi = _inf, -_inf
+        self.screen = None
         self.rest = None  # RestScreen of some of `always`, if any
+        self.rest_from = _inf  # ... asked from this point on (its `after`)
         self.checks_at_rest = self.always_at_rest = None  # checks and always without those
         self.open = {}  # code -> the episode of that rule on this signal that can still grow
         self.follows = []  # episodes whose note still reads this signal's points
@@ -180,14 +184,13 @@ class Quiet:
     """Values for which a stream's check is sure to return None and to leave
     its state as it was: a finite v with lo <= v <= hi, v <= prev_factor x
     the previous point (when that is > 0), v < floor_factor x the lower bound
-    of the signal's window (when that is > 0), log(v) at most log_margin above
-    the lower bound of the log window. None: that condition is not needed."""
+    of the signal's window (when that is > 0). None: that condition is not
+    needed."""
 
     lo: float = -_inf
     hi: float = _inf
     prev_factor: float | None = None
     floor_factor: float | None = None
-    log_margin: float | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -426,19 +429,22 @@ class Level:
 
 
 class Levels:
-    """A channel's shared Levels, pushed together. Until every one is full and finite each is
-    pushed on its own; from then on (as it stays, forward-filled) they share one window of the
-    last points, the longest level's, and one push updates them all in place, as each would:
-    a point enters every sorted list and the point k back leaves that of the level of k."""
+    """A channel's shared Levels, pushed together. They share one window of the last points,
+    the longest level's, and one push updates them all in place, as each would: a point enters
+    every sorted list and the point k back leaves that of the level of k, once its window is
+    full (`fast`); until then (`growing`) it only enters. A series that starts with non-finite
+    points (a NaN forward-filled) is pushed level by level instead, until every window is full
+    and finite, as it stays."""
 
-    __slots__ = ("levels", "window", "last", "fast", "filling")
+    __slots__ = ("levels", "window", "last", "fast", "growing", "filling")
 
     def __init__(self):
         self.levels = []
-        self.window = None  # the shared window, once every level is in its usual case
+        self.window = None  # the shared window, from the first finite point or once every level is full
         self.last = _nan
-        self.fast = ()  # (level, k, its sorted list, mid, odd) for each level, then
-        self.filling = 0  # pushes left before every window can be full (the longest level's k)
+        self.fast = ()  # (level, k, its sorted list, mid, odd) for each level whose window is full
+        self.growing = ()  # the levels whose window is not full yet, shortest first (their points all finite)
+        self.filling = 0  # level by level: pushes left before every window can be full (the longest k)
 
     def add(self, level: Level):
         """Adds a level (before any point)."""
@@ -449,15 +455,12 @@ class Levels:
         """Takes the next point, for every level."""
         window = self.window
         if window is None:
-            for level in self.levels:
-                level.push(v)
-            # No window is full before the longest level's k pushes: no test until then (a short
-            # run, epoch by epoch, may never get there).
-            if self.filling > 1:
-                self.filling -= 1
-            elif all(not level.nans and len(level.window) == level.k for level in self.levels):
+            if v - v == 0.0 and not self.levels[0].window:  # finite from the first point
                 self._share()
-            return
+                window = self.window
+            else:
+                self._push_each(v)
+                return
         if v - v == 0.0:
             self.last = v
         x = self.last
@@ -474,15 +477,48 @@ class Levels:
             if history is not None:
                 history.append(b)
         window.append(x)
+        if self.growing:
+            self._grow(x, len(window))
+
+    def _grow(self, x, n):
+        """Level.push of the growing levels, which hold every point so far: x is the n-th."""
+        mid = n // 2
+        for level in self.growing:
+            xs = level.sorted
+            _insort(xs, x)
+            b = level.value = xs[mid] if n % 2 else (xs[mid - 1] + xs[mid]) / 2.0
+            if not b >= level.low:
+                level.low = b
+            if level.history is not None:
+                level.history.append(b)
+        if self.growing[0].k == n:  # the shortest is full
+            self._sort_by_fill()
+
+    def _push_each(self, v):
+        for level in self.levels:
+            level.push(v)
+        # No window is full before the longest level's k pushes: no test until then (a short
+        # run, epoch by epoch, may never get there).
+        if self.filling > 1:
+            self.filling -= 1
+        elif all(not level.nans and len(level.window) == level.k for level in self.levels):
+            self._share()
 
     def _share(self):
         longest = max(self.levels, key=lambda level: level.k)
         # Every level's window is the last k points of the same forward-filled series.
         self.window = collections.deque(longest.window, maxlen=longest.k)
         self.last = longest.last
-        self.fast = tuple((level, level.k, level.sorted, level.mid, level.odd) for level in self.levels)
         for level in self.levels:
             level.window = None  # superseded by the shared one (smaller snapshots)
+        self._sort_by_fill()
+
+    def _sort_by_fill(self):
+        """Moves the levels whose window the shared one fills to `fast`."""
+        n = len(self.window)
+        self.fast = tuple((level, level.k, level.sorted, level.mid, level.odd)
+                          for level in self.levels if level.k <= n)
+        self.growing = tuple(sorted((level for level in self.levels if level.k > n), key=lambda level: level.k))
 
 
 def shared_level(channel, k: int, history: int = 0) -> Level:

@@ -105,11 +105,16 @@ class _State:
                     quiets[sig].append(quiet)
         for sig, found in quiets.items():
             if found:
-                self.channels[sig].screen = Screen(found, self.channels[sig])
+                ch = self.channels[sig]
+                screen = Screen(found, ch)
+                ch.quiet_lo, ch.quiet_hi = screen.lo, screen.ceiling(_nan)  # before the first point
+                if screen.moves:
+                    ch.screen = screen
         for sig, found in rests.items():
             if found:
                 ch = self.channels[sig]
                 ch.rest = RestScreen([(stream, rest) for _, stream, rest in found])
+                ch.rest_from = ch.rest.after
                 resting = {code for code, _, _ in found}
                 ch.checks_at_rest = [c for c in ch.checks if c[0] not in resting]
                 ch.always_at_rest = [c for c in ch.always if c[0] not in resting]
@@ -280,11 +285,9 @@ class Monitor:
                     ch.max_finite = v
                 if ch.open:
                     self._grow_open(ch, i, step, v)
-                screen = ch.screen
-                if screen is not None and screen.quiet(v):
+                if ch.quiet_lo <= v <= ch.quiet_hi:
                     checks = ch.always
-                rest = ch.rest
-                if rest is not None and rest.quiet(i):
+                if i >= ch.rest_from and ch.rest.quiet():
                     checks = ch.always_at_rest if checks is ch.always else ch.checks_at_rest
             for code, check in checks:
                 hit = check(i, step, v)
@@ -300,6 +303,8 @@ class Monitor:
                 ch.window.push(v)
             if log_window is not None:
                 log_window.push(x)
+            if ch.screen is not None:
+                ch.quiet_hi = ch.screen.ceiling(v)
         v = values.get("val_loss")
         if v is not None and st.channels["train_loss"].n:
             st.last_gap = v - st.channels["train_loss"].values[-1]

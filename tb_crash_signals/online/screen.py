@@ -7,15 +7,19 @@ import math
 from tb_crash_signals.analysis.streaming import Channel
 
 _inf = math.inf
+_nextafter = math.nextafter
 
 
 class Screen:
-    """The Quiet conditions of one signal's streams, combined: while a value
-    meets them all, the monitor skips those streams' checks (most points of a
-    healthy run), so their necessary conditions cost one call, not one each."""
+    """The Quiet conditions of one signal's streams, combined into a band of values: while a
+    value lies in it (most points of a healthy run), the monitor skips those streams' checks, so
+    their necessary conditions cost two comparisons and, for a band that moves, one call after
+    the point, not a call each. The band is [lo, ceiling],
+    the ceiling worked out after each point for the next one: at most hi, prev_factor x the point
+    (the next one's previous point), and under floor_factor x the lower bound of the signal's
+    window (which then holds the point)."""
 
-    __slots__ = ("lo", "hi", "prev_factor", "floor_factor", "log_margin",
-                 "channel", "values", "window", "log_window")
+    __slots__ = ("lo", "hi", "prev_factor", "floor_factor", "window", "low", "floor", "moves")
 
     def __init__(self, quiets: list, channel: Channel):
         self.lo = max(q.lo for q in quiets)
@@ -23,34 +27,37 @@ class Screen:
         # The smallest factor implies the others, as the bases are > 0.
         self.prev_factor = _least(q.prev_factor for q in quiets)
         self.floor_factor = _least(q.floor_factor for q in quiets)
-        self.log_margin = _least(q.log_margin for q in quiets)
-        self.channel = channel
-        self.values = channel.values
         self.window = channel.window if self.floor_factor is not None else None
-        self.log_window = channel.log_window if self.log_margin is not None else None
+        self.low = self.floor = -_inf  # the window's lower bound last seen (never -inf), and the bar under it
+        # Without a factor the band is [lo, hi] at every point: nothing to work out after each.
+        self.moves = self.prev_factor is not None or self.window is not None
 
-    def quiet(self, v):
-        """True if every screened stream is sure to stay quiet at the finite value v
-        (the channel holds v as its last point; its windows end before it)."""
-        if not self.lo <= v <= self.hi:
-            return False
-        if self.prev_factor is not None:
-            try:
-                prev = self.values[-2]
-            except IndexError:  # the first point
-                return False
-            if not (prev > 0 and v <= self.prev_factor * prev):
-                return False
+    def _floor(self, low):
+        """Takes the window's new lower bound: the next value must be under floor_factor x it
+        (when it is > 0), so at most the float below that (the largest float for an infinite
+        product, under which every finite value is)."""
+        self.low = low
+        self.floor = _nextafter(self.floor_factor * low, -_inf) if 0 < low < _inf else -_inf
+
+    def ceiling(self, v):
+        """The largest finite value the next point may take with every screened stream sure to
+        stay quiet, after the point v (NaN: before the first point); -inf if none may."""
+        # Comparisons rather than min(), whose call costs more than all of them.
+        c = self.hi
+        factor = self.prev_factor
+        if factor is not None:
+            if not v > 0:  # the first point, or after a point <= 0 or NaN
+                return -_inf
+            x = factor * v  # inf after an infinite point: no bound
+            if x < c:
+                c = x
         w = self.window
         if w is not None:
-            lb = w.low
-            if not (lb > 0 and lb != _inf and v < self.floor_factor * lb):
-                return False
-        w = self.log_window
-        if w is not None:  # w.low is inf while nothing finite was pushed: quiet
-            if self.channel.log_value - w.low > self.log_margin:
-                return False
-        return True
+            if w.low != self.low:  # the window's lower bound moves now and then, not every point
+                self._floor(w.low)
+            if self.floor < c:
+                c = self.floor
+        return c
 
 
 class RestScreen:
@@ -71,20 +78,25 @@ class RestScreen:
                 key = (id(level), id(best))
                 if key not in least or factor < least[key][1]:
                     least[key] = (level, factor, best)
-        self.bars = tuple(least.values())
+        # Grouped by best, whose low is read and tested once: (best, ((level, factor), ...)).
+        by_best = {}
+        for level, factor, best in least.values():
+            by_best.setdefault(id(best), (best, []))[1].append((level, factor))
+        self.bars = tuple((best, tuple(pairs)) for best, pairs in by_best.values())
 
-    def quiet(self, i):
-        """True if every rested stream is sure to return None at point i, its state unchanged
-        (a finite point; the shared levels hold it)."""
-        if i < self.after:
-            return False
+    def quiet(self):
+        """True if every rested stream is sure to return None at the point being checked, its
+        state unchanged (a finite point from `after` on; the shared levels hold it)."""
         for stream in self.streams:
             if stream.busy:
                 return False
-        for level, factor, best in self.bars:
+        for best, pairs in self.bars:
             b = best.low
-            if not (b > 0 and level.value < factor * b):
+            if not b > 0:
                 return False
+            for level, factor in pairs:
+                if not level.value < factor * b:
+                    return False
         return True
 
 

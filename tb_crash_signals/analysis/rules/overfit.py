@@ -144,6 +144,7 @@ class ValDivergenceStream(_TrainAtVal):
     def __init__(self, p, signal, channels):
         super().__init__(p.smooth, channels)
         self.p = p
+        self.rise = 1 + p.min_rise  # `above` is at least this multiple of the best
         self.best = math.inf
         self.best_i = 0
         self.best_step = None
@@ -152,12 +153,13 @@ class ValDivergenceStream(_TrainAtVal):
 
     def check(self, i, step, v):
         p = self.p
-        masked = v if math.isfinite(v) else math.inf
+        finite = v - v == 0.0
+        masked = v if finite else math.inf
         if i == 0 or masked < self.best:
-            self.best = min(masked, self.best) if i else masked
+            self.best = masked
             self.best_i, self.best_step = i, step
             self.train_at_best = self.train_now()
-        above = math.isfinite(v) and v >= self.best * (1 + p.min_rise) and self.best > 0
+        above = finite and v >= self.best * self.rise and self.best > 0
         self.above = self.above + 1 if above else 0
         if (
             i >= p.min_evaluations

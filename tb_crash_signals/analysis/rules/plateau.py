@@ -234,8 +234,12 @@ class PlateauStream(Stream):
         self.fraction, self.min_patience = p.patience_fraction, p.min_patience
         self.cap = max(p.max_patience, p.min_patience)
         self.capped_from = _capped_from(p.patience_fraction, self.min_patience, self.cap)
+        # The screen in check needs a patience of at least 1: from the first point with min_patience
+        # >= 1 (else after the warm-up, where the patience has grown, as the defaults have it).
+        self.screen_from = 0 if min(self.min_patience, self.cap) >= 1 else self.max_warmup + 1
         # The best as of each of the last `cap` points, and the learning rate's peak (its channel's
-        # max_finite: -inf before any) as of each: both monotone, kept where they changed.
+        # max_finite: -inf before any) as of each from its fall on: both monotone, kept where they
+        # changed.
         self.bests = _AsOf(self.cap)
         self.peaks = _AsOf(self.cap)
         self.lr_climb, self.lr_fell = p.lr_climb, p.lr_fell
@@ -249,20 +253,23 @@ class PlateauStream(Stream):
         lr = self.lr_peak.channel
         lr_now = lr.values[-1] if lr.values else math.nan
         peak = lr.max_finite
-        self.peaks.push(i, peak)
         if self.fell_at == math.inf and lr_now < self.lr_fell * peak:
             self.fell_at, self.fell_peak = i, peak
-        if i > self.max_warmup:
-            # The usual point of a run that learns: its learning rate not gone and its level well
-            # under `stuck` x the initial one, it cannot fire; only the best is recorded.
-            self.bests.push(i, self.level.low)
-            # Nor while its learning rate has not climbed back above its peak when it fell (which the
-            # peak as of the stall's start is at least).
-            if (not (peak > 0 and lr_now / peak <= self.lr_floor) and not self.level.value >= self.stuck * init
-                    and not (self.fell_at < i and lr_now >= self.lr_climb * self.fell_peak)):
-                if self.own is not None:
-                    self.own.append(v)
-                return None
+        if self.fell_at != math.inf:  # _climb reads the peak as of points from the fall on only
+            self.peaks.push(i, peak)
+        if i <= self.max_warmup:
+            self._warm_up(i)
+        self.bests.push(i, self.level.low)
+        # The usual point of a run that learns: its learning rate not gone and its level well under
+        # `stuck` x the initial one, it cannot fire; nor while its learning rate has not climbed back
+        # above its peak when it fell (which the peak as of the stall's start is at least), the stall
+        # starting before this point (a patience of at least 1).
+        if (i >= self.screen_from and not (peak > 0 and lr_now / peak <= self.lr_floor)
+                and not self.level.value >= self.stuck * init
+                and not (self.fell_at < i and lr_now >= self.lr_climb * self.fell_peak)):
+            if self.own is not None:
+                self.own.append(v)
+            return None
         hit = self._check(i, v, init)
         if hit is not None and self.noise.noise_decades() >= self.max_noise:
             hit = None
@@ -270,9 +277,9 @@ class PlateauStream(Stream):
             self.own.append(v)
         return hit
 
-    def _check(self, i, v, init):
-        finite = v - v == 0.0
-        best = self.level.low
+    def _warm_up(self, i):
+        """Follows the learning rate through the first `max_warmup` points: where it still ramps up
+        (`warmed`), unless it rose exponentially or ever faster (see _warmup_ends)."""
         if i < self.max_warmup:
             lr = self.lr[-1] if self.lr else math.nan
             if self.exp_at is None:
@@ -285,11 +292,14 @@ class PlateauStream(Stream):
             m = self.max_warmup
             if i in (0, m // 2, m - 1):
                 self.lr_marks[i] = lr
-        elif i == self.max_warmup and self.warmed == i - 1:
+        elif self.warmed == i - 1:
             marks, m = self.lr_marks, self.max_warmup
             if accelerating(*(marks.get(j, math.nan) for j in (0, m // 2, m - 1))):
                 self.warmed = -1  # rising all along, ever faster: not a warm-up (see _warmup_ends)
-        self.bests.push(i, best)
+
+    def _check(self, i, v, init):
+        finite = v - v == 0.0
+        best = self.level.low
         if i >= self.capped_from:
             patience = self.cap
         else:

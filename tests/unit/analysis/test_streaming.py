@@ -12,6 +12,7 @@ from tb_crash_signals.analysis import stats
 from tb_crash_signals.analysis.streaming import (
     Channel,
     Level,
+    Levels,
     RecentLogs,
     TailMedian,
     Window,
@@ -53,6 +54,29 @@ def test_level_pushed_point_by_point_is_the_median_of_its_window(x, k):
     # The batch rule's level (which may give a zero of the other sign).
     batch = stats.smoothed_level(x, k)
     assert np.array_equal(got, batch, equal_nan=True)
+
+
+@settings(max_examples=300, deadline=None)
+@given(series, st.lists(st.integers(1, 40), min_size=1, max_size=4, unique=True))
+def test_levels_pushed_together_are_each_level_pushed_alone(x, ks):
+    """Sharing one window, from the first point or after leading NaNs, changes no level's value,
+    lowest value or history, zeros' signs included."""
+    together, alone = Levels(), []
+    for k in ks:
+        level = Level(k)
+        level.keep(3)
+        together.add(level)
+        mine = Level(k)
+        mine.keep(3)
+        alone.append(mine)
+    for v in x.tolist():
+        together.push(v)
+        for mine in alone:
+            mine.push(v)
+        for level, mine in zip(together.levels, alone):
+            got = [level.value, level.low, *level.history]
+            want = [mine.value, mine.low, *mine.history]
+            assert same_bits(np.asarray(got), np.asarray(want))
 
 
 @settings(max_examples=300, deadline=None)
