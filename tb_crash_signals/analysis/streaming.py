@@ -479,22 +479,22 @@ class Levels:
             if history is not None:
                 history.append(b)
         window.append(x)
-        if self.growing:
-            self._grow(x, len(window))
-
-    def _grow(self, x, n):
-        """Level.push of the growing levels, which hold every point so far: x is the n-th."""
-        mid = n // 2
-        for level in self.growing:
-            xs = level.sorted
-            _insort(xs, x)
-            b = level.value = xs[mid] if n % 2 else (xs[mid - 1] + xs[mid]) / 2.0
-            if not b >= level.low:
-                level.low = b
-            if level.history is not None:
-                level.history.append(b)
-        if self.growing[0].k == n:  # the shortest is full
-            self._sort_by_fill()
+        growing = self.growing
+        if growing:
+            # Level.push of the growing levels, which hold every point so far: x is the n-th.
+            # Inline, not a method: at every point of a short run.
+            n = len(window)
+            mid = n // 2
+            for level in growing:
+                xs = level.sorted
+                _insort(xs, x)
+                b = level.value = xs[mid] if n % 2 else (xs[mid - 1] + xs[mid]) / 2.0
+                if not b >= level.low:
+                    level.low = b
+                if level.history is not None:
+                    level.history.append(b)
+            if growing[0].k == n:  # the shortest is full
+                self._sort_by_fill()
 
     def _push_each(self, v):
         for level in self.levels:
