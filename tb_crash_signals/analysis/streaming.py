@@ -33,6 +33,7 @@ import math
 from bisect import bisect_left as _bisect_left
 from bisect import insort as _insort
 from itertools import islice
+from operator import attrgetter
 from operator import sub as _sub
 
 import numpy as np
@@ -51,6 +52,7 @@ _nan, _inf = math.nan, math.inf
 # validation rules read the train loss.
 ORDER = ("lr", "train_loss", "grad_norm", "update_ratio", "val_loss")
 assert sorted(ORDER) == sorted(SIGNALS)
+_by_k = attrgetter("k")  # a level's window length (sort key)
 
 
 class Window:
@@ -477,22 +479,22 @@ class Levels:
             if history is not None:
                 history.append(b)
         window.append(x)
-        if self.growing:
-            self._grow(x, len(window))
-
-    def _grow(self, x, n):
-        """Level.push of the growing levels, which hold every point so far: x is the n-th."""
-        mid = n // 2
-        for level in self.growing:
-            xs = level.sorted
-            _insort(xs, x)
-            b = level.value = xs[mid] if n % 2 else (xs[mid - 1] + xs[mid]) / 2.0
-            if not b >= level.low:
-                level.low = b
-            if level.history is not None:
-                level.history.append(b)
-        if self.growing[0].k == n:  # the shortest is full
-            self._sort_by_fill()
+        growing = self.growing
+        if growing:
+            # Level.push of the growing levels, which hold every point so far: x is the n-th.
+            # Inline, not a method: at every point of a short run.
+            n = len(window)
+            mid = n // 2
+            for level in growing:
+                xs = level.sorted
+                _insort(xs, x)
+                b = level.value = xs[mid] if n % 2 else (xs[mid - 1] + xs[mid]) / 2.0
+                if not b >= level.low:
+                    level.low = b
+                if level.history is not None:
+                    level.history.append(b)
+            if growing[0].k == n:  # the shortest is full
+                self._sort_by_fill()
 
     def _push_each(self, v):
         for level in self.levels:
@@ -505,7 +507,7 @@ class Levels:
             self._share()
 
     def _share(self):
-        longest = max(self.levels, key=lambda level: level.k)
+        longest = max(self.levels, key=_by_k)
         # Every level's window is the last k points of the same forward-filled series.
         self.window = collections.deque(longest.window, maxlen=longest.k)
         self.last = longest.last
@@ -516,9 +518,10 @@ class Levels:
     def _sort_by_fill(self):
         """Moves the levels whose window the shared one fills to `fast`."""
         n = len(self.window)
-        self.fast = tuple((level, level.k, level.sorted, level.mid, level.odd)
-                          for level in self.levels if level.k <= n)
-        self.growing = tuple(sorted((level for level in self.levels if level.k > n), key=lambda level: level.k))
+        # Comprehensions, not generators (a call per item): it runs each time a level fills up.
+        self.fast = tuple([(level, level.k, level.sorted, level.mid, level.odd)
+                           for level in self.levels if level.k <= n])
+        self.growing = tuple(sorted([level for level in self.levels if level.k > n], key=_by_k))
 
 
 def shared_level(channel, k: int, history: int = 0) -> Level:
@@ -609,7 +612,9 @@ class RecentLogs:
             lg = self.log(np.array(positive, dtype=np.float64)).tolist() if positive else []
             self.sorted = sorted(lg)
             it = iter(lg)
-            self.logs = collections.deque(next(it) if x > 0 and x - x == 0.0 else None for x in new)
+            # Comprehensions rather than generators here and below: a generator is resumed, a call,
+            # per item.
+            self.logs = collections.deque([next(it) if x > 0 and x - x == 0.0 else None for x in new])
             self.diffs = None  # rebuilt from the logs when the jitter is next asked for
             return
         log = self.log
@@ -662,7 +667,7 @@ class RecentLogs:
                 self.result = _nan
             else:
                 m = median_sorted(xs)
-                self.result = MAD_TO_SIGMA * median_sorted(sorted(abs(x - m) for x in xs))
+                self.result = MAD_TO_SIGMA * median_sorted(sorted([abs(x - m) for x in xs]))
         return self.result
 
 

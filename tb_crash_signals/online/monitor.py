@@ -305,9 +305,8 @@ class Monitor:
                 log_window.push(x)
             if ch.screen is not None:
                 ch.quiet_hi = ch.screen.ceiling(v)
-        v = values.get("val_loss")
-        if v is not None and st.channels["train_loss"].n:
-            st.last_gap = v - st.channels["train_loss"].values[-1]
+        if "val_loss" in values and st.channels["train_loss"].n:  # `in`: no call
+            st.last_gap = values["val_loss"] - st.channels["train_loss"].values[-1]
         if quiet:
             return opened
         for ep in opened:

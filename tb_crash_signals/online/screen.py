@@ -32,13 +32,6 @@ class Screen:
         # Without a factor the band is [lo, hi] at every point: nothing to work out after each.
         self.moves = self.prev_factor is not None or self.window is not None
 
-    def _floor(self, low):
-        """Takes the window's new lower bound: the next value must be under floor_factor x it
-        (when it is > 0), so at most the float below that (the largest float for an infinite
-        product, under which every finite value is)."""
-        self.low = low
-        self.floor = _nextafter(self.floor_factor * low, -_inf) if 0 < low < _inf else -_inf
-
     def ceiling(self, v):
         """The largest finite value the next point may take with every screened stream sure to
         stay quiet, after the point v (NaN: before the first point); -inf if none may."""
@@ -53,8 +46,13 @@ class Screen:
                 c = x
         w = self.window
         if w is not None:
-            if w.low != self.low:  # the window's lower bound moves now and then, not every point
-                self._floor(w.low)
+            low = w.low
+            if low != self.low:  # the window's lower bound moves now and then, not every point
+                # The next value must be under floor_factor x it (when it is > 0), so at most the
+                # float below that (the largest float for an infinite product, under which every
+                # finite value is). Inline: while a falling loss fills the window, at most points.
+                self.low = low
+                self.floor = _nextafter(self.floor_factor * low, -_inf) if 0 < low < _inf else -_inf
             if self.floor < c:
                 c = self.floor
         return c

@@ -23,7 +23,7 @@ from tb_crash_signals.analysis.rules.base import (
     rule,
     since_index,
 )
-from tb_crash_signals.analysis.rules.divergence import early_best, early_bests, early_jitter_at
+from tb_crash_signals.analysis.rules.divergence import early_bests, early_jitter_at
 from tb_crash_signals.analysis.stats import (
     initial_level,
     jitter_at,
@@ -376,14 +376,15 @@ class LossGrowthStream(Stream):
             self.steps.append(step)
         low = self.level.low
         early = i < p.min_points
+        # The lower of the best level and the level's lowest (early_bests'), inline: at every point.
+        best_smooth = low if best != best or low < best else best
         if early:  # a short run: its own best level, no slow level, the jitter gate for noise
-            best, b = early_best(best, low), math.nan
+            best, b = best_smooth, math.nan  # (the same of it is itself)
         hit = None
         # On a smooth loss its fast level tells, against the lower of the best level and the level's
         # lowest (see the batch rule). Which loss is smooth costs a jitter, read only when the choice
         # can change what happens: a climb possible on either level, or the two on different sides
         # of max_ratio (the next point's `finishing`).
-        best_smooth = low if best != best or low < best else best  # early_best's, inline: at every point
         slow_only = b >= p.slow_ratio * best
         told, width, levels, top_best = level, p.smooth, self.level.history, best
         how = smooth = False

@@ -255,11 +255,16 @@ class PlateauStream(Stream):
         peak = lr.max_finite
         if self.fell_at == math.inf and lr_now < self.lr_fell * peak:
             self.fell_at, self.fell_peak = i, peak
+        # Both change at few points of a long run: tested here, pushed only then (a call less).
         if self.fell_at != math.inf:  # _climb reads the peak as of points from the fall on only
-            self.peaks.push(i, peak)
+            of = self.peaks.of
+            if not of or not (peak == of[-1]):
+                self.peaks.push(i, peak)
         if i <= self.max_warmup:
             self._warm_up(i)
-        self.bests.push(i, self.level.low)
+        low, of = self.level.low, self.bests.of
+        if not of or not (low == of[-1]):  # NaN: every point a change, as in push
+            self.bests.push(i, low)
         # The usual point of a run that learns: its learning rate not gone and its level well under
         # `stuck` x the initial one, it cannot fire; nor while its learning rate has not climbed back
         # above its peak when it fell (which the peak as of the stall's start is at least), the stall
@@ -281,10 +286,13 @@ class PlateauStream(Stream):
         """Follows the learning rate through the first `max_warmup` points: where it still ramps up
         (`warmed`), unless it rose exponentially or ever faster (see _warmup_ends)."""
         if i < self.max_warmup:
-            lr = self.lr[-1] if self.lr else math.nan
+            lrs = self.lr
+            n = len(lrs)
+            lr = lrs[-1] if n else math.nan
             if self.exp_at is None:
                 self.lr_head.append(lr)
-            if self._lr_rising() and self.exp_at is None and self.fell_at > i:
+            # Rising: the last lr point above the one 3 points before it.
+            if self.exp_at is None and self.fell_at > i and n and lr > lrs[-4 if n >= 4 else 0]:
                 self.warmed = i
                 head = self.lr_head
                 if i >= _EXP_FROM and exponential(head[0], head[i // 2], head[i]):
@@ -325,12 +333,6 @@ class PlateauStream(Stream):
         peak = self.peaks.as_of(start)
         lr = self.lr_peak.channel
         return lr.values[-1] / peak if peak > 0 else math.nan
-
-    def _lr_rising(self):
-        """The last lr point above the one 3 points before it (warm-up)."""
-        lr = self.lr
-        n = len(lr)
-        return n > 0 and lr[-1] > lr[-4 if n >= 4 else 0]
 
 
 class _AsOf:

@@ -48,11 +48,14 @@ class ValStagnationStream(Stream):
             self.first = v
         values = self.values
         # The last value first: a moving loss fails there, without the walk over the window.
-        if i >= p.evaluations and (not values or abs(values[-1] - v) < p.tolerance) and all(
-            abs(x - v) < p.tolerance for x in values
-        ):
-            if not (p.min_level > 0 and v < p.min_level * self.first):
-                hit = HIT
+        if i >= p.evaluations and (not values or abs(values[-1] - v) < p.tolerance):
+            tol = p.tolerance
+            for x in values:  # a loop, not all() of a generator: that costs a call per value
+                if not abs(x - v) < tol:
+                    break
+            else:
+                if not (p.min_level > 0 and v < p.min_level * self.first):
+                    hit = HIT
         self.values.append(v)
         return hit
 
