@@ -379,7 +379,7 @@ class LossGrowthStream(Stream):
         # The lower of the best level and the level's lowest (early_bests'), inline: at every point.
         best_smooth = low if best != best or low < best else best
         if early:  # a short run: its own best level, no slow level, the jitter gate for noise
-            best, b = best_smooth, math.nan  # (the same of it is itself)
+            best, b = best_smooth, math.nan  # early_bests' best, which best_smooth already is
         hit = None
         # On a smooth loss its fast level tells, against the lower of the best level and the level's
         # lowest (see the batch rule). Which loss is smooth costs a jitter, read only when the choice
