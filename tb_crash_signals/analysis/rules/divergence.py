@@ -76,11 +76,15 @@ def rest_factor(p: DivergenceParams) -> float:
     return min(p.factor, 1.0 + p.lost * (1.0 / p.learnt - 1.0))
 
 
+def early_best(best, level_low):
+    """The best level before `min_points` (CS113, CS202): the lower of the best level and the
+    lowest current level so far. Before its `best_smooth` points the best level is the median of
+    all the points so far, which lags far behind a loss that fell fast."""
+    return level_low if best != best or level_low < best else best
+
+
 def early_bests(best, level, min_points):
-    """The best level before `min_points` (CS113, CS202) at every point of a series (`best` and
-    `level` arrays): the lower of the best level and the lowest current level so far. Before its
-    `best_smooth` points the best level is the median of all the points so far, which lags far
-    behind a loss that fell fast. The streams take it inline, a point at a time (early best)."""
+    """`early_best` at every point of a series: `best` and `level` arrays."""
     k = min(min_points, best.shape[0])
     out = best.copy()
     out[:k] = np.fmin(best[:k], np.fmin.accumulate(level[:k]))
@@ -150,8 +154,7 @@ class LossDivergenceStream(Stream):
         level = self.level.value
         best = self.best_level.low
         if i < p.min_points:
-            low = self.level.low
-            best = low if best != best or low < best else best  # the early best (early_bests'), inline
+            best = early_best(best, self.level.low)
         init = self.initial.value
         # `elevated` on floats, without its numpy error state (a context manager a point).
         up = (i >= self.start and v - v == 0.0 and (level >= p.factor * best or best <= p.learnt * init)

@@ -376,10 +376,10 @@ class LossGrowthStream(Stream):
             self.steps.append(step)
         low = self.level.low
         early = i < p.min_points
-        # The lower of the best level and the level's lowest (early_bests'), inline: at every point.
+        # early_best's, inline: at every point.
         best_smooth = low if best != best or low < best else best
         if early:  # a short run: its own best level, no slow level, the jitter gate for noise
-            best, b = best_smooth, math.nan  # early_bests' best, which best_smooth already is
+            best, b = best_smooth, math.nan  # early_best(best, low), which best_smooth is
         hit = None
         # On a smooth loss its fast level tells, against the lower of the best level and the level's
         # lowest (see the batch rule). Which loss is smooth costs a jitter, read only when the choice

@@ -255,16 +255,11 @@ class PlateauStream(Stream):
         peak = lr.max_finite
         if self.fell_at == math.inf and lr_now < self.lr_fell * peak:
             self.fell_at, self.fell_peak = i, peak
-        # Both change at few points of a long run: tested here, pushed only then (a call less).
         if self.fell_at != math.inf:  # _climb reads the peak as of points from the fall on only
-            of = self.peaks.of
-            if not of or not (peak == of[-1]):
-                self.peaks.push(i, peak)
+            self.peaks.push(i, peak)
         if i <= self.max_warmup:
             self._warm_up(i)
-        low, of = self.level.low, self.bests.of
-        if not of or not (low == of[-1]):  # NaN: every point a change, as in push
-            self.bests.push(i, low)
+        self.bests.push(i, self.level.low)
         # The usual point of a run that learns: its learning rate not gone and its level well under
         # `stuck` x the initial one, it cannot fire; nor while its learning rate has not climbed back
         # above its peak when it fell (which the peak as of the stall's start is at least), the stall
