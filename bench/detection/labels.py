@@ -68,8 +68,9 @@ detectors may not. The rules, all on logged points:
   (after the first 3) outside [1e-5, 1e-1] (DeepDiagnosis' healthy band).
 - **learning-rate misconfiguration**: a learning rate < 0, or = 0 on 3
   consecutive points before the last 5 % of the run; or a rise > 5x between
-  consecutive points after the first 3; or, after decaying below half its
-  peak, a rise above 1.5x that peak.
+  consecutive points after the first 3, to above 1.25x its peak before (a
+  return to the peak, a warm restart, is a schedule's); or, after decaying
+  below half its peak, a rise above 1.5x that peak.
 
 The run's **category**: `diverged` if it has a crash step, else `healthy` if
 it has no spike, overfit, plateau, stagnation or misconfiguration label
@@ -348,6 +349,11 @@ def update_ratio_bad(ur) -> bool:
     return bool(out.mean() >= 0.25)
 
 
+# A jump back to at most this multiple of the learning rate's peak before it is a scheduled warm
+# restart (SGDR), not a misconfiguration: the peak logged before may be a point past the schedule's.
+RESTART_MARGIN = 1.25
+
+
 def lr_bad(lr) -> list[str]:
     if lr is None or len(lr[1]) < 2:
         return []
@@ -362,12 +368,12 @@ def lr_bad(lr) -> list[str]:
         if run >= 3:
             why.append("zero")
             break
+    peak = np.maximum.accumulate(v)
     if n > 4:
         with np.errstate(divide="ignore", invalid="ignore"):
-            jump = (v[4:] > 5 * v[3:-1]) & (v[3:-1] > 0)
+            jump = (v[4:] > 5 * v[3:-1]) & (v[3:-1] > 0) & (v[4:] > RESTART_MARGIN * peak[3:-1])
         if jump.any():
             why.append("jump")
-    peak = np.maximum.accumulate(v)
     dec = np.flatnonzero(v < 0.5 * peak)
     if dec.size and np.any(v[dec[0]:] > 1.5 * peak[dec[0]]):
         why.append("rising")

@@ -28,6 +28,7 @@ from train import (
     piecewise,
     ramp,
     step_decay,
+    warm_restarts,
     warmup_cosine,
 )
 from writers import STYLES
@@ -107,6 +108,16 @@ def _cyclic(k, rng):
         return _base(k, opt="adam", lr=lr, log_every=_pick(rng, [1, 5]), eval_every=50)
     lr = cyclic(SGD[k] * 0.1, SGD[k], _pick(rng, [100, 150, 200]))
     return _base(k, opt="sgd", lr=lr, clip=None, log_every=_pick(rng, [1, 5]), eval_every=50)
+
+
+def _warm_restarts(k, rng):
+    period = T[k] // int(_pick(rng, [3, 4, 5]))
+    floor = float(_pick(rng, [0.0, 0.01, 0.05]))
+    if rng.integers(2):
+        return _base(k, opt="adam", lr=warm_restarts(ADAM[k], period, floor),
+                     log_every=_pick(rng, [1, 5, 10]), eval_every=50)
+    return _base(k, opt="sgd", lr=warm_restarts(SGD[k], period, floor), clip=None,
+                 log_every=_pick(rng, [1, 5, 10]), eval_every=50)
 
 
 def _one_cycle(k, rng):
@@ -306,6 +317,10 @@ SCENARIOS = (
     Scenario("crash-jump-together", "abrupt",
              "a corrupted batch at a 300-1000x Adam learning rate: loss and grad norm jump together",
              _together, kinds=NOT_TEXT),
+    # healthy, added last: a scenario's seeds follow its place in this tuple
+    Scenario("healthy-sgdr", "healthy",
+             "cosine annealing with warm restarts (SGDR): the LR jumps back to its peak each period",
+             _warm_restarts),
 )
 
 

@@ -249,6 +249,15 @@ def cyclic(low, high, half_period):
     return f
 
 
+def warm_restarts(peak, period, floor=0.0):
+    """Cosine annealing with warm restarts (SGDR; PyTorch's CosineAnnealingWarmRestarts with
+    T_mult=1): peak -> floor x peak over each period, then back to the peak at once."""
+    def f(t):
+        q = (t % period) / period
+        return peak * (floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * q)))
+    return f
+
+
 def one_cycle(peak, total, pct_up=0.3, div=25.0, final_div=1e3):
     """PyTorch's OneCycleLR (cosine annealing): peak/div -> peak -> peak/(div*final_div)."""
     up = int(total * pct_up)

@@ -281,8 +281,6 @@ class Monitor:
             if ch.follows:
                 self._follow(ch, step, v)
             if v - v == 0.0:  # finite
-                if v > ch.max_finite:
-                    ch.max_finite = v
                 if ch.open:
                     self._grow_open(ch, i, step, v)
                 if ch.quiet_lo <= v <= ch.quiet_hi:
@@ -296,6 +294,8 @@ class Monitor:
                     ep = self._hit(code, name, i, step, v, hit)
                     if ep is not None:
                         opened.append(ep)
+            if v > ch.max_finite and v - v == 0.0:  # after the checks: theirs is the peak before
+                ch.max_finite = v
             if ch.heading:
                 ch.initial.push(v)
                 ch.heading = ch.initial.known == _inf

@@ -49,3 +49,12 @@ def test_a_grad_norm_exploding_one_step_before_the_loss_jumps_is_no_precursor():
     labels = compute_labels({"train_loss": points(loss), "grad_norm": points(rising)})
     assert labels["precursor"] is True and labels["precursor_signal"] == "grad_norm"
     assert 150 <= labels["precursor_start"] <= 400
+
+
+def test_a_warm_restart_back_to_the_peak_is_no_learning_rate_misconfiguration():
+    t = np.arange(120)
+    sgdr = 1e-3 * 0.5 * (1 + np.cos(np.pi * (t % 30) / 30)) + 1e-6  # back to 1e-3 every 30 points
+    assert _labels.lr_bad((t, sgdr)) == []
+    high = sgdr.copy()
+    high[60:] *= 10  # a restart 10x past the peak the run trained at
+    assert "jump" in _labels.lr_bad((t, high))

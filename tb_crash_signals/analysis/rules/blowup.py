@@ -48,10 +48,10 @@ class BlowupParams:
     )
     big: float = param(100.0, "a loss at least this multiple of its recent median is a crash by itself")
     after_lr: float = param(
-        3.0, "... or this multiple of it (and `envelope` x the window's largest point) right after "
+        1.5, "... or this multiple of it (and `envelope` x the window's largest point) right after "
         "the learning rate jumped"
     )
-    envelope: float = param(2.0, "see `after_lr`")
+    envelope: float = param(1.3, "see `after_lr`")
     climb: int = param(
         2, "... or the last this-many points each rose `climb_rise` x the one before, up to `climb_big` x "
         "the recent median: an explosion over a few logged points (epoch-level runs cross 100x in three "

@@ -83,6 +83,11 @@ class LrJumpParams:
         5.0, "`lr-jump` fires when the learning rate rises more than this multiple in one logged "
         "point (drops are what schedules do)"
     )
+    above_peak: float = param(
+        1.25, "... and lands above this multiple of its peak before the jump: a return to the peak the "
+        "run already trained at is a scheduled restart (SGDR, cosine with restarts), not a fault (the "
+        "margin: the peak logged before may be a point past the schedule's own); 0: any jump", at_least=0.0,
+    )
     warmup: int = param(3, "points ignored at the start (warm-up ramps from ~0)")
     peak_factor: float = param(
         1.5, "`lr-rising` fires when, after the learning rate has decayed, it climbs above this "
@@ -96,8 +101,10 @@ class LrJumpStream(Stream):
 
     def __init__(self, p, signal, channels):
         self.factor = p.factor
+        self.above_peak = p.above_peak
         self.min_i = p.warmup + 1
-        self.values = channels[signal].values  # holds this point and the ones before
+        self.channel = channels[signal]
+        self.values = self.channel.values  # holds this point and the ones before
 
     def quiet(self):
         return Quiet(prev_factor=self.factor)
@@ -105,7 +112,8 @@ class LrJumpStream(Stream):
     def check(self, i, step, v):
         if i >= self.min_i:
             prev = self.values[-2]
-            if v > self.factor * prev and prev > 0:
+            # The channel's max_finite is the peak before this point while the checks run.
+            if v > self.factor * prev and prev > 0 and v > self.above_peak * self.channel.max_finite:
                 return HIT
         return None
 
@@ -121,7 +129,8 @@ class LrJumpStream(Stream):
     "scheduler (restarts, a resumed run with a reset schedule)",
 )
 def lr_jump(data, p: LrJumpParams, since=None):
-    """The learning rate multiplies by more than `factor` from one point to the next."""
+    """The learning rate multiplies by more than `factor` from one point to the next, to above
+    `above_peak` x its peak before: a restart to the peak the run trained at before is a schedule's."""
     s = data.get("lr")
     if s is None or len(s) <= p.warmup + 1:
         return
@@ -131,6 +140,10 @@ def lr_jump(data, p: LrJumpParams, since=None):
         jump = (v[a:] > p.factor * v[a - 1 : -1]) & (v[a - 1 : -1] > 0)
     jump[: max(p.warmup + 1 - a, 0)] = False  # points 1 .. warmup
     idx = np.flatnonzero(jump) + a
+    if idx.size:
+        peak = np.fmax.accumulate(np.where(np.isfinite(v), v, np.nan))  # -inf never: v[idx - 1] > 0
+        with np.errstate(invalid="ignore"):
+            idx = idx[v[idx] > p.above_peak * peak[idx - 1]]
     if idx.size:
         yield Hits("lr", idx)
 

@@ -86,6 +86,18 @@ class LossGrowthParams:
                          "before and above its point before (a ramp, a range test, a warm-up that overshoots; "
                          "not the decay after a restart)", at_least=1)
     lr_up: float = param(1.2, "see `lr_back`", above=1.0)
+    lr_jump: float = param(
+        5.0, "the grad norm's climb is no evidence while the learning rate it follows jumped: more than "
+        "this multiple in one logged point (a warm restart, a reset schedule) ...", above=1.0,
+    )
+    lr_jump_back: int = param(
+        100, "... among its last this-many points (at most 255: the monitor keeps the last 256 points of "
+        "each signal; 0: never) ...", at_least=0, at_most=255,
+    )
+    lr_jump_level: float = param(
+        0.5, "... and it is still at least this multiple of the value it jumped to: a higher step size "
+        "makes larger gradients, and the loss's bump after a warm restart is no divergence",
+    )
     fit_window: int = param(10, "level points in the log-linear fit drawn and projected", at_least=3)
     target: float = param(2.0, "the fit projects when the level reaches this multiple of the best", above=0.0)
     consecutive: int = param(
@@ -206,6 +218,37 @@ def _lr_rising(lr, p: LossGrowthParams) -> np.ndarray:
         with np.errstate(invalid="ignore"):
             out[k:] = (v[k:] >= p.lr_up * v[:-k]) & (v[:-k] > 0) & (v[k:] > v[k - 1 : -1])
     return out
+
+
+def lr_restarted(values, p: LossGrowthParams) -> bool:
+    """Whether the learning rate jumped (see `lr_jump`) among its last `lr_jump_back` points and is
+    still `lr_jump_level` x the value it jumped to, from its recent points (oldest first, the last
+    one at or before the loss's point)."""
+    n = len(values)
+    now = values[-1] if n else math.nan
+    for j in range(n - 1, max(n - 1 - p.lr_jump_back, 0), -1):
+        before = values[j - 1]
+        if values[j] > p.lr_jump * before and before > 0:
+            return now >= p.lr_jump_level * values[j]
+    return False
+
+
+def _lr_restarted_at(lr, steps, p: LossGrowthParams) -> np.ndarray:
+    """lr_restarted as of the learning rate's last point at or before each of `steps`."""
+    out = np.zeros(np.shape(steps), bool)
+    if lr is None or len(lr) < 2 or p.lr_jump_back == 0:
+        return out
+    v = lr.values
+    with np.errstate(invalid="ignore"):
+        jumps = np.flatnonzero((v[1:] > p.lr_jump * v[:-1]) & (v[:-1] > 0)) + 1
+    if jumps.size == 0:
+        return out
+    pos = np.searchsorted(lr.steps, steps, side="right") - 1
+    k = np.searchsorted(jumps, pos, side="right") - 1  # the last jump at or before each point
+    ok = (pos >= 0) & (k >= 0)
+    j = jumps[np.maximum(k, 0)]
+    with np.errstate(invalid="ignore"):
+        return ok & (pos - j < p.lr_jump_back) & (v[np.maximum(pos, 0)] >= p.lr_jump_level * v[j])
 
 
 class _LrTrend:
@@ -398,7 +441,7 @@ class LossGrowthStream(Stream):
             # The point before was under max_ratio (a point the rest screen skipped was far under it).
             finishing = self.under or self.checked != i - 1
             trend = self.grad.shared.get(_GRAD)
-            rising = trend is not None and trend.rising
+            rising = trend is not None and trend.rising and not (p.lr_jump_back and lr_restarted(self.lr.values, p))
             lr_trend = self.lr.shared.get(_LR)
             lr_rising = lr_trend is not None and lr_trend.rising
             slow = self.best_level.history
@@ -530,6 +573,8 @@ def loss_growth(data, p: LossGrowthParams, since=None):
         # The grad norm's last point before the loss's step (the monitor sees no later one).
         rising = value_at_or_before(g.steps, _grad_rising(g, p).astype(np.float64), s.steps[cand] - 1) > 0
     lr = data.get("lr")
+    # The learning rate is logged before the loss at a step (the monitor's order): its point at the step counts.
+    rising &= ~_lr_restarted_at(lr, s.steps[cand], p)
     lr_rising = np.zeros(cand.size, bool)
     if lr is not None and len(lr):
         # The learning rate is logged before the loss at a step (the monitor's order): its point at the step counts.

@@ -106,6 +106,40 @@ def test_loss_blowup_in_one_point_or_multiplying_over_a_few():
     assert "CS114" not in codes(analyze(train_loss=climbing, config=off))
 
 
+def test_a_loss_that_jumps_right_after_the_learning_rate_did():
+    # A scheduler restart multiplies the learning rate 50x; the loss doubles at the next point and
+    # stays: a crash, at that point, though far under any 3x bar.
+    rng = np.random.default_rng(4)
+    loss = np.concatenate([1.2 * (1 + 0.03 * rng.standard_normal(60)), [2.46, 3.3, 2.3, 2.3, 2.3]])
+    lr = np.concatenate([np.full(60, 3e-3), np.full(5, 0.15)])
+    steps = [e.start_step for e in episodes_of(analyze(train_loss=loss, lr=lr), "CS114")]
+    assert steps == [60]
+    m = Monitor()
+    for step, (x, r) in enumerate(zip(loss.tolist(), lr.tolist())):
+        m.update(step, lr=r, train_loss=x)
+    assert [e.start_step for e in m.episodes() if e.code == "CS114"] == [60]
+    # Without the jump, or with a loss that only bumps 1.2x, nothing.
+    assert "CS114" not in codes(analyze(train_loss=loss, lr=np.full(65, 3e-3)))
+    bump = np.concatenate([loss[:60], [1.45, 1.4, 1.3, 1.25, 1.2]])
+    assert "CS114" not in codes(analyze(train_loss=bump, lr=lr))
+
+
+def test_a_warm_restart_makes_the_grad_norm_no_evidence_of_a_climb():
+    from tb_crash_signals.analysis.rules.loss_growth import _lr_restarted_at, lr_restarted
+    from tb_crash_signals.analysis.streaming import Series
+
+    p = RULES["CS202"].params()
+    t = np.arange(300)
+    sgdr = 1e-3 * 0.5 * (1 + np.cos(np.pi * (t % 100) / 100)) + 1e-6  # restarts at 100, 200
+    lr = Series(t, sgdr, np.zeros(300))
+    at = _lr_restarted_at(lr, t, p)
+    # From each restart while the learning rate is at least half the peak it jumped to.
+    assert at[100:150].all() and not at[151:200].any() and at[200:250].all() and not at[:100].any()
+    # The monitor's reading from the recent points it keeps says the same, point by point.
+    assert [lr_restarted(sgdr[max(i - 255, 0) : i + 1].tolist(), p) for i in t] == at.tolist()
+    assert not _lr_restarted_at(lr, t, dataclasses.replace(p, lr_jump_back=0)).any()
+
+
 def test_a_jump_together_in_the_first_dozen_points_is_a_crash():
     # A far too large SGD step at the 7th logged point: loss and grad norm 15x together, before
     # the run's initial level (its first 10 points) is known.
@@ -553,6 +587,17 @@ def test_learning_rate_anomalies():
     assert [e.start_step for e in episodes_of(analyze(lr=jump), "CS512")] == [20]
     warmup = np.concatenate([np.linspace(1e-6, 1e-3, 10), np.full(30, 1e-3)])
     assert "CS512" not in codes(analyze(lr=warmup))
+
+    # Warm restarts (SGDR): the learning rate jumps back to the peak it trained at, each period.
+    t = np.arange(120)
+    sgdr = 1e-3 * 0.5 * (1 + np.cos(np.pi * (t % 30) / 30)) + 1e-6
+    assert "CS512" not in codes(analyze(lr=sgdr))
+    any_jump = Config(params={"CS512": dataclasses.replace(RULES["CS512"].default_params(), above_peak=0.0)})
+    assert [e.start_step for e in episodes_of(analyze(lr=sgdr, config=any_jump), "CS512")] == [30, 60, 90]
+    # A restart 10x past the peak before it is no schedule.
+    high = sgdr.copy()
+    high[60:] *= 10
+    assert [e.start_step for e in episodes_of(analyze(lr=high), "CS512")] == [60]
 
     rising = np.concatenate([np.linspace(1e-3, 1e-4, 20), np.linspace(1e-4, 5e-3, 20)])
     assert episodes_of(analyze(lr=rising), "CS513")
