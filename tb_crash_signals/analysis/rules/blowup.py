@@ -283,15 +283,20 @@ class JumpTogetherParams:
     cooldown: int = param(20, "points after which a new episode starts")
 
 
+_PARTNERS = {"grad_norm": "grad norm", "val_loss": "validation loss"}
+
+
 def _describe_together(ep, p):
-    return f"grad norm and train loss jumped together at step {ep.start_step}: {ep.note}"
+    return f"{_PARTNERS[ep.signal]} and train loss jumped together at step {ep.start_step}: {ep.note}"
 
 
-def _together_note(g_ratio, l_ratio) -> str:
-    return f"grad norm {fmt(g_ratio)}x and train loss {fmt(l_ratio)}x their recent medians"
+def _together_note(partner, g_ratio, l_ratio) -> str:
+    return f"{_PARTNERS[partner]} {fmt(g_ratio)}x and train loss {fmt(l_ratio)}x their recent medians"
 
 
 class JumpTogetherStream(Stream):
+    """CS115's stream, checked on the partner signal (its hits); CS117's reads the validation loss."""
+
     hits = ("grad_norm",)  # the loss's side is read from its channel
 
     @classmethod
@@ -301,6 +306,7 @@ class JumpTogetherStream(Stream):
 
     def __init__(self, p, signal, channels):
         self.p = p
+        self.signal = signal
         self.init = channels["train_loss"].initial
         self.window = channels[signal].window
         self.median = tail_median(channels[signal], p.window)  # of the points before
@@ -347,7 +353,7 @@ class JumpTogetherStream(Stream):
             and loss - l_med >= p.min_rise * self._init_before(train.n - 1)
         ):
             if not (self.loss_noise.noise_decades() >= p.max_noise or self.noise.noise_decades() >= p.max_noise):
-                return StreamHit(note=_together_note(v / g_med, loss / l_med))
+                return StreamHit(note=_together_note(self.signal, v / g_med, loss / l_med))
         return None
 
     def _init_before(self, last):
@@ -371,7 +377,35 @@ def jump_together(data, p: JumpTogetherParams, since=None):
     update that went wrong -- a crash signal even while the grad norm is far
     under the explosion threshold.
     """
-    g, s = data.get("grad_norm"), data.get("train_loss")
+    yield from jumped_together(data, p, since, "grad_norm")
+
+
+class ValJumpTogetherStream(JumpTogetherStream):
+    hits = ("val_loss",)  # checked after the train loss at a step (ORDER): its point there is known
+
+
+@rule(
+    code="CS117", symbol="val-jump-together", family="divergence", severity="critical",
+    signals=("val_loss", "train_loss"), params=JumpTogetherParams, describe=_describe_together,
+    stream=ValJumpTogetherStream,
+    advice="the weights broke at this step (the validation loss, measured apart from any batch, jumped "
+    "with the train loss): resume from a checkpoint before it, lower the learning rate, clip gradients",
+)
+def val_jump_together(data, p: JumpTogetherParams, since=None):
+    """The validation loss and the train loss jump `factor` (10) x together at the same step.
+
+    As CS115, with the validation loss in place of the grad norm (each against
+    the median of its previous `window` points): the train loss alone can be a
+    bad batch, the validation loss is measured on data no update saw, so both at
+    once are weights that broke. Epoch-level logs (Keras) hold both at every
+    epoch and often no grad norm.
+    """
+    yield from jumped_together(data, p, since, "val_loss")
+
+
+def jumped_together(data, p: JumpTogetherParams, since, partner: str):
+    """CS115's (partner "grad_norm") and CS117's ("val_loss") batch rule: hits on the partner."""
+    g, s = data.get(partner), data.get("train_loss")
     if g is None or s is None or len(g) <= p.min_points or len(s) <= p.min_points:
         return
     i0 = since_index(g, since)
@@ -400,6 +434,6 @@ def jump_together(data, p: JumpTogetherParams, since=None):
     for i, j, gm, lv, lm in zip(cand[ok], pos[ok], g_med[ok], loss[ok], l_med[ok]):
         noisy = noise_decades(s.values[max(j - p.noise_window, 0) : j]) >= p.max_noise
         if not (noisy or noise_decades(gv[max(i - p.noise_window, 0) : i]) >= p.max_noise):
-            notes[int(i)] = _together_note(gv[i] / gm, lv / lm)
+            notes[int(i)] = _together_note(partner, gv[i] / gm, lv / lm)
     if notes:
-        yield Hits("grad_norm", np.asarray(sorted(notes)), note=notes.get)
+        yield Hits(partner, np.asarray(sorted(notes)), note=notes.get)

@@ -106,6 +106,26 @@ def test_loss_blowup_in_one_point_or_multiplying_over_a_few():
     assert "CS114" not in codes(analyze(train_loss=climbing, config=off))
 
 
+def test_the_train_and_validation_losses_jumping_together_are_a_crash():
+    # An epoch-level run (no grad norm): train loss 26x and validation loss 110x at epoch 19.
+    rng = np.random.default_rng(5)
+    train = np.concatenate([np.linspace(2.3, 1.6, 19) * (1 + 0.01 * rng.standard_normal(19)), [42.0, 450.0]])
+    val = np.concatenate([np.linspace(2.2, 1.6, 19), [177.0, 800.0]])
+    alone = val.copy()
+    alone[19:] = 1.6  # the validation loss did not move: a bad batch (or a bad epoch's mean)
+    for v, starts in ((val, [19]), (alone, [])):
+        eps = episodes_of(analyze(train_loss=train, val_loss=v), "CS117")
+        assert [e.start_step for e in eps] == starts
+        m = Monitor()
+        for step, (x, y) in enumerate(zip(train.tolist(), v.tolist())):
+            m.update(step, train_loss=x, val_loss=y)
+        assert [e.start_step for e in m.episodes() if e.code == "CS117"] == starts
+    message = episodes_of(analyze(train_loss=train, val_loss=val), "CS117")[0].message
+    assert "validation loss 93.2x and train loss 21.2x" in message
+    # The validation loss jumping alone is no crash either.
+    assert "CS117" not in codes(analyze(train_loss=np.linspace(2.3, 1.6, 21), val_loss=val))
+
+
 def test_a_loss_that_jumps_right_after_the_learning_rate_did():
     # A scheduler restart multiplies the learning rate 50x; the loss doubles at the next point and
     # stays: a crash, at that point, though far under any 3x bar.
