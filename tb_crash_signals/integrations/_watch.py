@@ -16,6 +16,10 @@ from tb_crash_signals.online.monitor import Monitor
 AUTO_SHARE = 0.005
 AUTO_MAX_STEPS = 16
 AUTO_MAX_WAIT = 1.0
+# A train loss or grad norm is fed at once when it is at least twice its recent top: the largest
+# value given, which loses this share a step (a noisy per-step loss doubles from one batch to the
+# next all the time; against its top, only a jump out of its range is urgent).
+URGENT_DECAY = 0.9
 
 CheckEvery = Union[int, str]
 
@@ -56,8 +60,8 @@ class Watch:
             the training step has flushed, once per feed; a loop whose steps take tens of
             milliseconds is fed every step. The episodes and incidents are the same, at the same
             steps; a stop can come up to `check_every` - 1 steps after its first alarm, except
-            that a non-finite value, a train loss or grad norm at least twice the one before, or
-            a grad norm over CS101's threshold is fed at once.
+            that a non-finite value, a train loss or grad norm at least twice its recent top (see
+            URGENT_DECAY), or a grad norm over CS101's threshold is fed at once.
     """
 
     def __init__(self, config=None, stop_on: Iterable[str] | None = None, stop: bool = True,
@@ -86,7 +90,7 @@ class Watch:
         self._held_since = 0.0  # when the oldest step not fed yet came ("auto")
         self._fed_at: float | None = None  # when the last feed ended ("auto")
         self._pending: list[tuple[int, dict]] = []
-        self._last: dict[str, float] = {}  # the last train loss and grad norm given
+        self._top: dict[str, float] = {}  # the train loss's and grad norm's recent tops (URGENT_DECAY)
         self._grad_threshold = float(getattr(self.monitor.config.params_for("CS101"), "threshold", math.inf))
 
     def _on_incident(self, incident: Incident):
@@ -167,10 +171,11 @@ class Watch:
             if not math.isfinite(x):
                 urgent = True
             elif name == "train_loss" or name == "grad_norm":
-                before = self._last.get(name)
-                if (before is not None and x >= 2.0 * before) or (name == "grad_norm" and x > self._grad_threshold):
+                top = self._top.get(name)
+                if (top is not None and x >= 2.0 * top) or (name == "grad_norm" and x > self._grad_threshold):
                     urgent = True
-                self._last[name] = x
+                decayed = URGENT_DECAY * top if top is not None else x
+                self._top[name] = x if x > decayed else decayed
         return urgent
 
     @property

@@ -111,6 +111,13 @@ def test_fed_in_batches_a_non_finite_loss_or_a_jump_is_fed_at_once():
     assert jump.monitor.report()["points"] == {}
     jump.update(5, train_loss=1.0, grad_norm=3.0)  # the grad norm tripled: fed at once, all six steps
     assert jump.monitor.report()["points"] == {"train_loss": 6, "grad_norm": 6}
+    # A noisy per-step loss doubles from one batch to the next within its range: no jump out of it.
+    noisy = Watch(check_every=50)
+    for step in range(30):
+        noisy.update(step, train_loss=(2.1, 1.0)[step % 2], grad_norm=(1.2, 0.5)[step % 2])
+    assert noisy.monitor.report()["points"] == {}
+    noisy.update(30, train_loss=10.0, grad_norm=1.0)  # ~5x its top: fed at once
+    assert noisy.monitor.report()["points"]["train_loss"] == 31
 
 
 class LoopClock:
