@@ -33,10 +33,11 @@ from tb_crash_signals.analysis.stats import (
     smoothed_level,
     value_at_or_before,
 )
-from tb_crash_signals.analysis.streaming import Level, Rest, Stream, StreamHit, recent_logs, shared_level
+from tb_crash_signals.analysis.streaming import Level, Quiet, Rest, Stream, StreamHit, recent_logs, shared_level
 
 _GRAD = "loss-growth: grad norm trend"  # Channel.shared key of the grad-norm side
 _LR = "loss-growth: learning-rate trend"  # ... and of the learning rate's
+_LR_JUMP = "loss-growth: learning-rate jump"  # ... and its last jump
 _CORROBORATED = ("with grad", "slow with grad")  # decisions that need `consecutive` points, not `consecutive_alone`
 
 
@@ -220,21 +221,29 @@ def _lr_rising(lr, p: LossGrowthParams) -> np.ndarray:
     return out
 
 
-def lr_restarted(values, p: LossGrowthParams) -> bool:
-    """Whether the learning rate jumped (see `lr_jump`) among its last `lr_jump_back` points and is
-    still `lr_jump_level` x the value it jumped to, from its recent points (oldest first, the last
-    one at or before the loss's point)."""
-    n = len(values)
-    now = values[-1] if n else math.nan
-    for j in range(n - 1, max(n - 1 - p.lr_jump_back, 0), -1):
-        before = values[j - 1]
-        if values[j] > p.lr_jump * before and before > 0:
-            return now >= p.lr_jump_level * values[j]
-    return False
+class _LrJump:
+    """The learning rate's last jump (see `lr_jump`), kept by the rule's check on the learning rate,
+    which runs only where the monitor's screen sees one (`Quiet.prev_factor`)."""
+
+    __slots__ = ("at", "to")
+
+    def __init__(self):
+        self.at, self.to = -1, math.nan  # its point's index in the channel, and the value it jumped to
+
+    def note(self, i, v, before, p: LossGrowthParams):
+        if v > p.lr_jump * before and before > 0:
+            self.at, self.to = i, v
+
+    def restarted(self, channel, p: LossGrowthParams) -> bool:
+        """Whether the jump is among the channel's last `lr_jump_back` points and the learning rate
+        still `lr_jump_level` x the value it jumped to (as _lr_restarted_at)."""
+        return channel.n - 1 - self.at < p.lr_jump_back and channel.values[-1] >= p.lr_jump_level * self.to
 
 
 def _lr_restarted_at(lr, steps, p: LossGrowthParams) -> np.ndarray:
-    """lr_restarted as of the learning rate's last point at or before each of `steps`."""
+    """For each of `steps`: whether the learning rate, as of its last point at or before it, jumped
+    (see `lr_jump`) among its last `lr_jump_back` points and is still `lr_jump_level` x the value it
+    jumped to."""
     out = np.zeros(np.shape(steps), bool)
     if lr is None or len(lr) < 2 or p.lr_jump_back == 0:
         return out
@@ -347,9 +356,13 @@ class LossGrowthStream(Stream):
             self.check = self.trend.check  # one call a grad-norm point, not two
             return
         if signal == "lr":
+            self.jump = self.lr.shared.setdefault(_LR_JUMP, _LrJump())
+            self.lr_values = self.lr.values  # holds this point and the ones before
             if p.lr_back < self.lr.values.maxlen:
                 self.lr.shared.setdefault(_LR, _LrTrendOfChannel(p, self.lr))
-                self.idle = True
+                # Only the jumps, which the monitor's screen lets through (see quiet).
+                self.check = self._note_jump if p.lr_jump_back else self._idle
+                self.idle = not p.lr_jump_back
             else:
                 self.trend = self.lr.shared.setdefault(_LR, _LrTrend(p))
                 self.check = self._push_lr
@@ -404,9 +417,25 @@ class LossGrowthStream(Stream):
         return not self.bars_fall or bool(climbing(told, before, b, slow_before, best, init, 0.0, math.nan,
                                                    rising, lr_rising, p, finishing, width))
 
+    def quiet(self):
+        # On the learning rate, read from its channel, it notes only the jumps.
+        if self.signal == "lr" and self.check == self._note_jump:
+            return Quiet(prev_factor=self.p.lr_jump)
+        return None
+
+    def _idle(self, i, step, v):
+        return None
+
+    def _note_jump(self, i, step, v):
+        """The check on the learning rate, when its trend is read from its channel: its jumps."""
+        if i:
+            self.jump.note(i, v, self.lr_values[-2], self.p)
+
     def _push_lr(self, i, step, v):
         """The check on the learning rate, when its trend is not read from its channel."""
         self.trend.push(v)
+        if i and self.p.lr_jump_back:
+            self.jump.note(i, v, self.lr_values[-2], self.p)
 
     def check(self, i, step, v):
         p = self.p
@@ -441,7 +470,8 @@ class LossGrowthStream(Stream):
             # The point before was under max_ratio (a point the rest screen skipped was far under it).
             finishing = self.under or self.checked != i - 1
             trend = self.grad.shared.get(_GRAD)
-            rising = trend is not None and trend.rising and not (p.lr_jump_back and lr_restarted(self.lr.values, p))
+            rising = trend is not None and trend.rising and not (
+                p.lr_jump_back and self.lr.shared[_LR_JUMP].restarted(self.lr, p))
             lr_trend = self.lr.shared.get(_LR)
             lr_rising = lr_trend is not None and lr_trend.rising
             slow = self.best_level.history

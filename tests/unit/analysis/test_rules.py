@@ -145,7 +145,10 @@ def test_a_loss_that_jumps_right_after_the_learning_rate_did():
 
 
 def test_a_warm_restart_makes_the_grad_norm_no_evidence_of_a_climb():
-    from tb_crash_signals.analysis.rules.loss_growth import _lr_restarted_at, lr_restarted
+    import collections
+    import types
+
+    from tb_crash_signals.analysis.rules.loss_growth import _lr_restarted_at, _LrJump
     from tb_crash_signals.analysis.streaming import Series
 
     p = RULES["CS202"].params()
@@ -155,8 +158,15 @@ def test_a_warm_restart_makes_the_grad_norm_no_evidence_of_a_climb():
     at = _lr_restarted_at(lr, t, p)
     # From each restart while the learning rate is at least half the peak it jumped to.
     assert at[100:150].all() and not at[151:200].any() and at[200:250].all() and not at[:100].any()
-    # The monitor's reading from the recent points it keeps says the same, point by point.
-    assert [lr_restarted(sgdr[max(i - 255, 0) : i + 1].tolist(), p) for i in t] == at.tolist()
+    # The monitor's record of the last jump says the same, point by point.
+    jump, channel = _LrJump(), types.SimpleNamespace(n=0, values=collections.deque(maxlen=256))
+    online = []
+    for i, v in enumerate(sgdr.tolist()):
+        channel.n, _ = i + 1, channel.values.append(v)
+        if i:
+            jump.note(i, v, sgdr[i - 1], p)
+        online.append(jump.restarted(channel, p))
+    assert online == at.tolist()
     assert not _lr_restarted_at(lr, t, dataclasses.replace(p, lr_jump_back=0)).any()
 
 
