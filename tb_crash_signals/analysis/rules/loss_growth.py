@@ -237,7 +237,8 @@ class _LrJump:
     def restarted(self, channel, p: LossGrowthParams) -> bool:
         """Whether the jump is among the channel's last `lr_jump_back` points and the learning rate
         still `lr_jump_level` x the value it jumped to (as _lr_restarted_at)."""
-        return channel.n - 1 - self.at < p.lr_jump_back and channel.values[-1] >= p.lr_jump_level * self.to
+        return (self.at >= 0 and channel.n - 1 - self.at < p.lr_jump_back
+                and channel.values[-1] >= p.lr_jump_level * self.to)
 
 
 def _lr_restarted_at(lr, steps, p: LossGrowthParams) -> np.ndarray:
@@ -360,9 +361,10 @@ class LossGrowthStream(Stream):
             self.lr_values = self.lr.values  # holds this point and the ones before
             if p.lr_back < self.lr.values.maxlen:
                 self.lr.shared.setdefault(_LR, _LrTrendOfChannel(p, self.lr))
-                # Only the jumps, which the monitor's screen lets through (see quiet).
-                self.check = self._note_jump if p.lr_jump_back else self._idle
-                self.idle = not p.lr_jump_back
+                if p.lr_jump_back:
+                    self.check = self._note_jump  # only at the jumps, which the screen lets through
+                else:
+                    self.idle = True
             else:
                 self.trend = self.lr.shared.setdefault(_LR, _LrTrend(p))
                 self.check = self._push_lr
@@ -374,6 +376,7 @@ class LossGrowthStream(Stream):
         self.fast = shared_level(ch, p.fast, history=max(p.fit_window, p.fast + 1))
         self.best_level = shared_level(ch, p.best_smooth, history=p.smooth + 1)
         self.initial = ch.initial  # pushed after the checks: as of the points before
+        self.lr_jump = self.lr.shared.setdefault(_LR_JUMP, _LrJump())
         self.values = ch.values
         self.start = min(p.min_points, p.early_points)
         self.noise = recent_logs(ch, p.noise_window, np.log10)  # of the points before
@@ -423,9 +426,6 @@ class LossGrowthStream(Stream):
             return Quiet(prev_factor=self.p.lr_jump)
         return None
 
-    def _idle(self, i, step, v):
-        return None
-
     def _note_jump(self, i, step, v):
         """The check on the learning rate, when its trend is read from its channel: its jumps."""
         if i:
@@ -470,8 +470,7 @@ class LossGrowthStream(Stream):
             # The point before was under max_ratio (a point the rest screen skipped was far under it).
             finishing = self.under or self.checked != i - 1
             trend = self.grad.shared.get(_GRAD)
-            rising = trend is not None and trend.rising and not (
-                p.lr_jump_back and self.lr.shared[_LR_JUMP].restarted(self.lr, p))
+            rising = trend is not None and trend.rising and not (p.lr_jump_back and self.lr_jump.restarted(self.lr, p))
             lr_trend = self.lr.shared.get(_LR)
             lr_rising = lr_trend is not None and lr_trend.rising
             slow = self.best_level.history
@@ -607,7 +606,6 @@ def loss_growth(data, p: LossGrowthParams, since=None):
     rising &= ~_lr_restarted_at(lr, s.steps[cand], p)
     lr_rising = np.zeros(cand.size, bool)
     if lr is not None and len(lr):
-        # The learning rate is logged before the loss at a step (the monitor's order): its point at the step counts.
         lr_rising = value_at_or_before(lr.steps, _lr_rising(lr, p).astype(np.float64), s.steps[cand]) > 0
     hits, fits, notes = [], {}, {}
 

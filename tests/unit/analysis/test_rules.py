@@ -293,6 +293,21 @@ def test_a_divergence_bouncing_around_its_level_is_one_episode():
     assert len(eps) == 1 and eps[0].end_step < 720
 
 
+def test_a_climb_with_the_grad_norm_and_no_learning_rate_logged():
+    # The rule reads the learning rate's last jump: a run that logs no learning rate has none.
+    rng = np.random.default_rng(6)
+    t = np.arange(400)
+    loss = np.where(t < 250, 2.0 * np.exp(-t / 60) + 0.3, 0.3 * 1.01 ** (t - 250))
+    loss *= 1 + 0.02 * rng.standard_normal(400)
+    grad = np.where(t < 230, 1.0, 1.02 ** (t - 230)) * np.exp(0.05 * rng.standard_normal(400))
+    eps = episodes_of(analyze(train_loss=loss, grad_norm=grad), "CS202")
+    assert eps and "with the grad norm" in eps[0].message
+    m = Monitor()
+    for step, (x, g) in enumerate(zip(loss.tolist(), grad.tolist())):
+        m.update(step, train_loss=x, grad_norm=g)
+    assert [e.start_step for e in m.episodes() if e.code == "CS202"] == [e.start_step for e in eps]
+
+
 def test_an_epoch_level_climb_is_not_read_as_noise():
     # 45 epochs under an exponential learning rate: learns, then climbs 50x in a dozen epochs.
     loss = np.array([2.9, 2.85, 2.8, 2.75, 2.7, 2.65, 2.6, 2.55, 2.5, 2.45, 2.4, 2.4, 2.4, 2.4, 2.4,
