@@ -162,7 +162,8 @@ def test_a_warm_restart_makes_the_grad_norm_no_evidence_of_a_climb():
     jump, channel = _LrJump(), types.SimpleNamespace(n=0, values=collections.deque(maxlen=256))
     online = []
     for i, v in enumerate(sgdr.tolist()):
-        channel.n, _ = i + 1, channel.values.append(v)
+        channel.n = i + 1
+        channel.values.append(v)
         if i:
             jump.note(i, v, sgdr[i - 1], p)
         online.append(jump.restarted(channel, p))
