@@ -31,6 +31,19 @@ def analyze(config: Config | None = None, **data):
     return analyze_run(logical(**data), data, config or Config())
 
 
+def starts_both(code, config: Config | None = None, **data) -> tuple[list, list]:
+    """Where `code`'s episodes start: from the batch rules, and from a Monitor fed the same
+    arrays (point i of each at step i) step by step."""
+    from tb_crash_signals.online.monitor import Monitor
+
+    batch = [e.start_step for e in episodes_of(analyze(config, **data), code)]
+    arrays = {k: np.asarray(v, dtype=np.float64) for k, v in data.items()}
+    m = Monitor(config)
+    for step in range(max(len(v) for v in arrays.values())):
+        m.update(step, **{k: float(v[step]) for k, v in arrays.items() if step < len(v)})
+    return batch, [e.start_step for e in m.episodes() if e.code == code]
+
+
 def codes(result) -> set[str]:
     return {e.code for e in result.episodes}
 

@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from support.helpers import analyze, codes, episodes_of, healthy_grad, healthy_loss
+from support.helpers import analyze, codes, episodes_of, healthy_grad, healthy_loss, starts_both
 from tb_crash_signals.analysis.config import Config, article_config
 from tb_crash_signals.analysis.rules import FAMILIES, RULES
 from tb_crash_signals.online.monitor import Monitor
@@ -114,12 +114,7 @@ def test_the_train_and_validation_losses_jumping_together_are_a_crash():
     alone = val.copy()
     alone[19:] = 1.6  # the validation loss did not move: a bad batch (or a bad epoch's mean)
     for v, starts in ((val, [19]), (alone, [])):
-        eps = episodes_of(analyze(train_loss=train, val_loss=v), "CS117")
-        assert [e.start_step for e in eps] == starts
-        m = Monitor()
-        for step, (x, y) in enumerate(zip(train.tolist(), v.tolist())):
-            m.update(step, train_loss=x, val_loss=y)
-        assert [e.start_step for e in m.episodes() if e.code == "CS117"] == starts
+        assert starts_both("CS117", train_loss=train, val_loss=v) == (starts, starts)  # the monitor alike
     message = episodes_of(analyze(train_loss=train, val_loss=val), "CS117")[0].message
     assert "validation loss 93.2x and train loss 21.2x" in message
     # The validation loss jumping alone is no crash either.
@@ -132,12 +127,7 @@ def test_a_loss_that_jumps_right_after_the_learning_rate_did():
     rng = np.random.default_rng(4)
     loss = np.concatenate([1.2 * (1 + 0.03 * rng.standard_normal(60)), [2.46, 3.3, 2.3, 2.3, 2.3]])
     lr = np.concatenate([np.full(60, 3e-3), np.full(5, 0.15)])
-    steps = [e.start_step for e in episodes_of(analyze(train_loss=loss, lr=lr), "CS114")]
-    assert steps == [60]
-    m = Monitor()
-    for step, (x, r) in enumerate(zip(loss.tolist(), lr.tolist())):
-        m.update(step, lr=r, train_loss=x)
-    assert [e.start_step for e in m.episodes() if e.code == "CS114"] == [60]
+    assert starts_both("CS114", train_loss=loss, lr=lr) == ([60], [60])  # the monitor alike
     # Without the jump, or with a loss that only bumps 1.2x, nothing.
     assert "CS114" not in codes(analyze(train_loss=loss, lr=np.full(65, 3e-3)))
     bump = np.concatenate([loss[:60], [1.45, 1.4, 1.3, 1.25, 1.2]])
@@ -180,12 +170,7 @@ def test_a_jump_together_in_the_first_dozen_points_is_a_crash():
     warm_loss = np.array([2.3, 1.9, 1.5, 1.2, 1.0, 0.9, 0.8, 0.75, 0.7, 0.68, 0.66, 0.65, 0.64])
     warm_grad = np.array([0.2, 0.3, 0.5, 0.8, 1.0, 1.0, 1.1, 1.0, 1.0, 0.9, 0.9, 0.9, 0.9])
     for (lv, gv), starts in (((loss, grad), [6]), ((warm_loss, warm_grad), [])):
-        eps = episodes_of(analyze(train_loss=lv, grad_norm=gv), "CS115")
-        assert [e.start_step for e in eps] == starts
-        m = Monitor()
-        for step, (a, b) in enumerate(zip(lv.tolist(), gv.tolist())):
-            m.update(step, train_loss=a, grad_norm=b)
-        assert [e.start_step for e in m.episodes() if e.code == "CS115"] == starts
+        assert starts_both("CS115", train_loss=lv, grad_norm=gv) == (starts, starts)  # the monitor alike
 
 
 def test_grad_norm_threshold_is_the_article_rule():
@@ -303,10 +288,8 @@ def test_a_climb_with_the_grad_norm_and_no_learning_rate_logged():
     grad = np.where(t < 230, 1.0, 1.02 ** (t - 230)) * np.exp(0.05 * rng.standard_normal(400))
     eps = episodes_of(analyze(train_loss=loss, grad_norm=grad), "CS202")
     assert eps and "with the grad norm" in eps[0].message
-    m = Monitor()
-    for step, (x, g) in enumerate(zip(loss.tolist(), grad.tolist())):
-        m.update(step, train_loss=x, grad_norm=g)
-    assert [e.start_step for e in m.episodes() if e.code == "CS202"] == [e.start_step for e in eps]
+    batch, online = starts_both("CS202", train_loss=loss, grad_norm=grad)
+    assert online == batch == [e.start_step for e in eps]
 
 
 def test_an_epoch_level_climb_is_not_read_as_noise():
