@@ -23,6 +23,7 @@ from tb_crash_signals.analysis.rules.base import (
     rule,
     since_index,
 )
+from tb_crash_signals.analysis.rules.blowup import lr_jumped
 from tb_crash_signals.analysis.rules.divergence import early_bests, early_jitter_at
 from tb_crash_signals.analysis.stats import (
     initial_level,
@@ -249,8 +250,7 @@ def _lr_restarted_at(lr, steps, p: LossGrowthParams) -> np.ndarray:
     if lr is None or len(lr) < 2 or p.lr_jump_back == 0:
         return out
     v = lr.values
-    with np.errstate(invalid="ignore"):
-        jumps = np.flatnonzero((v[1:] > p.lr_jump * v[:-1]) & (v[:-1] > 0)) + 1
+    jumps = np.flatnonzero(lr_jumped(v, p.lr_jump))
     if jumps.size == 0:
         return out
     pos = np.searchsorted(lr.steps, steps, side="right") - 1
