@@ -39,6 +39,11 @@ class GrowthParams:
     horizon: int = param(
         100, "fires only when the projected crossing is at most this many steps ahead"
     )
+    max_extrapolation: float = param(
+        2.0, "... and at most this multiple of the fit's own span ahead: a line through 40 steps says "
+        "little of step 140 (a warm-up's grad norm doubles a few times with its learning rate, then "
+        "settles)", above=0.0,
+    )
     baseline_window: int = param(
         200, "points before the fit window whose median is the run's normal level", at_least=2
     )
@@ -230,7 +235,8 @@ def grad_norm_growth(data, p: GrowthParams, since=None):
     (r2 >= min_r2), grows at least `min_growth`x over the window, the current
     value is still under `threshold` but `min_excess`x above the run's normal
     level, and the fit, from the grad norm's current level (the median of
-    its last 3 points), projects the crossing within `horizon` steps -- or the
+    its last 3 points), projects the crossing within `horizon` steps and
+    within `max_extrapolation` times the fit's span -- or the
     grad norm is already `rel_excess`x its normal level while the train loss
     stopped improving: the source article's third layer, flagging an
     explosion before it happens. No prediction while the train loss falls
@@ -367,7 +373,7 @@ def fit_window(steps: np.ndarray, logv: np.ndarray, base: float, p: GrowthParams
     now = float(np.median(logv[-3:]))
     ahead = (math.log(p.threshold) - now) / b
     relative = logv[-1] - base >= math.log(p.rel_excess) and loss_ratio >= p.loss_up
-    if ahead > p.horizon and not relative:
+    if (ahead > p.horizon or ahead > p.max_extrapolation * span) and not relative:
         return None
     return Fit(
         code="CS201", signal="grad_norm", start_step=int(steps[0]),

@@ -447,6 +447,22 @@ def test_growth_ignores_the_early_rise_of_a_healthy_run():
     assert "CS201" not in codes(analyze(grad_norm=g))
 
 
+def test_growth_does_not_project_far_past_its_fit():
+    # A warm-up: the grad norm quadruples over 50 steps with the learning rate, then settles, the
+    # loss not yet falling. A line through the last ~15 steps says nothing of step 359: no alarm,
+    # though the projected crossing is within the horizon; without the limit it would be one.
+    n = 400
+    rng = np.random.default_rng(11)
+    t = np.arange(n)
+    g = np.exp(0.035 * np.clip(t - 200, 0, 50)) * (1 + 0.03 * rng.standard_normal(n))
+    loss = 2.3 * (1 + 0.01 * rng.standard_normal(n))
+    assert starts_both("CS201", grad_norm=g, train_loss=loss) == ([], [])
+    unlimited = dataclasses.replace(RULES["CS201"].default_params(), max_extrapolation=math.inf)
+    cfg = dataclasses.replace(Config(), params={"CS201": unlimited})
+    batch, online = starts_both("CS201", cfg, grad_norm=g, train_loss=loss)
+    assert batch and batch == online
+
+
 def test_growth_waits_while_the_loss_falls_fast():
     # A run that starts to learn: the grad norm grows ~8x with the first large steps while the
     # loss drops to new lows far under its slow best. The same growth under a flat loss is an alarm.
