@@ -22,6 +22,8 @@ from tb_crash_signals.analysis.stats import (
     chunks,
     finite_anchor,
     initial_level,
+    jitter,
+    jitter_of_log_list,
     noise_decades_at,
     trailing_median_inclusive,
 )
@@ -51,6 +53,11 @@ class PlateauParams:
     stuck: float = param(
         0.65, "a stall counts only while the smoothed loss is at least this share of the initial level "
         "(the median of the first 10 points: the run is stuck near where it started, or back there) ..."
+    )
+    early_jitter: float = param(
+        0.003, "... and a stall that began within those 10 points only on a smooth loss: the noise of "
+        "its points so far around their own trend (see `jitter`) under this. Epoch means stuck from "
+        "the first epoch are a plateau; a per-step loss's first points cannot tell one from a slow start"
     )
     lr_floor: float = param(
         0.01, "... or while the learning rate is at most this share of its peak so far (it decayed to ~0); "
@@ -224,6 +231,10 @@ class PlateauStream(Stream):
         self.noise = recent_logs(channels["train_loss"], p.noise_window, np.log10)  # of the points before
         self.own = getattr(self.noise, "values", None)  # kept by the stream itself, if at all
         self.initial = channels["train_loss"].initial  # pushed after the checks: as of the points before
+        # The logs of the positive finite points so far, while a stall may have begun before the
+        # initial level was known (`early_jitter`); None after.
+        self.head_logs = []
+        self.early_jitter = p.early_jitter
         # The smoothed loss at this point, and its best so far (`_running_best`'s).
         self.level = shared_level(channels["train_loss"], p.smooth)
         self.warmed = -1  # the last point of the warm-up (a rising learning rate), -1 if none
@@ -250,6 +261,11 @@ class PlateauStream(Stream):
 
     def check(self, i, step, v):
         init = self.initial.value
+        if self.head_logs is not None:
+            if i - self._patience(i) >= self.initial.known:
+                self.head_logs = None  # i - patience never decreases: no later stall began that early
+            elif 0.0 < v < math.inf:
+                self.head_logs.append(float(np.log(v)))  # numpy's log, as the batch rule's jitter takes it
         lr = self.lr_peak.channel
         lr_now = lr.values[-1] if lr.values else math.nan
         peak = lr.max_finite
@@ -303,11 +319,7 @@ class PlateauStream(Stream):
     def _check(self, i, v, init):
         finite = v - v == 0.0
         best = self.level.low
-        if i >= self.capped_from:
-            patience = self.cap
-        else:
-            grown = int(self.fraction * (i + 1))  # floor, for i >= 0
-            patience = min(grown if grown > self.min_patience else self.min_patience, self.cap)
+        patience = self._patience(i)
         if i < patience or not finite:
             return None
         ref = self.bests.as_of(i - patience)
@@ -315,10 +327,19 @@ class PlateauStream(Stream):
             gone = self.lr_peak.low(self.lr_floor)
             climb = self._climb(i - patience)
             climbed = climb >= self.lr_climb
-            if gone or climbed or self.level.value >= self.stuck * init:
+            stuck = self.level.value >= self.stuck * init and (
+                self.head_logs is None or jitter_of_log_list(self.head_logs) < self.early_jitter)
+            if gone or climbed or stuck:
                 return StreamHit(note=plateau_note(patience, self.lr_peak.fraction() if gone else math.nan,
                                                    climb if climbed and not gone else math.nan))
         return None
+
+    def _patience(self, i):
+        """plateau_patience at point i, in Python."""
+        if i >= self.capped_from:
+            return self.cap
+        grown = int(self.fraction * (i + 1))  # floor, for i >= 0
+        return min(grown if grown > self.min_patience else self.min_patience, self.cap)
 
     def _climb(self, start):
         """The learning rate now over its peak as of point `start`, if it had fallen by then (NaN
@@ -392,7 +413,9 @@ def loss_plateau(data, p: PlateauParams, since=None):
     max_patience, the rule
     fires when the best smoothed loss so far is not `rel_improvement` below
     the best as of P points earlier -- while the run is stuck near where it
-    started (its best still `stuck` x the initial level), its learning rate
+    started (its best still `stuck` x the initial level; on a smooth loss
+    only, its jitter under `early_jitter`, if the stall began within the 10
+    points that set that level), its learning rate
     has decayed to ~0 (`lr_floor` x its peak), or its learning rate, after it
     fell, climbed back to `lr_climb` x its peak as of the stall's start (a
     schedule gone wrong: the loss stalls under a step too large). The P
@@ -439,6 +462,9 @@ def loss_plateau(data, p: PlateauParams, since=None):
         now = _smoothed(s.values, k, int(hit[0]), int(hit[-1]) + 1)[hit - hit[0]]
         with np.errstate(invalid="ignore"):
             stuck = (hit > known_after) & (now >= p.stuck * init)
+        # A stall that began before the initial level was known counts only on a smooth loss.
+        for j in np.flatnonzero(stuck & (hit - plateau_patience(hit, p) <= known_after)).tolist():
+            stuck[j] = jitter(s.values[: hit[j] + 1]) < p.early_jitter
         frac = lr_fraction(data, s.steps[hit])
         with np.errstate(invalid="ignore"):
             gone = frac <= p.lr_floor

@@ -492,6 +492,23 @@ def test_plateau_fires_when_loss_never_improves():
     assert "CS301" not in codes(analyze(train_loss=healthy_loss(60, noise=0.0)))
 
 
+def test_plateau_from_the_first_points_needs_a_smooth_loss():
+    # Epoch means stuck at chance from the first epoch: a plateau by the 11th point. A per-step
+    # loss as flat for its first 10 points, with minibatch noise, then learning: a slow start.
+    rng = np.random.default_rng(4)
+    epochs = np.r_[2.321, np.full(10, 2.303) + 1e-5 * rng.standard_normal(10)]
+    batch, online = starts_both("CS301", train_loss=epochs)
+    assert batch == online == [10]
+    t = np.arange(300)
+    per_step = 2.3 * np.where(t < 10, 1.0, np.exp(-0.01 * (t - 10))) * (1 + 0.01 * rng.standard_normal(300))
+    assert starts_both("CS301", train_loss=per_step) == ([], [])
+    # The same start, not yet smooth enough to judge with `early_jitter` of 0.05: a plateau at once.
+    lax = dataclasses.replace(RULES["CS301"].default_params(), early_jitter=0.05)
+    cfg = dataclasses.replace(Config(), params={"CS301": lax})
+    batch, online = starts_both("CS301", cfg, train_loss=per_step)
+    assert batch == online and batch and batch[0] <= 12
+
+
 def test_plateau_is_quiet_during_learning_rate_warmup():
     flat = np.full(40, 2.3)
     lr = np.linspace(1e-6, 1e-3, 40)
