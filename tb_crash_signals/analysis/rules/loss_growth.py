@@ -85,9 +85,10 @@ class LossGrowthParams:
     grad_back: int = param(10, "... and `grad_up` x its level this many grad-norm points before", at_least=1)
     grad_up: float = param(1.1, "see `grad_back`")
     lr_back: int = param(10, "the learning rate is rising when it is `lr_up` x its value this many LR points "
-                         "before and above its point before (a ramp, a range test, a warm-up that overshoots; "
-                         "not the decay after a restart)", at_least=1)
-    lr_up: float = param(1.2, "see `lr_back`", above=1.0)
+                         "before, above its point before and at its highest yet (a ramp, a range test, a warm-up "
+                         "that overshoots; not the decay after a restart, nor a cyclic schedule climbing back to "
+                         "the rate the run trained at)", at_least=1)
+    lr_up: float = param(1.15, "see `lr_back`", above=1.0)
     lr_jump: float = param(
         5.0, "the grad norm's climb is no evidence while the learning rate it follows jumped: more than "
         "this multiple in one logged point (a warm restart, a reset schedule) ...", above=1.0,
@@ -212,13 +213,15 @@ def _note(level, best, grad_rising, lr_rising) -> str:
 
 def _lr_rising(lr, p: LossGrowthParams) -> np.ndarray:
     """For each learning-rate point: whether it is `lr_up` x its value `lr_back` points before,
-    and above its point before (still rising: the learning rate that jumped at a restart decays)."""
+    above its point before (still rising: the learning rate that jumped at a restart decays) and
+    at least its finite peak so far (a new high: a cyclic schedule climbs back to its peak)."""
     v = lr.values
     out = np.zeros(v.shape[0], bool)
     k = p.lr_back
     if k < v.shape[0]:
         with np.errstate(invalid="ignore"):
             out[k:] = (v[k:] >= p.lr_up * v[:-k]) & (v[:-k] > 0) & (v[k:] > v[k - 1 : -1])
+            out &= v >= np.fmax.accumulate(np.where(np.isfinite(v), v, np.nan))  # its peak of finite values
     return out
 
 
@@ -268,13 +271,16 @@ class _LrTrend:
         self.p = p
         self.values = collections.deque(maxlen=p.lr_back + 1)
         self.rising = False
+        self.peak = -math.inf
 
     def push(self, v):
         values = self.values
         values.append(v)
         back = values[0]
+        if self.peak < v < math.inf:
+            self.peak = v  # of finite values, as the channel's max_finite
         self.rising = bool(len(values) > self.p.lr_back and v >= self.p.lr_up * back and back > 0
-                           and v > values[-2])
+                           and v > values[-2] and v >= self.peak)
 
 
 class _LrTrendOfChannel:
@@ -292,7 +298,8 @@ class _LrTrendOfChannel:
             return False
         values = ch.values
         back = values[-1 - self.back]
-        return bool(values[-1] >= self.up * back and back > 0 and values[-1] > values[-2])
+        return bool(values[-1] >= self.up * back and back > 0 and values[-1] > values[-2]
+                    and values[-1] >= ch.max_finite)
 
 
 def _grad_rising(g, p: LossGrowthParams) -> np.ndarray:
@@ -526,8 +533,9 @@ def loss_growth(data, p: LossGrowthParams, since=None):
     `grad_rise` x its minimum and still rising), `ratio_with_grad` x and
     `z_with_grad` units: the loss and the grad norm rising together is a
     divergence, not a noisy batch; so is the loss climbing while the learning
-    rate still rises (`lr_up` x over `lr_back` points: a ramp or range test
-    left running, a warm-up that overshoots). With one of those, a per-step loss
+    rate still rises (`lr_up` x over `lr_back` points, to its highest yet: a
+    ramp or range test left running, a warm-up that overshoots; not a cyclic
+    schedule climbing back to its peak). With one of those, a per-step loss
     too noisy for the short level may show the climb in its slow level (the
     trailing median of `best_smooth` points, `slow_ratio` x the best). Beyond
     `max_ratio` x the best the run has diverged: the rule stops there, and the

@@ -412,6 +412,22 @@ def test_a_restart_of_the_learning_rate_is_no_divergence():
     assert not [e for e in analyze(train_loss=loss, lr=lr).episodes if e.severity == "critical"]
 
 
+def test_loss_climbing_with_the_learning_rate_needs_the_rate_at_a_new_high():
+    # The loss climbs 1.25x its best while the learning rate climbs 1.2x over 10 points. Under a
+    # rate rising to ever new highs (a schedule gone wrong) that is a divergence under way; under
+    # a triangular cyclic schedule climbing back to the peak the run already trained at, it is not.
+    n = 300
+    t = np.arange(n)
+    rng = np.random.default_rng(2)
+    loss = np.where(t < 100, 2.0 - t / 100, 1.0) * np.where(t >= 225, 1 + 0.25 * np.minimum(t - 225, 20) / 20, 1.0)
+    loss = loss * (1 + 0.01 * rng.standard_normal(n))
+    exponential = 0.01 * 1.02**t
+    cyclic = np.where(t % 200 < 100, 0.01 + 0.99 * (t % 100) / 100, 1.0 - 0.99 * (t % 100) / 100)
+    batch, online = starts_both("CS202", train_loss=loss, lr=exponential)
+    assert batch == online and batch and 225 < batch[0] < 245
+    assert starts_both("CS202", train_loss=loss, lr=cyclic) == ([], [])
+
+
 def test_growth_predicts_the_crossing_before_it_happens():
     g = healthy_grad(1200)
     t = np.arange(300)
