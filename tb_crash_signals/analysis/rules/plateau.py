@@ -56,8 +56,9 @@ class PlateauParams:
     )
     early_jitter: float = param(
         0.003, "... and a stall that began within those 10 points only on a smooth loss: the noise of "
-        "its points so far around their own trend (see `jitter`) under this. Epoch means stuck from "
-        "the first epoch are a plateau; a per-step loss's first points cannot tell one from a slow start"
+        "its points so far (its first 64 at most) around their own trend (see `jitter`) under this. Epoch "
+        "means stuck from the first epoch are a plateau; a per-step loss's first points cannot tell one "
+        "from a slow start"
     )
     lr_floor: float = param(
         0.01, "... or while the learning rate is at most this share of its peak so far (it decayed to ~0); "
@@ -219,6 +220,12 @@ def lr_fraction(data, steps) -> np.ndarray:
     return stats.value_at_or_before(lr.steps, frac, steps)
 
 
+# The points whose jitter tells a smooth loss (`early_jitter`): with the defaults a stall that began
+# within the first 10 points is judged by the 18th; a bound for configs whose patience never lets
+# i - patience pass the 10th point (patience_fraction 1).
+_HEAD = 64
+
+
 class PlateauStream(Stream):
     """loss-plateau, point by point (the learning rate's peak read from its channel)."""
 
@@ -231,8 +238,8 @@ class PlateauStream(Stream):
         self.noise = recent_logs(channels["train_loss"], p.noise_window, np.log10)  # of the points before
         self.own = getattr(self.noise, "values", None)  # kept by the stream itself, if at all
         self.initial = channels["train_loss"].initial  # pushed after the checks: as of the points before
-        # The logs of the positive finite points so far, while a stall may have begun before the
-        # initial level was known (`early_jitter`); None after.
+        # The logs of the positive finite points among the first _HEAD so far, while a stall may
+        # have begun before the initial level was known (`early_jitter`); None after.
         self.head_logs = []
         self.early_jitter = p.early_jitter
         # The smoothed loss at this point, and its best so far (`_running_best`'s).
@@ -264,7 +271,7 @@ class PlateauStream(Stream):
         if self.head_logs is not None:
             if i - self._patience(i) >= self.initial.known:
                 self.head_logs = None  # i - patience never decreases: no later stall began that early
-            elif 0.0 < v < math.inf:
+            elif i < _HEAD and 0.0 < v < math.inf:
                 self.head_logs.append(float(np.log(v)))  # numpy's log, as the batch rule's jitter takes it
         lr = self.lr_peak.channel
         lr_now = lr.values[-1] if lr.values else math.nan
@@ -464,7 +471,7 @@ def loss_plateau(data, p: PlateauParams, since=None):
             stuck = (hit > known_after) & (now >= p.stuck * init)
         # A stall that began before the initial level was known counts only on a smooth loss.
         for j in np.flatnonzero(stuck & (hit - plateau_patience(hit, p) <= known_after)).tolist():
-            stuck[j] = jitter(s.values[: hit[j] + 1]) < p.early_jitter
+            stuck[j] = jitter(s.values[: min(hit[j] + 1, _HEAD)]) < p.early_jitter
         frac = lr_fraction(data, s.steps[hit])
         with np.errstate(invalid="ignore"):
             gone = frac <= p.lr_floor
