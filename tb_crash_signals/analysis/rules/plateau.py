@@ -221,8 +221,8 @@ def lr_fraction(data, steps) -> np.ndarray:
 
 
 # The points whose jitter tells a smooth loss (`early_jitter`): with the defaults a stall that began
-# within the first 10 points is judged by the 18th; a bound for configs whose patience never lets
-# i - patience pass the 10th point (patience_fraction 1).
+# within the first 10 points is judged by the 18th; a bound for configs whose patience keeps the
+# stall's start within those 10 points for long (a patience_fraction near 1).
 _HEAD = 64
 
 

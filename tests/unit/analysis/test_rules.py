@@ -518,7 +518,7 @@ def test_plateau_from_the_first_points_needs_a_smooth_loss():
     t = np.arange(300)
     per_step = 2.3 * np.where(t < 10, 1.0, np.exp(-0.01 * (t - 10))) * (1 + 0.01 * rng.standard_normal(300))
     assert starts_both("CS301", train_loss=per_step) == ([], [])
-    # The same start, not yet smooth enough to judge with `early_jitter` of 0.05: a plateau at once.
+    # With a lax `early_jitter` (0.05) the same per-step start counts as smooth: a plateau at once.
     lax = dataclasses.replace(RULES["CS301"].default_params(), early_jitter=0.05)
     cfg = dataclasses.replace(Config(), params={"CS301": lax})
     batch, online = starts_both("CS301", cfg, train_loss=per_step)
