@@ -88,7 +88,7 @@ class LossGrowthParams:
                          "before, above its point before and at its highest yet (a ramp, a range test, a warm-up "
                          "that overshoots; not the decay after a restart, nor a cyclic schedule climbing back to "
                          "the rate the run trained at)", at_least=1)
-    lr_up: float = param(1.15, "see `lr_back`", above=1.0)
+    lr_up: float = param(1.2, "see `lr_back`", above=1.0)
     lr_jump: float = param(
         5.0, "the grad norm's climb is no evidence while the learning rate it follows jumped: more than "
         "this multiple in one logged point (a warm restart, a reset schedule) ...", above=1.0,
