@@ -341,6 +341,12 @@ def run_lengths(mask: np.ndarray) -> np.ndarray:
     return np.where(mask, idx - last_false, 0)
 
 
+def finite_peak(values: np.ndarray) -> np.ndarray:
+    """The largest finite value up to each point (NaN before any): what the online monitor's
+    channels keep as `max_finite`."""
+    return np.fmax.accumulate(np.where(np.isfinite(values), values, np.nan))
+
+
 def value_at_or_before(series_steps, series_values, steps) -> np.ndarray:
     """The last value of a series logged at or before each of `steps` (NaN if none)."""
     pos = np.searchsorted(series_steps, steps, side="right") - 1

@@ -9,7 +9,7 @@ import numpy as np
 
 from tb_crash_signals.analysis import stats
 from tb_crash_signals.analysis.rules.base import Hits, fmt, param, rule, since_index
-from tb_crash_signals.analysis.stats import run_lengths
+from tb_crash_signals.analysis.stats import finite_peak, run_lengths
 from tb_crash_signals.analysis.streaming import HIT, Quiet, Stream
 
 _CHUNK = 1 << 16  # points per step of lr-rising's scan for the first decay
@@ -141,7 +141,7 @@ def lr_jump(data, p: LrJumpParams, since=None):
     jump[: max(p.warmup + 1 - a, 0)] = False  # points 1 .. warmup
     idx = np.flatnonzero(jump) + a
     if idx.size:
-        peak = np.fmax.accumulate(np.where(np.isfinite(v), v, np.nan))  # -inf never: v[idx - 1] > 0
+        peak = finite_peak(v)  # NaN never at idx - 1: v[idx - 1] > 0
         with np.errstate(invalid="ignore"):
             idx = idx[v[idx] > p.above_peak * peak[idx - 1]]
     if idx.size:

@@ -26,6 +26,7 @@ from tb_crash_signals.analysis.rules.base import (
 from tb_crash_signals.analysis.rules.blowup import lr_jumped
 from tb_crash_signals.analysis.rules.divergence import early_bests, early_jitter_at
 from tb_crash_signals.analysis.stats import (
+    finite_peak,
     initial_level,
     jitter_at,
     linear_fit,
@@ -221,7 +222,7 @@ def _lr_rising(lr, p: LossGrowthParams) -> np.ndarray:
     if k < v.shape[0]:
         with np.errstate(invalid="ignore"):
             out[k:] = (v[k:] >= p.lr_up * v[:-k]) & (v[:-k] > 0) & (v[k:] > v[k - 1 : -1])
-            out &= v >= np.fmax.accumulate(np.where(np.isfinite(v), v, np.nan))  # its peak of finite values
+            out &= v >= finite_peak(v)
     return out
 
 

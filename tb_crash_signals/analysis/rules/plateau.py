@@ -202,7 +202,7 @@ def lr_course(data, steps, lr_fell: float) -> tuple[np.ndarray, np.ndarray, np.n
         return nan, nan, np.zeros(np.shape(steps), bool)
     v = lr.values
     at = stats.value_at_or_before(lr.steps, v, steps)
-    peak = stats.value_at_or_before(lr.steps, np.fmax.accumulate(np.where(np.isfinite(v), v, np.nan)), steps)
+    peak = stats.value_at_or_before(lr.steps, stats.finite_peak(v), steps)
     with np.errstate(invalid="ignore"):
         fell = np.logical_or.accumulate(at < lr_fell * peak)
     return at, peak, fell
@@ -214,7 +214,7 @@ def lr_fraction(data, steps) -> np.ndarray:
     if lr is None or len(lr) == 0:
         return np.full(np.shape(steps), np.nan)
     v = lr.values
-    peak = np.fmax.accumulate(np.where(np.isfinite(v), v, np.nan))
+    peak = stats.finite_peak(v)
     with np.errstate(invalid="ignore", divide="ignore"):
         frac = np.where(peak > 0, v / peak, np.nan)
     return stats.value_at_or_before(lr.steps, frac, steps)
