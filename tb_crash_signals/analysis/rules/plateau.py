@@ -27,7 +27,7 @@ from tb_crash_signals.analysis.stats import (
     noise_decades_at,
     trailing_median_inclusive,
 )
-from tb_crash_signals.analysis.streaming import Stream, StreamHit, recent_logs, shared_level
+from tb_crash_signals.analysis.streaming import Stream, StreamHit, recent_logs, shared_level, small_median
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,6 +53,12 @@ class PlateauParams:
     stuck: float = param(
         0.65, "a stall counts only while the smoothed loss is at least this share of the initial level "
         "(the median of the first 10 points: the run is stuck near where it started, or back there) ..."
+    )
+    start_points: int = param(
+        3, "... where, once the learning rate has fallen (see `lr_fell`), the initial level is at least "
+        "the median of the first this many points (1-10): a loss that fell fast in its first points and "
+        "stalls while its schedule decays has learnt and is converging, not stuck where it started", at_least=1,
+        at_most=10,
     )
     early_jitter: float = param(
         0.003, "... and a stall that began within those 10 points only on a smooth loss: the noise of "
@@ -96,6 +102,16 @@ def plateau_note(patience, lr_fraction, lr_climb=math.nan) -> str:
     else:
         why = ", near where it started"
     return f"{int(patience)} points{why}"
+
+
+def start_level(values, init: float, points: int) -> float:
+    """The level a stall under a decaying schedule is measured against: the initial level `init`
+    (stats.initial_level of `values`), or the median of the first `points` finite points if
+    higher."""
+    if init != init:
+        return init
+    head = values[np.isfinite(values)][:points]
+    return max(init, float(np.median(head)))
 
 
 def plateau_patience(index, p: PlateauParams):
@@ -238,6 +254,8 @@ class PlateauStream(Stream):
         self.noise = recent_logs(channels["train_loss"], p.noise_window, np.log10)  # of the points before
         self.own = getattr(self.noise, "values", None)  # kept by the stream itself, if at all
         self.initial = channels["train_loss"].initial  # pushed after the checks: as of the points before
+        self.start_points = p.start_points
+        self.start = math.nan  # start_level, once the initial level is known and asked for
         # The logs of the positive finite points among the first _HEAD so far, while a stall may
         # have begun before the initial level was known (`early_jitter`); None after.
         self.head_logs = []
@@ -267,7 +285,6 @@ class PlateauStream(Stream):
         self.lr = channels["lr"].values
 
     def check(self, i, step, v):
-        init = self.initial.value
         if self.head_logs is not None:
             if i - self._patience(i) >= self.initial.known:
                 self.head_logs = None  # i - patience never decreases: no later stall began that early
@@ -280,6 +297,11 @@ class PlateauStream(Stream):
             self.fell_at, self.fell_peak = i, peak
         if self.fell_at != math.inf:  # _climb reads the peak as of points from the fall on only
             self.peaks.push(i, peak)
+        init = self.initial.value
+        if self.fell_at <= i and init == init:  # a decaying schedule: start_level
+            if self.start != self.start:  # once: the first 10 finite points are in
+                self.start = max(init, small_median(self.initial.head[: self.start_points]))
+            init = self.start
         if i <= self.max_warmup:
             self._warm_up(i)
         self.bests.push(i, self.level.low)
@@ -464,6 +486,9 @@ def loss_plateau(data, p: PlateauParams, since=None):
     if hit.size:
         # Only a run stuck near where it started, or whose learning rate is gone, is on a plateau.
         init, known_after = initial_level(s.values)
+        # The learning rate as the hits see it: gone, fallen (against start_level), or climbed back.
+        at, peak, fell = lr_course(data, s.steps[: hit[-1] + 1], p.lr_fell)
+        init = np.where(fell[hit], start_level(s.values, init, p.start_points), init)
         # One smoothing over the hits' span (a point's smoothed value does not depend on where the
         # span starts), not one per hit: a run stuck after a divergence stalls at every point.
         now = _smoothed(s.values, k, int(hit[0]), int(hit[-1]) + 1)[hit - hit[0]]
@@ -476,7 +501,6 @@ def loss_plateau(data, p: PlateauParams, since=None):
         with np.errstate(invalid="ignore"):
             gone = frac <= p.lr_floor
         # The learning rate, once it fell, climbed back far above its peak as of the stall's start.
-        at, peak, fell = lr_course(data, s.steps[: hit[-1] + 1], p.lr_fell)
         start = hit - plateau_patience(hit, p)  # >= 0: the stall needs its patience
         with np.errstate(invalid="ignore"):
             climb = np.where(fell[start] & (peak[start] > 0), at[hit] / peak[start], np.nan)

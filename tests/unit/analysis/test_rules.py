@@ -525,6 +525,26 @@ def test_plateau_from_the_first_points_needs_a_smooth_loss():
     assert batch == online and batch and batch[0] <= 12
 
 
+def test_plateau_after_a_fast_first_fall_under_a_decaying_schedule_is_convergence():
+    # The loss falls 3x in its first 5 points, then hovers at its floor: the median of its first 10
+    # is that floor. Under a decaying schedule (ExponentialLR, gamma 0.99: under 0.9x its peak from
+    # the 11th point, 1.8 % of it at the end), it has learnt and is converging; under a constant
+    # learning rate, a stall that long still counts.
+    rng = np.random.default_rng(7)
+    n = 400
+    t = np.arange(n)
+    loss = np.where(t < 5, 1.2 - 0.16 * t, 0.4) * (1 + 0.02 * rng.standard_normal(n))
+    decaying = 1e-3 * 0.99**t
+    assert starts_both("CS301", train_loss=loss, lr=decaying) == ([], [])
+    batch, online = starts_both("CS301", train_loss=loss, lr=np.full(n, 1e-3))
+    assert batch == online and batch
+    # start_points = 10 measures the stall against the median of the first 10 points, as before.
+    old = dataclasses.replace(RULES["CS301"].default_params(), start_points=10)
+    cfg = dataclasses.replace(Config(), params={"CS301": old})
+    batch, online = starts_both("CS301", cfg, train_loss=loss, lr=decaying)
+    assert batch == online and batch
+
+
 def test_plateau_is_quiet_during_learning_rate_warmup():
     flat = np.full(40, 2.3)
     lr = np.linspace(1e-6, 1e-3, 40)
