@@ -154,12 +154,14 @@ _EXP_FROM = 20
 
 def exponential(first, middle, last) -> bool:
     """Whether a learning rate, at the first point, half way and now, rose exponentially: at least
-    doubled, as much (x 0.8) on a log scale in the second half as in the first. A warm-up from ~0
-    rises mostly early on that scale (linear: log t); an exponential schedule or a range test rises
-    evenly (not finite: no)."""
+    doubled, as much on a log scale in the second half as in the first (x 0.8 to x 1.5). An
+    exponential schedule or a range test rises evenly on that scale; a warm-up from ~0 rises mostly
+    early (linear: log t), and a cosine or polynomial warm-up from a floor (one-cycle's, from
+    1/25 of its peak) mostly late at first (not finite: no)."""
     if not (0.0 < first < middle < math.inf and 2.0 * first <= last < math.inf):
         return False
-    return math.log(last / middle) >= 0.8 * math.log(middle / first)
+    early, late = math.log(middle / first), math.log(last / middle)
+    return 0.8 * early <= late <= 1.5 * early
 
 
 def accelerating(first, middle, last) -> bool:

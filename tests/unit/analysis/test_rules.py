@@ -578,6 +578,14 @@ def test_plateau_counts_its_patience_from_the_end_of_the_warmup():
     cosine = 1e-3 * (1 - np.cos(np.pi * np.minimum(t / 140.0, 1.0))) / 2 + 1e-7
     eps = episodes_of(analyze(train_loss=np.full(150, 2.3), lr=cosine), "CS301")
     assert not eps or eps[0].start_step >= 100, [e.start_step for e in eps]
+    # One-cycle's cosine warm-up from 1/25 of its peak (300 points) rises mostly late on a log scale
+    # at first, faster than an exponential: a warm-up too. The loss, flat for its first 40 points,
+    # then learns: no plateau (a stall counted from the start would be one at the 39th point).
+    t = np.arange(1000)
+    peak = 1e-3
+    one_cycle = peak / 25 + (peak - peak / 25) * (1 - np.cos(np.pi * np.minimum(t / 300.0, 1.0))) / 2
+    loss = 2.3 * np.exp(-0.005 * np.maximum(t - 40, 0))
+    assert starts_both("CS301", train_loss=loss, lr=one_cycle) == ([], [])
     # A long linear warm-up is one: the stall counts from the end of the first `max_warmup` points.
     linear = np.linspace(1e-5, 1e-3, 200)
     eps = episodes_of(analyze(train_loss=np.full(200, 2.3), lr=linear), "CS301")
