@@ -9,6 +9,7 @@ import numpy as np
 
 from tb_crash_signals.analysis.rules.base import Hits, fmt, param, rule, since_index
 from tb_crash_signals.analysis.stats import (
+    finite_peak,
     run_lengths,
     trailing_median_inclusive_at,
     value_at_or_before,
@@ -130,7 +131,16 @@ class ValDivergenceParams:
     min_rise: float = param(0.10, "... by at least this much (relative)")
     smooth: int = param(5, "trailing train points whose median is compared (noise)")
     min_evaluations: int = param(3, "evaluations needed before the rule can fire")
+    lr_restart: float = param(
+        1.5, "... unless the learning rate, fallen by the best validation step (under 0.9x its peak "
+        "then), is now above this multiple of what it was then: a warm restart or a cyclic schedule "
+        "climbing back, whose larger steps raise the validation loss for a while", above=0.0,
+    )
     cooldown: int = param(10, "evaluations after which a new episode starts")
+
+
+# The learning rate has fallen when it is under this share of its peak so far (as CS301's lr_fell).
+_LR_FELL = 0.9
 
 
 def _describe_valdiv(ep, p):
@@ -150,6 +160,8 @@ class ValDivergenceStream(_TrainAtVal):
         self.best_step = None
         self.train_at_best = math.nan
         self.above = 0
+        self.lr = channels["lr"]  # updated before the validation channel
+        self.lr_bar = math.inf  # lr_restart x the learning rate at the best, if it had fallen then
 
     def check(self, i, step, v):
         p = self.p
@@ -159,6 +171,8 @@ class ValDivergenceStream(_TrainAtVal):
             self.best = masked
             self.best_i, self.best_step = i, step
             self.train_at_best = self.train_now()
+            lr = self.lr.values[-1] if self.lr.values else math.nan
+            self.lr_bar = p.lr_restart * lr if lr < _LR_FELL * self.lr.max_finite else math.inf
         above = finite and v >= self.best * self.rise and self.best > 0
         self.above = self.above + 1 if above else 0
         if (
@@ -166,6 +180,7 @@ class ValDivergenceStream(_TrainAtVal):
             and self.above >= p.evaluations
             and i - self.best_i >= p.evaluations
             and self.train_now() < self.train_at_best
+            and not (self.lr.values and self.lr.values[-1] > self.lr_bar)
         ):
             return StreamHit(note=f"{fmt(self.best)} at step {self.best_step}")
         return None
@@ -183,7 +198,9 @@ def val_divergence(data, p: ValDivergenceParams, since=None):
 
     Fires at a validation point when the last `evaluations` validation losses
     all sit `min_rise` above the best one before them, and the (smoothed)
-    train loss is lower than it was at that best validation step.
+    train loss is lower than it was at that best validation step -- unless
+    the learning rate, which had fallen by that step, has climbed back to
+    `lr_restart` x what it was then (a warm restart, a cyclic schedule).
     """
     val = data.get("val_loss")
     if val is None or len(val) <= p.min_evaluations or data.get("train_loss") is None:
@@ -211,6 +228,14 @@ def val_divergence(data, p: ValDivergenceParams, since=None):
             & (idx - best_idx >= p.evaluations)
             & (train < train[best_idx])
         )
+    lr = data.get("lr")
+    if lr is not None and len(lr):
+        # The schedule climbed back since the best: its larger steps, not overfitting.
+        at = value_at_or_before(lr.steps, lr.values, val.steps)
+        peak = value_at_or_before(lr.steps, finite_peak(lr.values), val.steps)
+        with np.errstate(invalid="ignore"):
+            fallen = at < _LR_FELL * peak
+            hit &= ~(fallen[best_idx] & (at > p.lr_restart * at[best_idx]))
     out = np.flatnonzero(hit[i0:]) + i0
     if out.size:
         yield Hits(

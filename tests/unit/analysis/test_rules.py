@@ -666,6 +666,23 @@ def test_val_divergence_flags_the_onset_within_a_few_evaluations():
     assert "CS402" not in codes(healthy)
 
 
+def test_val_divergence_after_a_warm_restart_is_the_schedule():
+    # Cosine annealing to 1 % of its peak over 30 evaluations, then a warm restart: the validation
+    # loss, at its best at the end of the cycle, rises 20 % under the larger steps and falls again.
+    t = np.arange(60)
+    sgdr = 1e-3 * (0.01 + 0.99 * 0.5 * (1 + np.cos(np.pi * (t % 30) / 30)))
+    val = np.concatenate([np.linspace(1.0, 0.5, 30), [0.6, 0.62, 0.61, 0.6, 0.58], np.linspace(0.56, 0.45, 25)])
+    train = np.linspace(1.0, 0.3, 60)
+    assert starts_both("CS402", train_loss=train, val_loss=val, lr=sgdr) == ([], [])
+    # The same curves under a constant rate, or a warm-up's rate still rising at the best (it had
+    # not fallen): overfitting's onset.
+    batch, online = starts_both("CS402", train_loss=train, val_loss=val, lr=np.full(60, 1e-3))
+    assert batch == online == [31]
+    warmup = 1e-3 * np.minimum((t + 1) / 40, 1.0)
+    batch, online = starts_both("CS402", train_loss=train, val_loss=val, lr=warmup)
+    assert batch == online == [31]
+
+
 def test_update_ratio_out_of_band_both_ways():
     high = np.full(50, 1e-3)
     high[20:30] = 0.5
