@@ -444,9 +444,10 @@ def loss_plateau(data, p: PlateauParams, since=None):
     max_patience, the rule
     fires when the best smoothed loss so far is not `rel_improvement` below
     the best as of P points earlier -- while the run is stuck near where it
-    started (its best still `stuck` x the initial level; on a smooth loss
-    only, its jitter under `early_jitter`, if the stall began within the 10
-    points that set that level), its learning rate
+    started (its best still `stuck` x the initial level, or, once its
+    learning rate has fallen, x the median of its first `start_points` points
+    if higher; on a smooth loss only, its jitter under `early_jitter`, if the
+    stall began within the 10 points that set that level), its learning rate
     has decayed to ~0 (`lr_floor` x its peak), or its learning rate, after it
     fell, climbed back to `lr_climb` x its peak as of the stall's start (a
     schedule gone wrong: the loss stalls under a step too large). The P
