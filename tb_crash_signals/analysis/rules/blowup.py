@@ -266,8 +266,9 @@ def loss_blowup(data, p: BlowupParams, since=None):
 class JumpTogetherParams:
     window: int = param(50, "trailing points forming each signal's baseline (median)", at_least=2)
     min_points: int = param(
-        5, "points of each signal needed before the rule can fire (a run thrown off by a far too large "
-        "step in its first dozen points crashes there)"
+        2, "points of each signal needed before the rule can fire: a run thrown off by a far too large "
+        "step in its first few points crashes there, and both signals 10x their first points together "
+        "is no warm-up (a warm-up's grad norm rises while its loss falls)"
     )
     factor: float = param(
         10.0, "the grad norm and the train loss logged at the same step must both be at least this "

@@ -169,7 +169,11 @@ def test_a_jump_together_in_the_first_dozen_points_is_a_crash():
     # A warm-up: the grad norm rises 5x in a few points while the loss falls.
     warm_loss = np.array([2.3, 1.9, 1.5, 1.2, 1.0, 0.9, 0.8, 0.75, 0.7, 0.68, 0.66, 0.65, 0.64])
     warm_grad = np.array([0.2, 0.3, 0.5, 0.8, 1.0, 1.0, 1.1, 1.0, 1.0, 0.9, 0.9, 0.9, 0.9])
-    for (lv, gv), starts in (((loss, grad), [6]), ((warm_loss, warm_grad), [])):
+    # A learning rate far too large from the start: thrown off at the 3rd logged point (50x, 23x).
+    early_loss = np.array([1.18, 0.80, 39.4, 1.77, 12.4, 1.17, 9.6, 25.0, 25.3, 55.6])
+    early_grad = np.array([1.41, 3.84, 88.9, 2.75, 31.4, 0.37, 6.0, 9.9, 9.9, 954.0])
+    cases = (((loss, grad), [6]), ((warm_loss, warm_grad), []), ((early_loss, early_grad), [2]))
+    for (lv, gv), starts in cases:
         assert starts_both("CS115", train_loss=lv, grad_norm=gv) == (starts, starts)  # the monitor alike
 
 
