@@ -32,6 +32,7 @@ from tb_crash_signals.analysis.stats import (
     linear_fit,
     log_spread_at,
     noise_decades_at,
+    sliding_min,
     smoothed_level,
     value_at_or_before,
 )
@@ -101,6 +102,11 @@ class LossGrowthParams:
     lr_jump_level: float = param(
         0.5, "... and it is still at least this multiple of the value it jumped to: a higher step size "
         "makes larger gradients, and the loss's bump after a warm restart is no divergence",
+    )
+    lr_climb_back: int = param(
+        255, "... nor while it climbed back `lr_jump` x from the lowest of its last this-many points (all "
+        "finite), to no new high: a cyclic schedule's up-phase, whose larger steps make larger gradients "
+        "too (at most 255, the points the monitor keeps; 0: never)", at_least=0, at_most=255,
     )
     fit_window: int = param(10, "level points in the log-linear fit drawn and projected", at_least=3)
     target: float = param(2.0, "the fit projects when the level reaches this multiple of the best", above=0.0)
@@ -263,6 +269,50 @@ def _lr_restarted_at(lr, steps, p: LossGrowthParams) -> np.ndarray:
     j = jumps[np.maximum(k, 0)]
     with np.errstate(invalid="ignore"):
         return ok & (pos - j < p.lr_jump_back) & (v[np.maximum(pos, 0)] >= p.lr_jump_level * v[j])
+
+
+def _climbed_back(channel, p: LossGrowthParams) -> bool:
+    """Whether the learning rate, as of its last point, is under its peak so far and at least
+    `lr_jump` x the lowest of its `lr_climb_back` points before it, all finite (as
+    _lr_climbed_back_at). Read only when the grad norm climbs: it walks those points."""
+    values = channel.values
+    n = len(values)
+    now = values[-1] if n else math.nan
+    if n < 2 or not now < channel.max_finite:
+        return False
+    window = list(islice(values, n - 1 - min(p.lr_climb_back, n - 1), n - 1))
+    total = sum(window)
+    if not total - total == 0.0:  # a NaN or an infinite point among them (or a sum past 1e308)
+        if not all(x - x == 0.0 for x in window):
+            return False
+    low = min(window)
+    return low > 0 and now >= p.lr_jump * low
+
+
+def _lr_climbed_back_at(lr, steps, p: LossGrowthParams) -> np.ndarray:
+    """For each of `steps`: whether the learning rate, as of its last point at or before it, climbed
+    back (see `lr_climb_back`): under its peak so far, and at least `lr_jump` x the lowest of its
+    `lr_climb_back` points before that one, none of them NaN or infinite."""
+    out = np.zeros(np.shape(steps), bool)
+    if lr is None or len(lr) < 2 or p.lr_climb_back == 0:
+        return out
+    v = lr.values
+    n, w = v.shape[0], p.lr_climb_back
+    bad = ~np.isfinite(v)
+    filled = np.where(bad, np.inf, v)
+    low = np.full(n, np.nan)  # the lowest of the up-to-w points before each
+    head = min(w, n)
+    low[1:head] = np.minimum.accumulate(filled[: head - 1])
+    if n > w:
+        sliding_min(filled[:-1], w, out=low[w:])
+    count = np.concatenate([[0], np.cumsum(bad)])
+    idx = np.arange(n)
+    clean = count[idx] == count[np.maximum(idx - w, 0)]  # no non-finite point among them
+    with np.errstate(invalid="ignore"):
+        back = (v < finite_peak(v)) & clean & (low > 0) & (v >= p.lr_jump * low)
+    back[0] = False
+    pos = np.searchsorted(lr.steps, steps, side="right") - 1
+    return (pos >= 0) & back[np.maximum(pos, 0)]
 
 
 class _LrTrend:
@@ -478,7 +528,9 @@ class LossGrowthStream(Stream):
             # The point before was under max_ratio (a point the rest screen skipped was far under it).
             finishing = self.under or self.checked != i - 1
             trend = self.grad.shared.get(_GRAD)
-            rising = trend is not None and trend.rising and not (p.lr_jump_back and self.lr_jump.restarted(self.lr, p))
+            rising = (trend is not None and trend.rising
+                      and not (p.lr_jump_back and self.lr_jump.restarted(self.lr, p))
+                      and not (p.lr_climb_back and _climbed_back(self.lr, p)))
             lr_trend = self.lr.shared.get(_LR)
             lr_rising = lr_trend is not None and lr_trend.rising
             slow = self.best_level.history
@@ -613,6 +665,7 @@ def loss_growth(data, p: LossGrowthParams, since=None):
     lr = data.get("lr")
     # The learning rate is logged before the loss at a step (the monitor's order): its point at the step counts.
     rising &= ~_lr_restarted_at(lr, s.steps[cand], p)
+    rising &= ~_lr_climbed_back_at(lr, s.steps[cand], p)
     lr_rising = np.zeros(cand.size, bool)
     if lr is not None and len(lr):
         lr_rising = value_at_or_before(lr.steps, _lr_rising(lr, p).astype(np.float64), s.steps[cand]) > 0

@@ -161,6 +161,26 @@ def test_a_warm_restart_makes_the_grad_norm_no_evidence_of_a_climb():
     assert not _lr_restarted_at(lr, t, dataclasses.replace(p, lr_jump_back=0)).any()
 
 
+def test_a_cyclic_rate_climbing_back_makes_the_grad_norm_no_evidence_of_a_climb():
+    # A triangular cyclic schedule (50x from its floor to its peak, every 300 points) with the grad
+    # norm following the rate; in the second cycle the loss climbs 1.4x towards the rate's peak.
+    rng = np.random.default_rng(2)
+    t = np.arange(600)
+    phase = (t % 300) / 150.0
+    tri = np.where(phase < 1, phase, 2 - phase)
+    grad = (0.5 + 1.5 * tri) * np.exp(0.05 * rng.standard_normal(600))
+    loss = np.where(t < 100, 1.0 - 0.006 * t, 0.4) * (1 + 0.4 * tri * (t >= 300))
+    loss = loss * np.exp(0.1 * rng.standard_normal(600))
+    cyclic = 1e-3 + 4.9e-2 * tri
+    # Under a constant rate the grad norm's climb is evidence: critical at point 380.
+    assert starts_both("CS202", train_loss=loss, grad_norm=grad, lr=np.full(600, 1e-2)) == ([380, 478], [380, 478])
+    # Under the cycle it is the rate's doing: only the loss standing out of its noise alone counts.
+    assert starts_both("CS202", train_loss=loss, grad_norm=grad, lr=cyclic) == ([478], [478])
+    never = dataclasses.replace(RULES["CS202"].default_params(), lr_climb_back=0)
+    cfg = dataclasses.replace(Config(), params={"CS202": never})
+    assert starts_both("CS202", cfg, train_loss=loss, grad_norm=grad, lr=cyclic) == ([380, 478], [380, 478])
+
+
 def test_a_jump_together_in_the_first_dozen_points_is_a_crash():
     # A far too large SGD step at the 7th logged point: loss and grad norm 15x together, before
     # the run's initial level (its first 10 points) is known.
