@@ -110,7 +110,8 @@ def start_level(values, init: float, points: int) -> float:
     higher."""
     if init != init:
         return init
-    head = values[np.isfinite(values)][:points]
+    # At most the 10 points the initial level reads (the stream keeps those only).
+    head = values[np.isfinite(values)][: min(points, 10)]
     return max(init, float(np.median(head)))
 
 
@@ -256,7 +257,7 @@ class PlateauStream(Stream):
         self.noise = recent_logs(channels["train_loss"], p.noise_window, np.log10)  # of the points before
         self.own = getattr(self.noise, "values", None)  # kept by the stream itself, if at all
         self.initial = channels["train_loss"].initial  # pushed after the checks: as of the points before
-        self.start_points = p.start_points
+        self.start_points = min(p.start_points, 10)  # of the initial level's 10 points (as start_level)
         self.start = math.nan  # start_level, once the initial level is known and asked for
         # The logs of the positive finite points among the first _HEAD so far, while a stall may
         # have begun before the initial level was known (`early_jitter`); None after.

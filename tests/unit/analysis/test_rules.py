@@ -569,6 +569,20 @@ def test_plateau_after_a_fast_first_fall_under_a_decaying_schedule_is_convergenc
     assert batch == online and batch
 
 
+def test_plateau_start_points_past_the_initial_levels_10_read_those_10():
+    # A config built in code may pass start_points 11, past its range: the batch rule and the
+    # monitor both read the initial level's 10 points (an 11th, a spike, would lift the median
+    # from 0.4 to 0.5 and the stall at 0.3 would no longer be "stuck").
+    n = 300
+    loss = np.r_[[1.2, 1.0, 0.8, 0.6, 0.5], np.full(5, 0.3), [1.2], np.full(n - 11, 0.3)]
+    loss = loss * (1 + 0.001 * np.sin(np.arange(n)))
+    decaying = 1e-3 * 0.99 ** np.arange(n)
+    wide = dataclasses.replace(RULES["CS301"].default_params(), start_points=11)
+    batch, online = starts_both("CS301", dataclasses.replace(Config(), params={"CS301": wide}),
+                                train_loss=loss, lr=decaying)
+    assert batch == online and batch
+
+
 def test_plateau_is_quiet_during_learning_rate_warmup():
     flat = np.full(40, 2.3)
     lr = np.linspace(1e-6, 1e-3, 40)
