@@ -664,8 +664,9 @@ def loss_growth(data, p: LossGrowthParams, since=None):
         rising = value_at_or_before(g.steps, _grad_rising(g, p).astype(np.float64), s.steps[cand] - 1) > 0
     lr = data.get("lr")
     # The learning rate is logged before the loss at a step (the monitor's order): its point at the step counts.
-    rising &= ~_lr_restarted_at(lr, s.steps[cand], p)
-    rising &= ~_lr_climbed_back_at(lr, s.steps[cand], p)
+    if rising.any():  # the learning rate's restarts and climbs only discount a climbing grad norm
+        rising &= ~_lr_restarted_at(lr, s.steps[cand], p)
+        rising &= ~_lr_climbed_back_at(lr, s.steps[cand], p)
     lr_rising = np.zeros(cand.size, bool)
     if lr is not None and len(lr):
         lr_rising = value_at_or_before(lr.steps, _lr_rising(lr, p).astype(np.float64), s.steps[cand]) > 0

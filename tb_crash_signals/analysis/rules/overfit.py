@@ -8,8 +8,8 @@ import math
 import numpy as np
 
 from tb_crash_signals.analysis.rules.base import Hits, fmt, param, rule, since_index
+from tb_crash_signals.analysis.rules.plateau import lr_course
 from tb_crash_signals.analysis.stats import (
-    finite_peak,
     run_lengths,
     trailing_median_inclusive_at,
     value_at_or_before,
@@ -228,11 +228,9 @@ def val_divergence(data, p: ValDivergenceParams, since=None):
             & (idx - best_idx >= p.evaluations)
             & (train < train[best_idx])
         )
-    lr = data.get("lr")
-    if lr is not None and len(lr):
+    if hit.any():
         # The schedule climbed back since the best: its larger steps, not overfitting.
-        at = value_at_or_before(lr.steps, lr.values, val.steps)
-        peak = value_at_or_before(lr.steps, finite_peak(lr.values), val.steps)
+        at, peak, _ = lr_course(data, val.steps, _LR_FELL)
         with np.errstate(invalid="ignore"):
             fallen = at < _LR_FELL * peak
             hit &= ~(fallen[best_idx] & (at > p.lr_restart * at[best_idx]))

@@ -104,14 +104,15 @@ def plateau_note(patience, lr_fraction, lr_climb=math.nan) -> str:
     return f"{int(patience)} points{why}"
 
 
-def start_level(values, init: float, points: int) -> float:
-    """The level a stall under a decaying schedule is measured against: the initial level `init`
-    (stats.initial_level of `values`), or the median of the first `points` finite points if
-    higher."""
+def start_level(values, init: float, known_after: int, points: int) -> float:
+    """The level a stall under a decaying schedule is measured against: the initial level `init`,
+    or the median of the first `points` finite points if higher (`init, known_after` are
+    stats.initial_level of `values`: its 10 finite points end at `known_after`)."""
     if init != init:
         return init
+    head = values[: known_after + 1]
     # At most the 10 points the initial level reads (the stream keeps those only).
-    head = values[np.isfinite(values)][: min(points, 10)]
+    head = head[np.isfinite(head)][: min(points, 10)]
     return max(init, float(np.median(head)))
 
 
@@ -492,7 +493,7 @@ def loss_plateau(data, p: PlateauParams, since=None):
         init, known_after = initial_level(s.values)
         # The learning rate as the hits see it: gone, fallen (against start_level), or climbed back.
         at, peak, fell = lr_course(data, s.steps[: hit[-1] + 1], p.lr_fell)
-        init = np.where(fell[hit], start_level(s.values, init, p.start_points), init)
+        init = np.where(fell[hit], start_level(s.values, init, known_after, p.start_points), init)
         # One smoothing over the hits' span (a point's smoothed value does not depend on where the
         # span starts), not one per hit: a run stuck after a divergence stalls at every point.
         now = _smoothed(s.values, k, int(hit[0]), int(hit[-1]) + 1)[hit - hit[0]]
