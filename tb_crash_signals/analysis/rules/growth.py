@@ -37,7 +37,8 @@ class GrowthParams:
         100.0, "the explosion threshold the projection aims at (as `grad-norm-threshold`)"
     )
     horizon: int = param(
-        100, "fires only when the projected crossing is at most this many steps ahead"
+        150, "fires only when the projected crossing is at most this many steps ahead (a fit of 40 "
+        "points logged every 5 steps spans 200)"
     )
     max_extrapolation: float = param(
         2.0, "... and at most this multiple of the fit's own span ahead: a line through 40 steps says "

@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from support.helpers import analyze, codes, episodes_of, healthy_grad, healthy_loss, starts_both
+from support.helpers import analyze, codes, episodes_of, healthy_grad, healthy_loss, series, starts_both
 from tb_crash_signals.analysis.config import Config, article_config
 from tb_crash_signals.analysis.rules import FAMILIES, RULES
 from tb_crash_signals.online.monitor import Monitor
@@ -501,6 +501,26 @@ def test_growth_does_not_project_far_past_its_fit():
     cfg = dataclasses.replace(Config(), params={"CS201": unlimited})
     batch, online = starts_both("CS201", cfg, grad_norm=g, train_loss=loss)
     assert batch and batch == online
+
+
+def test_growth_logged_every_5_steps_is_told_a_fit_span_ahead():
+    # Logged every 5 steps, the grad norm doubles every 60 steps under a flat loss (a loss scale
+    # that doubles without bound): its 40-point fit spans 195 steps, and the crossing ~140 steps
+    # ahead is within what the fit can tell. A horizon of 100 steps held the alarm back to ~95.
+    rng = np.random.default_rng(3)
+    k = np.arange(150)
+    steps = 5 * k
+    g = 0.5 * 2 ** (np.clip(k - 60, 0, None) / 12) * np.exp(0.05 * rng.standard_normal(k.size))
+    loss = 2.3 * (1 + 0.01 * rng.standard_normal(k.size))
+    crossing = 5 * (60 + 12 * math.log2(100 / 0.5))
+    first = episodes_of(analyze(grad_norm=series(g, steps), train_loss=series(loss, steps)), "CS201")[0]
+    assert crossing - first.start_step > 120
+    assert abs(first.fit.projected_step - crossing) <= 0.2 * (crossing - first.start_step)
+    m = Monitor()
+    for step, gv, lv in zip(steps.tolist(), g.tolist(), loss.tolist()):
+        m.update(step, grad_norm=gv, train_loss=lv)
+    online = [e for e in m.episodes() if e.code == "CS201"][0]
+    assert (online.start_step, online.fit) == (first.start_step, first.fit)
 
 
 def test_growth_waits_while_the_loss_falls_fast():
