@@ -225,7 +225,7 @@ export function findingsTable(analysis, {rules, onZoom, onZoomIncident, onReset,
           },
         })
       : null;
-    const lead = inc.lead_steps && !String(inc.headline || '').includes('predicted') ? `predicted ${plural(inc.lead_steps, 'step')} early` : null;
+    const lead = inc.lead_steps && !/\b\d+ steps? early\b/.test(String(inc.headline || '')) ? `predicted ${plural(inc.lead_steps, 'step')} early` : null;
     const link = linkFor ? linkFor(inc) : null;
     tbody.appendChild(el(
       'tr',

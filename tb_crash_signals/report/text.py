@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 
 def safe(text: str) -> str:
     """Escapes control characters so names cannot move the cursor or hide text
@@ -32,6 +34,8 @@ def plural(n: int, word: str, many: str | None = None) -> str:
 _MARK = {"critical": "CRITICAL", "warning": "WARNING", "ok": "ok", "no_signals": "no signals"}
 _SEV = {"critical": "C", "warning": "W", "info": "i"}
 _INDENT = "           "
+# A headline that says how early it was told ("predicted 49 steps early", "flagged 1 step early").
+_TELLS_LEAD = re.compile(r"\b\d+ steps? early\b")
 
 
 def span_text(start, end, is_open: bool) -> str:
@@ -61,7 +65,7 @@ def _incident_lines(entry, verbose: bool) -> list[str]:
     for inc in entry["incidents"]:
         span = span_text(inc["start_step"], inc["end_step"], inc["open"])
         lines.append(f"  {_SEV.get(inc['severity'], '?')} {inc['kind']:<12} {span:>18}  {safe(inc['headline'])}")
-        if inc.get("lead_steps") and "predicted" not in inc["headline"]:
+        if inc.get("lead_steps") and not _TELLS_LEAD.search(inc["headline"]):
             lines.append(f"{_INDENT}  predicted {plural(inc['lead_steps'], 'step')} early")
         if inc.get("advice"):
             lines.append(f"{_INDENT}  advice: {safe(inc['advice'])}")

@@ -12,7 +12,7 @@ import pytest
 from support.eventwriters import write_scalars
 from support.paths import DOCS, SCHEMA
 from tb_crash_signals import cli
-from tb_crash_signals.report.text import safe
+from tb_crash_signals.report.text import format_text, safe
 
 SCHEMA = json.load(
     open(SCHEMA, encoding="utf-8")
@@ -246,3 +246,17 @@ def test_console_entry_point_runs_without_traceback(tmp_path):
     )
     assert proc.returncode == 2
     assert proc.stderr.strip() == f"tb-crash-signals: error: {tmp_path / 'missing'}: not a directory"
+
+
+@pytest.mark.parametrize("headline, lead_line", [
+    ("train loss climbed from step 18; train loss diverged at step 159 (flagged 141 steps early)", False),
+    ("grad norm grew exponentially from step 7; grad norm exploded at step 8 (predicted 1 step early)", False),
+    ("train loss diverged at step 159", True),
+])
+def test_text_tells_an_incidents_lead_once(headline, lead_line):
+    incident = {"severity": "critical", "kind": "divergence", "start_step": 18, "end_step": 200,
+                "open": True, "headline": headline, "lead_steps": 141, "advice": "", "episodes": []}
+    report = {"runs": [{"run": "sick", "health": "critical", "incidents": [incident], "episodes": []}]}
+    text = format_text(report)
+    assert headline in text
+    assert ("predicted 141 steps early" in text) == lead_line
