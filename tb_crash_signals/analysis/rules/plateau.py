@@ -60,8 +60,13 @@ class PlateauParams:
         "stalls while its schedule decays has learnt and is converging, not stuck where it started", at_least=1,
         at_most=10,
     )
+    early_points: int = param(
+        15, "... and one that began within the first this many points (or the 10 that set the initial "
+        "level) only on a smooth loss (see `early_jitter`): a per-step loss at chance for its first "
+        "~20 steps is a slow start", at_least=1, at_most=64,
+    )
     early_jitter: float = param(
-        0.003, "... and a stall that began within those 10 points only on a smooth loss: the noise of "
+        0.003, "a smooth loss: the noise of "
         "its points so far (its first 64 at most) around their own trend (see `jitter`) under this. Epoch "
         "means stuck from the first epoch are a plateau; a per-step loss's first points cannot tell one "
         "from a slow start"
@@ -241,8 +246,8 @@ def lr_fraction(data, steps) -> np.ndarray:
 
 
 # The points whose jitter tells a smooth loss (`early_jitter`): with the defaults a stall that began
-# within the first 10 points is judged by the 18th; a bound for configs whose patience keeps the
-# stall's start within those 10 points for long (a patience_fraction near 1).
+# within the first 15 points is judged by the 25th; a bound for configs whose patience keeps the
+# stall's start within those points for long (a patience_fraction near 1).
 _HEAD = 64
 
 
@@ -261,9 +266,9 @@ class PlateauStream(Stream):
         self.start_points = min(p.start_points, 10)  # of the initial level's 10 points (as start_level)
         self.start = math.nan  # start_level, once the initial level is known and asked for
         # The logs of the positive finite points among the first _HEAD so far, while a stall may
-        # have begun before the initial level was known (`early_jitter`); None after.
+        # have begun before the initial level was known or within `early_points`; None after.
         self.head_logs = []
-        self.early_jitter = p.early_jitter
+        self.early_jitter, self.early_points = p.early_jitter, p.early_points
         # The smoothed loss at this point, and its best so far (`_running_best`'s).
         self.level = shared_level(channels["train_loss"], p.smooth)
         self.warmed = -1  # the last point of the warm-up (a rising learning rate), -1 if none
@@ -290,7 +295,7 @@ class PlateauStream(Stream):
 
     def check(self, i, step, v):
         if self.head_logs is not None:
-            if i - self._patience(i) >= self.initial.known:
+            if i - self._patience(i) >= max(self.initial.known, self.early_points):
                 self.head_logs = None  # i - patience never decreases: no later stall began that early
             elif i < _HEAD and 0.0 < v < math.inf:
                 self.head_logs.append(float(np.log(v)))  # numpy's log, as the batch rule's jitter takes it
@@ -449,7 +454,8 @@ def loss_plateau(data, p: PlateauParams, since=None):
     started (its best still `stuck` x the initial level, or, once its
     learning rate has fallen, x the median of its first `start_points` points
     if higher; on a smooth loss only, its jitter under `early_jitter`, if the
-    stall began within the 10 points that set that level), its learning rate
+    stall began within the 10 points that set that level or the first
+    `early_points`), its learning rate
     has decayed to ~0 (`lr_floor` x its peak), or its learning rate, after it
     fell, climbed back to `lr_climb` x its peak as of the stall's start (a
     schedule gone wrong: the loss stalls under a step too large). The P
@@ -500,7 +506,8 @@ def loss_plateau(data, p: PlateauParams, since=None):
         with np.errstate(invalid="ignore"):
             stuck = (hit > known_after) & (now >= p.stuck * init)
         # A stall that began before the initial level was known counts only on a smooth loss.
-        for j in np.flatnonzero(stuck & (hit - plateau_patience(hit, p) <= known_after)).tolist():
+        began = hit - plateau_patience(hit, p)
+        for j in np.flatnonzero(stuck & ((began <= known_after) | (began < p.early_points))).tolist():
             stuck[j] = jitter(s.values[: min(hit[j] + 1, _HEAD)]) < p.early_jitter
         frac = lr_fraction(data, s.steps[hit])
         with np.errstate(invalid="ignore"):
