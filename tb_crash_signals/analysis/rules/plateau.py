@@ -72,8 +72,10 @@ class PlateauParams:
         "from a slow start"
     )
     lr_floor: float = param(
-        0.01, "... or while the learning rate is at most this share of its peak so far (it decayed to ~0); "
-        "a run that learnt and slows down under a working learning rate is converging, not stuck"
+        0.01, "... or while the learning rate is at most this share of its peak so far (it decayed to ~0), "
+        "and was when the stall began: a schedule that decays into the stall (a cosine cycle's end, "
+        "one-cycle's anneal) is converging, as is a run that learnt and slows down under a working "
+        "learning rate"
     )
     lr_climb: float = param(
         1.2, "... or while the learning rate, once it fell, has climbed to at least this multiple of its "
@@ -207,9 +209,6 @@ class _LrPeak:
     def __init__(self, channel):
         self.channel = channel
 
-    def low(self, floor) -> bool:
-        return bool(self.fraction() <= floor)
-
     def fraction(self) -> float:
         ch = self.channel
         peak = ch.max_finite  # -inf before a finite value
@@ -231,18 +230,6 @@ def lr_course(data, steps, lr_fell: float) -> tuple[np.ndarray, np.ndarray, np.n
     with np.errstate(invalid="ignore"):
         fell = np.logical_or.accumulate(at < lr_fell * peak)
     return at, peak, fell
-
-
-def lr_fraction(data, steps) -> np.ndarray:
-    """The learning rate at or before each step over its peak so far (NaN without one)."""
-    lr = data.get("lr")
-    if lr is None or len(lr) == 0:
-        return np.full(np.shape(steps), np.nan)
-    v = lr.values
-    peak = stats.finite_peak(v)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        frac = np.where(peak > 0, v / peak, np.nan)
-    return stats.value_at_or_before(lr.steps, frac, steps)
 
 
 # The points whose jitter tells a smooth loss (`early_jitter`): with the defaults a stall that began
@@ -287,6 +274,9 @@ class PlateauStream(Stream):
         # changed.
         self.bests = _AsOf(self.cap)
         self.peaks = _AsOf(self.cap)
+        # Whether the learning rate is gone (`lr_floor`) as of each of those points, and at the last.
+        self.gone = _AsOf(self.cap)
+        self.gone_now = None
         self.lr_climb, self.lr_fell = p.lr_climb, p.lr_fell
         self.fell_at = math.inf  # the point at which the learning rate first fell (see lr_course)
         self.fell_peak = math.nan  # ... and its peak then, the lowest its peak is as of any later point
@@ -302,6 +292,10 @@ class PlateauStream(Stream):
         lr = self.lr_peak.channel
         lr_now = lr.values[-1] if lr.values else math.nan
         peak = lr.max_finite
+        gone = peak > 0 and lr_now / peak <= self.lr_floor
+        if gone is not self.gone_now:
+            self.gone_now = gone
+            self.gone.push(i, gone)
         if self.fell_at == math.inf and lr_now < self.lr_fell * peak:
             self.fell_at, self.fell_peak = i, peak
         if self.fell_at != math.inf:  # _climb reads the peak as of points from the fall on only
@@ -318,7 +312,7 @@ class PlateauStream(Stream):
         # `stuck` x the initial one, it cannot fire; nor while its learning rate has not climbed back
         # above its peak when it fell (which the peak as of the stall's start is at least), the stall
         # starting before this point (a patience of at least 1).
-        if (i >= self.screen_from and not (peak > 0 and lr_now / peak <= self.lr_floor)
+        if (i >= self.screen_from and not gone
                 and not self.level.value >= self.stuck * init
                 and not (self.fell_at < i and lr_now >= self.lr_climb * self.fell_peak)):
             if self.own is not None:
@@ -362,7 +356,8 @@ class PlateauStream(Stream):
             return None
         ref = self.bests.as_of(i - patience)
         if best > ref - self.rel * abs(ref) and i - patience >= self.warmed:
-            gone = self.lr_peak.low(self.lr_floor)
+            # Gone now, and already when the stall began: not a schedule decaying into it.
+            gone = self.gone_now and self.gone.as_of(i - patience) is True
             climb = self._climb(i - patience)
             climbed = climb >= self.lr_climb
             stuck = self.level.value >= self.stuck * init and (
@@ -505,16 +500,17 @@ def loss_plateau(data, p: PlateauParams, since=None):
         now = _smoothed(s.values, k, int(hit[0]), int(hit[-1]) + 1)[hit - hit[0]]
         with np.errstate(invalid="ignore"):
             stuck = (hit > known_after) & (now >= p.stuck * init)
-        # A stall that began before the initial level was known counts only on a smooth loss.
-        began = hit - plateau_patience(hit, p)
-        for j in np.flatnonzero(stuck & ((began <= known_after) | (began < p.early_points))).tolist():
+        # A stall that began before the initial level was known, or within the first `early_points`,
+        # counts only on a smooth loss.
+        start = hit - plateau_patience(hit, p)  # the stall's start, >= 0: the stall needs its patience
+        for j in np.flatnonzero(stuck & ((start <= known_after) | (start < p.early_points))).tolist():
             stuck[j] = jitter(s.values[: min(hit[j] + 1, _HEAD)]) < p.early_jitter
-        frac = lr_fraction(data, s.steps[hit])
-        with np.errstate(invalid="ignore"):
-            gone = frac <= p.lr_floor
-        # The learning rate, once it fell, climbed back far above its peak as of the stall's start.
-        start = hit - plateau_patience(hit, p)  # >= 0: the stall needs its patience
-        with np.errstate(invalid="ignore"):
+        with np.errstate(invalid="ignore", divide="ignore"):
+            fraction = np.where(peak > 0, at / peak, np.nan)  # of its peak so far, at each point
+            frac = fraction[hit]
+            # Gone now, and already when the stall began: not a schedule decaying into it.
+            gone = (frac <= p.lr_floor) & (fraction[start] <= p.lr_floor)
+            # The learning rate, once it fell, climbed back far above its peak as of the stall's start.
             climb = np.where(fell[start] & (peak[start] > 0), at[hit] / peak[start], np.nan)
             climbed = climb >= p.lr_climb
         # What each hit's note says, looked up only for the hits that start an episode.

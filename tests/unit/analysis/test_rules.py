@@ -621,6 +621,25 @@ def test_plateau_start_points_past_the_initial_levels_10_read_those_10():
     assert batch == online and batch
 
 
+def test_plateau_under_a_learning_rate_gone_needs_it_gone_when_the_stall_began():
+    # Cosine annealing with a warm restart: the loss converges within each cycle and stands still
+    # while the rate decays to ~0 at the cycle's end. It stalled under a working rate: converging.
+    # Before, the stall counted once the rate was under 1 % of its peak (at point 581).
+    rng = np.random.default_rng(12)
+    period = 300
+    t = np.arange(2 * period)
+    lr = np.maximum(1e-3 * 0.5 * (1 + np.cos(np.pi * (t % period) / period)), 2e-6)
+    loss = (0.4 + 1.9 * np.exp(-np.cumsum(lr) / 0.03)) * (1 + 0.003 * rng.standard_normal(t.size))
+    assert starts_both("CS301", train_loss=loss, lr=lr) == ([], [])
+    # A rate dropped to ~0 while the run was still learning: the loss stands still from then on.
+    dropped = np.where(t < 150, 1e-3, 1e-8)
+    loss = (0.4 + 1.9 * np.exp(-np.cumsum(dropped) / 0.3)) * (1 + 0.003 * rng.standard_normal(t.size))
+    batch, online = starts_both("CS301", train_loss=loss, lr=dropped)
+    assert batch == online and batch and batch[0] < 300
+    (first,) = episodes_of(analyze(train_loss=loss, lr=dropped), "CS301")
+    assert "with the learning rate at 0.001% of its peak" in first.message
+
+
 def test_plateau_is_quiet_during_learning_rate_warmup():
     flat = np.full(40, 2.3)
     lr = np.linspace(1e-6, 1e-3, 40)
