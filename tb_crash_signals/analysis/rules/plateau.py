@@ -146,7 +146,7 @@ def _warmup_ends(data, steps, max_warmup: int, fell: np.ndarray) -> np.ndarray:
         at = stats.value_at_or_before(lr.steps, lr.values, steps[:m]).tolist()
         for k in np.flatnonzero(warm[_EXP_FROM:]).tolist():
             k += _EXP_FROM
-            if exponential(at[0], at[k // 2], at[k]):
+            if exponential(at, k):
                 ends[k:] = -1
                 return np.append(ends, -1)
     after = ends[-1]
@@ -161,16 +161,25 @@ def _warmup_ends(data, steps, max_warmup: int, fell: np.ndarray) -> np.ndarray:
 _EXP_FROM = 20
 
 
-def exponential(first, middle, last) -> bool:
-    """Whether a learning rate, at the first point, half way and now, rose exponentially: at least
-    doubled, as much on a log scale in the second half as in the first (x 0.8 to x 1.5). An
-    exponential schedule or a range test rises evenly on that scale; a warm-up from ~0 rises mostly
-    early (linear: log t), and a cosine or polynomial warm-up from a floor (one-cycle's, from
-    1/25 of its peak) mostly late at first (not finite: no)."""
+def exponential(lr, k: int) -> bool:
+    """Whether a learning rate rose exponentially from point 0 to point k (`lr` holds its value as
+    of each point): at least doubled, by as much on a log scale in the second half as in the
+    first (x 0.8 to x 1.5), and, where it moved in each quarter of the way, over each quarter
+    alike (within 1.5x of one another). An exponential schedule or a range test rises evenly on
+    that scale; a warm-up does not: from ~0 (linear: log t) mostly early, and from a floor
+    (one-cycle's cosine from 1/25 of its peak) mostly late at first, then ever less, its halves
+    alike for a while on the way (not finite: no)."""
+    first, middle, last = lr[0], lr[k // 2], lr[k]
     if not (0.0 < first < middle < math.inf and 2.0 * first <= last < math.inf):
         return False
     early, late = math.log(middle / first), math.log(last / middle)
-    return 0.8 * early <= late <= 1.5 * early
+    if not 0.8 * early <= late <= 1.5 * early:
+        return False
+    marks = (first, lr[k // 4], middle, lr[3 * k // 4], last)
+    if not all(a < b for a, b in zip(marks, marks[1:])):
+        return True  # a staircase (logged or stepped more sparsely than the loss): the halves tell
+    rises = [math.log(b / a) for a, b in zip(marks, marks[1:])]
+    return max(rises) <= 1.5 * min(rises)
 
 
 def accelerating(first, middle, last) -> bool:
@@ -338,7 +347,7 @@ class PlateauStream(Stream):
             if self.exp_at is None and self.fell_at > i and n and lr > lrs[-4 if n >= 4 else 0]:
                 self.warmed = i
                 head = self.lr_head
-                if i >= _EXP_FROM and exponential(head[0], head[i // 2], head[i]):
+                if i >= _EXP_FROM and exponential(head, i):
                     self.exp_at, self.warmed, self.lr_head = i, -1, []  # not a warm-up (see _warmup_ends)
             m = self.max_warmup
             if i in (0, m // 2, m - 1):

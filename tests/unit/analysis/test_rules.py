@@ -681,6 +681,12 @@ def test_plateau_counts_its_patience_from_the_end_of_the_warmup():
     one_cycle = peak / 25 + (peak - peak / 25) * (1 - np.cos(np.pi * np.minimum(t / 300.0, 1.0))) / 2
     loss = 2.3 * np.exp(-0.005 * np.maximum(t - 40, 0))
     assert starts_both("CS301", train_loss=loss, lr=one_cycle) == ([], [])
+    # Over 120 points its halves rise alike on a log scale (within 1.5x) from its 26th point on, but
+    # not its quarters: still a warm-up, with the loss flat for its first 50 points (taken for an
+    # exponential schedule, the stall counted from the start was a plateau at the 26th).
+    one_cycle = peak / 25 + (peak - peak / 25) * (1 - np.cos(np.pi * np.minimum(t / 120.0, 1.0))) / 2
+    loss = 2.3 * np.exp(-0.005 * np.maximum(t - 50, 0))
+    assert starts_both("CS301", train_loss=loss, lr=one_cycle) == ([], [])
     # A long linear warm-up is one: the stall counts from the end of the first `max_warmup` points.
     linear = np.linspace(1e-5, 1e-3, 200)
     eps = episodes_of(analyze(train_loss=np.full(200, 2.3), lr=linear), "CS301")
@@ -858,9 +864,17 @@ def test_tiny_and_degenerate_series_never_raise(n):
 def test_an_exponential_learning_rate_is_told_on_a_log_scale():
     from tb_crash_signals.analysis.rules.plateau import exponential
 
-    assert exponential(1e-4, 1e-3, 1e-2)  # even on a log scale
-    assert not exponential(1e-4, 5e-4, 1e-3)  # linear from ~0: mostly early on a log scale
-    assert not exponential(1.0, 1.2, 1.5)  # under 2x: a near-constant rate
+    t = np.arange(41)
+    assert exponential(1e-4 * 100 ** (t / 40), 40)  # even on a log scale
+    assert exponential(1e-4 * 100 ** (t // 10 * 10 / 40), 40)  # a staircase: its halves tell
+    assert not exponential(1e-4 + 1e-3 * t / 40, 40)  # linear from ~0: mostly early on a log scale
+    assert not exponential(1.0 + 0.5 * t / 40, 40)  # under 2x: a near-constant rate
+    # A cosine from 1/25 of its peak over 120 points: at its 40th point its halves rise alike
+    # (1.03x), its quarters do not (1.8x).
+    cosine = 1 / 25 + (1 - 1 / 25) * (1 - np.cos(np.pi * t / 120)) / 2
+    assert not exponential(cosine, 40)
     for bad in (math.nan, math.inf, 0.0, -1.0):
-        assert not exponential(1e-4, bad, 1e-2) and not exponential(bad, 1e-3, 1e-2)
-        assert not exponential(1e-4, 1e-3, bad)
+        for at in (0, 20, 40):
+            lr = 1e-4 * 100 ** (t / 40)
+            lr[at] = bad
+            assert not exponential(lr, 40)
