@@ -164,8 +164,8 @@ _EXP_FROM = 20
 def exponential(lr, k: int) -> bool:
     """Whether a learning rate rose exponentially from point 0 to point k (`lr` holds its value as
     of each point): at least doubled, by as much on a log scale in the second half as in the
-    first (x 0.8 to x 1.5), and, where it moved in each quarter of the way, over each quarter
-    alike (within 1.5x of one another). An exponential schedule or a range test rises evenly on
+    first (x 0.8 to x 1.5), and, if it rose at every point, over each quarter of the way alike
+    (within 1.5x of one another). An exponential schedule or a range test rises evenly on
     that scale; a warm-up does not: from ~0 (linear: log t) mostly early, and from a floor
     (one-cycle's cosine from 1/25 of its peak) mostly late at first, then ever less, its halves
     alike for a while on the way (not finite: no)."""
@@ -175,9 +175,10 @@ def exponential(lr, k: int) -> bool:
     early, late = math.log(middle / first), math.log(last / middle)
     if not 0.8 * early <= late <= 1.5 * early:
         return False
-    marks = (first, lr[k // 4], middle, lr[3 * k // 4], last)
-    if not all(a < b for a, b in zip(marks, marks[1:])):
+    head = lr[: k + 1]
+    if not all(a < b for a, b in zip(head, head[1:])):
         return True  # a staircase (logged or stepped more sparsely than the loss): the halves tell
+    marks = (first, lr[k // 4], middle, lr[3 * k // 4], last)
     rises = [math.log(b / a) for a, b in zip(marks, marks[1:])]
     return max(rises) <= 1.5 * min(rises)
 

@@ -866,7 +866,7 @@ def test_an_exponential_learning_rate_is_told_on_a_log_scale():
 
     t = np.arange(41)
     assert exponential(1e-4 * 100 ** (t / 40), 40)  # even on a log scale
-    assert exponential(1e-4 * 100 ** (t // 10 * 10 / 40), 40)  # a staircase: its halves tell
+    assert exponential(1e-4 * 100 ** (t // 8 * 8 / 40), 40)  # a staircase: its halves tell
     assert not exponential(1e-4 + 1e-3 * t / 40, 40)  # linear from ~0: mostly early on a log scale
     assert not exponential(1.0 + 0.5 * t / 40, 40)  # under 2x: a near-constant rate
     # A cosine from 1/25 of its peak over 120 points: at its 40th point its halves rise alike
