@@ -295,7 +295,8 @@ class PlateauStream(Stream):
 
     def check(self, i, step, v):
         if self.head_logs is not None:
-            if i - self._patience(i) >= max(self.initial.known, self.early_points):
+            began = i - self._patience(i)
+            if began >= self.initial.known and began >= self.early_points:
                 self.head_logs = None  # i - patience never decreases: no later stall began that early
             elif i < _HEAD and 0.0 < v < math.inf:
                 self.head_logs.append(float(np.log(v)))  # numpy's log, as the batch rule's jitter takes it
