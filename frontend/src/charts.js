@@ -1,7 +1,7 @@
 // uPlot charts of one run: options per chart kind, overlays wired through plugins, x-range sync.
 
 import uPlot from 'uplot';
-import {chartData, chartIdFor, clippedPoints, fitLine, nonfiniteMarks, SIGNAL_LABEL, storyRange} from './model.js';
+import {chartData, chartIdFor, clippedPoints, fitLine, nonfiniteMarks, shownFits, SIGNAL_LABEL, storyRange} from './model.js';
 import {fmtLog, fmtNum, fmtStep, fmtStepAxis, fmtTicks, logSplits} from './format.js';
 import {clipPlugin, fitPlugin, hbandPlugin, incidentsPlugin, nonfinitePlugin, thresholdPlugin} from './overlays.js';
 import {PALETTES} from './theme.js';
@@ -131,7 +131,7 @@ export function makeChart(target, spec, ctx) {
   });
 
   const present = spec.signals.filter((s) => analysis.series[s]?.steps?.length);
-  const chartFits = (analysis.fits || []).filter((f) => chartIdFor(f.signal, ctx.charts) === spec.id);
+  const chartFits = shownFits(analysis.fits, analysis.incidents).filter((f) => chartIdFor(f.signal, ctx.charts) === spec.id);
   const marks = [];
   for (const sig of spec.signals) marks.push(...nonfiniteMarks((analysis.nonfinite || {})[sig]));
   marks.sort((a, b) => a.step - b.step);

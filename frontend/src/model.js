@@ -280,7 +280,7 @@ export function stepExtent(analysis) {
     see(ep.start_step);
     see(ep.end_step);
   }
-  for (const f of analysis.fits || []) {
+  for (const f of shownFits(analysis.fits, analysis.incidents)) {
     see(f.start_step);
     see(f.projected_step);
   }
@@ -348,6 +348,33 @@ export function fitLine(fit, n = 48) {
     values.push(v0 * Math.exp(g * (s - s0)));
   }
   return {steps, values};
+}
+
+/**
+ * The fits a chart draws: every prediction (each episode's first alarm and its latest refresh),
+ * but none made after the crash of the incident it belongs to: once the run has crashed, a fit
+ * re-opened on its wreckage projects nothing.
+ */
+export function shownFits(fits, incidents = []) {
+  const crashes = [];
+  for (const inc of incidents || []) {
+    const crash = toNum(inc?.crash_step);
+    const lo = toNum(inc?.start_step);
+    if (crash === null || lo === null) continue;
+    crashes.push({lo, hi: inc.open ? Infinity : toNum(inc.end_step) ?? Infinity, crash});
+  }
+  return (fits || []).filter((f) => {
+    if (!f) return false;
+    const s = toNum(f.start_step);
+    return s === null || !crashes.some((c) => s > c.crash && s >= c.lo && s <= c.hi);
+  });
+}
+
+/** Whether a fit still projects its crossing ahead of the step it was made at. */
+export function projectsAhead(fit) {
+  const p = toNum(fit.projected_step);
+  const e = toNum(fit.end_step);
+  return p !== null && e !== null && Math.round(p - e) > 0;
 }
 
 /** "explodes in ~35 steps" (counted from the step the fit was made), or what is known instead. */

@@ -4,7 +4,7 @@
 // drawClear/setScale. Text reaches the DOM through textContent and attributes only. Overlays with a y
 // take `fwd` (data value -> y-scale value): charts plot log10 of the values on log charts.
 
-import {episodeBox, fitLine, fitLabel, severityOf} from './model.js';
+import {episodeBox, fitLine, fitLabel, projectsAhead, severityOf} from './model.js';
 import {fmtNum, fmtSpan, fmtStep} from './format.js';
 
 const FONT = 'Roboto, "Helvetica Neue", Arial, sans-serif';
@@ -226,23 +226,27 @@ export function fitPlugin({fits = [], color = '#c62828', halo = '#fff', scale = 
       });
     }
     const w = plotWidth(u);
+    const h = u.bbox.height / pxr();
     const placed = [];
-    lines.forEach(({line}, i) => {
+    lines.forEach(({fit, line}, i) => {
       const el = labels[i];
-      if (!line.steps.length) {
+      // A fit made at the threshold projects nothing: its line is drawn, unlabelled.
+      if (!line.steps.length || !projectsAhead(fit)) {
         el.style.display = 'none';
         return;
       }
       const last = line.steps.length - 1;
       const x = u.valToPos(line.steps[last], 'x');
       const y = u.valToPos(fwd(line.values[last]), scale);
-      const visible = x >= -1 && x <= w + 1;
-      el.style.display = visible ? '' : 'none';
       const right = x > w - 140;
       const left = right ? x - 8 - 130 : x + 8;
-      // two fits crossing near each other: the later label moves down a line
-      let top = Math.max(0, y);
+      // two fits crossing near each other: the later label moves down a line, and is left out
+      // where no line is free inside the plot
+      let top = Math.min(Math.max(0, y), h - 17);
       while (placed.some((p) => Math.abs(p.top - top) < 17 && Math.abs(p.left - left) < 130)) top += 17;
+      const visible = x >= -1 && x <= w + 1 && top <= h - 17;
+      el.style.display = visible ? '' : 'none';
+      if (!visible) return;
       placed.push({top, left});
       el.style.left = `${right ? x - 8 : x + 8}px`;
       el.style.top = `${top}px`;

@@ -2,7 +2,7 @@ import {test} from 'node:test';
 import assert from 'node:assert/strict';
 import {
   rankRuns, filterRuns, defaultSelection, countsOf, incidentCountsOf, headlineOf, smoothEMA, canLog, unionSteps, alignTo,
-  presentCharts, chartIdFor, stepExtent, chartData, fitLine, fitLabel, episodeBox, nonfiniteMarks,
+  presentCharts, chartIdFor, stepExtent, chartData, fitLine, fitLabel, episodeBox, nonfiniteMarks, shownFits, projectsAhead,
   zoomRange, episodeTitle, tomlString, tomlSnippet, CHARTS, wideRange, isPending, progressOf, pickSelection,
   progressText,
 } from '../src/model.js';
@@ -221,6 +221,28 @@ test('fitLabel', () => {
   assert.equal(fitLabel({end_step: 4120, projected_step: 4121}), 'explodes in ~1 step');
   assert.equal(fitLabel({end_step: 4120, projected_step: 4120}), 'at the threshold');
   assert.equal(fitLabel({end_step: 4120, projected_step: null, doubling_steps: 14.1}), 'doubling every ~14 steps');
+});
+
+test('shownFits: every prediction, none made after its incident\'s crash', () => {
+  const first = {code: 'CS202', start_step: 18, end_step: 27, projected_step: 70, latest: false};
+  const latest = {code: 'CS202', start_step: 20, end_step: 40, projected_step: 75, latest: true};
+  const wreck = {code: 'CS202', start_step: 234, end_step: 243, projected_step: 243, latest: true};
+  const apart = {code: 'CS201', start_step: 900, end_step: 950, projected_step: 990, latest: true};
+  const incidents = [{start_step: 18, end_step: 400, open: false, crash_step: 159}, {start_step: 500, crash_step: null}];
+  assert.deepEqual(shownFits([first, latest, wreck, apart], incidents), [first, latest, apart]);
+  // an open incident reaches the run's end
+  const open = [{start_step: 18, end_step: 400, open: true, crash_step: 159}];
+  assert.deepEqual(shownFits([first, apart], open), [first]);
+  assert.deepEqual(shownFits([first, wreck]), [first, wreck]);
+  assert.deepEqual(shownFits(undefined, incidents), []);
+  assert.deepEqual(shownFits([null, first], null), [first]);
+});
+
+test('projectsAhead: a crossing still ahead of the fit', () => {
+  assert.equal(projectsAhead({end_step: 4120, projected_step: 4155}), true);
+  assert.equal(projectsAhead({end_step: 4120, projected_step: 4120}), false);
+  assert.equal(projectsAhead({end_step: 4120, projected_step: null}), false);
+  assert.equal(projectsAhead({end_step: 'NaN', projected_step: 4155}), false);
 });
 
 test('episodeBox: spans, ticks, clipping, visibility', () => {

@@ -18,7 +18,7 @@ from support.tbserver import running_tensorboard
 DEMO = DEMO_LOGS
 SHOTS = {
     # run to select -> (file name, what must be drawn)
-    "lightning/grad-explosion": ("tab", "[data-fit]"),
+    "lightning/grad-explosion": ("tab", "[data-chart='grad_norm'] [data-fit]"),
     "keras/overfit": ("overfit", "[data-gap-band]"),
     "pytorch/loss-spikes": ("spikes", "[data-incident][data-kind='spikes']"),
     "hf/healthy": ("healthy", "[data-chart='loss'] canvas"),
