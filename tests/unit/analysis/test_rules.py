@@ -569,8 +569,6 @@ def test_plateau_from_the_first_points_needs_a_smooth_loss():
     assert batch == online and batch and batch[0] <= 12
 
 
-
-
 def test_plateau_from_the_first_15_points_needs_a_smooth_loss():
     # A per-step classifier at chance for its first 16 steps, with minibatch noise, then learning:
     # its stall began at the 11th point, after the initial level was set, but still in the run's
@@ -587,6 +585,8 @@ def test_plateau_from_the_first_15_points_needs_a_smooth_loss():
     epochs = np.r_[np.linspace(2.6, 2.32, 11), np.full(20, 2.303) + 1e-5 * rng.standard_normal(20)]
     batch, online = starts_both("CS301", train_loss=epochs)
     assert batch == online and batch
+
+
 def test_plateau_after_a_fast_first_fall_under_a_decaying_schedule_is_convergence():
     # The loss falls 3x in its first 5 points, then hovers at its floor: the median of its first 10
     # is that floor. Under a decaying schedule (ExponentialLR, gamma 0.99: under 0.9x its peak from
