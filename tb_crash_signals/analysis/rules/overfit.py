@@ -8,7 +8,7 @@ import math
 import numpy as np
 
 from tb_crash_signals.analysis.rules.base import Hits, fmt, param, rule, since_index
-from tb_crash_signals.analysis.rules.plateau import lr_course
+from tb_crash_signals.analysis.rules.plateau import LR_FELL, lr_course
 from tb_crash_signals.analysis.stats import (
     run_lengths,
     trailing_median_inclusive_at,
@@ -139,10 +139,6 @@ class ValDivergenceParams:
     cooldown: int = param(10, "evaluations after which a new episode starts")
 
 
-# The learning rate has fallen when it is under this share of its peak so far (as CS301's lr_fell).
-_LR_FELL = 0.9
-
-
 def _describe_valdiv(ep, p):
     return (
         f"validation loss rose to {fmt(ep.start_value)} from its best {ep.note} "
@@ -172,7 +168,7 @@ class ValDivergenceStream(_TrainAtVal):
             self.best_i, self.best_step = i, step
             self.train_at_best = self.train_now()
             lr = self.lr.values[-1] if self.lr.values else math.nan
-            self.lr_bar = p.lr_restart * lr if lr < _LR_FELL * self.lr.max_finite else math.inf
+            self.lr_bar = p.lr_restart * lr if lr < LR_FELL * self.lr.max_finite else math.inf
         above = finite and v >= self.best * self.rise and self.best > 0
         self.above = self.above + 1 if above else 0
         if (
@@ -230,9 +226,9 @@ def val_divergence(data, p: ValDivergenceParams, since=None):
         )
     if hit.any():
         # The schedule climbed back since the best: its larger steps, not overfitting.
-        at, peak, _ = lr_course(data, val.steps, _LR_FELL)
+        at, peak, _ = lr_course(data, val.steps, LR_FELL)
         with np.errstate(invalid="ignore"):
-            fallen = at < _LR_FELL * peak
+            fallen = at < LR_FELL * peak
             hit &= ~(fallen[best_idx] & (at > p.lr_restart * at[best_idx]))
     out = np.flatnonzero(hit[i0:]) + i0
     if out.size:

@@ -29,6 +29,10 @@ from tb_crash_signals.analysis.stats import (
 )
 from tb_crash_signals.analysis.streaming import Stream, StreamHit, recent_logs, shared_level, small_median
 
+# The learning rate has fallen when it is under this share of its peak so far (`lr_fell`'s default;
+# CS402 reads a schedule's course with it too).
+LR_FELL = 0.9
+
 
 @dataclasses.dataclass(frozen=True)
 class PlateauParams:
@@ -83,7 +87,7 @@ class PlateauParams:
         "schedules and restarts return to their peak, no higher)", above=0.0,
     )
     lr_fell: float = param(
-        0.9, "the learning rate fell when it was under this share of its peak so far (as the loss's "
+        LR_FELL, "the learning rate fell when it was under this share of its peak so far (as the loss's "
         "points see it: its value at or before each)", above=0.0,
     )
     noise_window: int = noise_window_param()
