@@ -57,6 +57,26 @@ class DivergenceParams:
     early_points: int = early_points_param()
     early_jitter: float = early_jitter_param()
     cooldown: int = param(20, "points back under that level after which a new episode starts")
+    far: float = param(
+        4.0, "a level at least this multiple of the best and above the initial level passes the noise "
+        "gates (`max_noise`, `early_jitter`) on a loss whose jitter over its last 30 points is under "
+        "`far_jitter`: a run climbing away from where it started has diverged, even while the climb "
+        "itself spreads the quartiles and the points are too few for `min_points`; 0 never", at_least=0.0,
+    )
+    far_jitter: float = param(
+        0.5, "see `far`: tiny-batch losses that span decades, whose medians of 9 wander 4x, jitter more"
+    )
+
+
+# The far path reads the jitter of a loss's last this many points (the one checked included).
+FAR_POINTS = 30
+
+
+def far_gone(level, best, init, recent, p: DivergenceParams) -> bool:
+    """Whether the level is `far` x the best and above the initial level, on a loss whose last
+    FAR_POINTS points (`recent()`, the one checked included) jitter less than `far_jitter`."""
+    return (p.far > 0 and best > 0 and level >= p.far * best and level >= init
+            and jitter_of_short(recent()) < p.far_jitter)
 
 
 def elevated(level, best, init, p: DivergenceParams):
@@ -146,6 +166,9 @@ class LossDivergenceStream(Stream):
         p = self.p
         return Rest(after=max(p.min_points, self.start), bars=((self.level, rest_factor(p), self.best_level),))
 
+    def _recent(self):
+        return islice(reversed(self.values), FAR_POINTS)  # the jitter reads either order alike
+
     def _noise_at(self, i):
         return self.noise.noise_decades()  # of the points before the current one
 
@@ -159,8 +182,8 @@ class LossDivergenceStream(Stream):
         # `elevated` on floats, without its numpy error state (a context manager a point).
         up = (i >= self.start and v - v == 0.0 and (level >= p.factor * best or best <= p.learnt * init)
               and best > 0 and not (init > best and level - best < p.lost * (init - best)))
-        if up:
-            up = not gate_noise(i, self._noise_at, self.values, p) >= p.max_noise
+        if up and gate_noise(i, self._noise_at, self.values, p) >= p.max_noise:
+            up = far_gone(level, best, init, self._recent, p)
         if self.own is not None:
             self.own.append(v)
         self.run = self.run + 1 if up else 0
@@ -199,7 +222,10 @@ def loss_divergence(data, p: DivergenceParams, since=None):
     point is part of the divergence until the level is back under `back` x
     the best. Before `min_points`, from `early_points` on, a smooth loss (see
     `early_jitter`: epoch means of a short run) is judged against the lower
-    of its best level and its lowest current level.
+    of its best level and its lowest current level. A level `far` (4) x its
+    best and above the initial level passes the noise gates on a loss whose
+    last 30 points jitter under `far_jitter`: a run climbing away from where
+    it started, whose climb itself spreads the quartiles the gate reads.
     """
     s = data.get("train_loss")
     if s is None or len(s) <= min(p.min_points, p.early_points):
@@ -219,7 +245,7 @@ def loss_divergence(data, p: DivergenceParams, since=None):
     noise = dict(zip(late.tolist(), noise_decades_at(v, late, p.noise_window).tolist()))
     for i in where.tolist():
         if gate_noise(i, noise.get, v, p) >= p.max_noise:
-            up[i] = False
+            up[i] = far_gone(level[i], best[i], inits[i], lambda i=i: v[max(i - FAR_POINTS + 1, 0):i + 1].tolist(), p)
     points = np.arange(len(v))
     fired = np.maximum.accumulate(np.where(run_lengths(up) >= p.consecutive, points, -1))
     with np.errstate(invalid="ignore"):

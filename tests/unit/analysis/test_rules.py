@@ -340,10 +340,33 @@ def test_a_short_smooth_run_can_diverge_before_its_31st_point():
     # Without the early allowance the run is too short to be told.
     late = Config(params={"CS113": dataclasses.replace(RULES["CS113"].default_params(), early_points=31)})
     assert "CS113" not in codes(analyze(late, train_loss=loss))
-    # The same climb after 20 points of tiny-batch noise is not judged before the 31st point.
+    # The same climb after 20 points of tiny-batch noise is not judged before the 31st point by
+    # the early gate; it is once the level is `far` (4x) over its best and above its start.
     rng = np.random.default_rng(3)
     noisy = loss.copy()
     noisy[:18] *= np.exp(0.5 * rng.standard_normal(18))
+    near = Config(params={"CS113": dataclasses.replace(RULES["CS113"].default_params(), far=0.0)})
+    assert "CS113" not in codes(analyze(near, train_loss=noisy))
+    assert [e.start_step for e in episodes_of(analyze(train_loss=noisy), "CS113")] == [27]
+
+
+def test_a_loss_climbing_away_from_its_start_diverged_however_noisy_its_quartiles():
+    # A transformer whose step is far too large from the first: the loss climbs from 2.6 to ~100
+    # in 40 steps, jumping 2x between steps. The climb spreads the quartiles the noise gate reads
+    # (0.55-0.7 decades over 50 points), yet its points jitter around their trend like a
+    # healthy per-step loss (~0.2).
+    rng = np.random.default_rng(7)
+    t = np.arange(200)
+    loss = 2.6 * np.exp(np.minimum(t, 40) / 11.0) * np.exp(0.3 * rng.standard_normal(200))
+    eps = episodes_of(analyze(train_loss=loss), "CS113")
+    near = Config(params={"CS113": dataclasses.replace(RULES["CS113"].default_params(), far=0.0)})
+    late = episodes_of(analyze(near, train_loss=loss), "CS113")
+    assert eps and eps[0].start_step < 31 and (not late or late[0].start_step > eps[0].start_step + 10)
+    batch, online = starts_both("CS113", train_loss=loss)
+    assert online == batch == [e.start_step for e in eps]
+    # Tiny-batch noise spanning decades around a level above its start: its medians wander 4x
+    # over their lowest, and it jitters far more than `far_jitter`.
+    noisy = 0.3 * np.exp(2.0 * rng.standard_normal(3000))
     assert "CS113" not in codes(analyze(train_loss=noisy))
 
 
