@@ -352,7 +352,7 @@ def test_a_short_smooth_run_can_diverge_before_its_31st_point():
 
 def test_a_loss_climbing_away_from_its_start_diverged_however_noisy_its_quartiles():
     # A transformer whose step is far too large from the first: the loss climbs from 2.6 to ~100
-    # in 40 steps, jumping 2x between steps. The climb spreads the quartiles the noise gate reads
+    # in 40 steps, ~1.35x apart from step to step. The climb spreads the quartiles the noise gate reads
     # (0.55-0.7 decades over 50 points), yet its points jitter around their trend like a
     # healthy per-step loss (~0.2).
     rng = np.random.default_rng(7)
