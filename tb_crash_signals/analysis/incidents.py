@@ -30,7 +30,7 @@ _SPIKES = ("CS102", "CS111", "CS112")
 _OVERFLOW = ("CS003", "CS004")
 _OPTIMIZER_HIGH = ("CS501", "CS512", "CS513")  # the learning rate / updates too large
 _LR_RAISED = ("CS512", "CS513")  # events that cause a crash, where CS501 is a state
-_PLATEAU = ("CS301",)
+_PLATEAU = ("CS301", "CS303")
 _STAGNATION = ("CS302",)
 _OVERFIT = ("CS401", "CS402")
 
@@ -60,7 +60,7 @@ class Incident:
         signal: the signal its story starts from: its first alarm's, or that of the cause
             before it (a learning rate that jumped).
         start_step: where its story starts (its first episode, or the fit's start).
-        first_alarm_step: its first critical episode's start (its first episode's if none).
+        first_alarm_step: the start of its first episode of its severity (a note before a warning is no alarm).
         end_step, open: its last episode's end; whether one of its episodes is still open.
         crash_step: the first step of the crash itself (divergence, nonfinite), else None.
         lead_steps: crash_step - first_alarm_step when the alarm came first, 0 when at
@@ -198,7 +198,9 @@ def _incident(kind: str, members: list[int], episodes: list[Episode]) -> Inciden
     eps = [episodes[i] for i in members]
     severity = min((e.severity for e in eps), key=_SEVERITY_RANK.__getitem__)
     critical = [e for e in eps if e.severity == "critical"]
-    first = min(critical or eps, key=lambda e: (e.start_step, e.code))
+    # The first alarm is among the most severe episodes: a note (a loss that converged) before a
+    # warning is no alarm.
+    first = min([e for e in eps if e.severity == severity], key=lambda e: (e.start_step, e.code))
     alarm = first  # where the story starts: the first alarm, or the cause that came before it
     start = min(e.start_step for e in eps)
     fits = [e for e in eps if e.fit is not None]
@@ -231,7 +233,7 @@ def _incident(kind: str, members: list[int], episodes: list[Episode]) -> Inciden
     # A story from the first logged step has no checkpoint before it to go back to.
     resume = f"resume from a checkpoint before step {start}" if start > 0 else "restart the run"
     advice = ADVICE[kind].format(resume=resume) if kind in ADVICE else alarm.advice
-    if kind == "optimizer":
+    if kind == "optimizer" or severity == "info":  # a note's advice is its rule's own
         advice = alarm.advice
     return Incident(
         kind=kind, severity=severity, signal=alarm.signal, start_step=start,
@@ -290,6 +292,8 @@ def _headline(kind, eps, alarm: Episode, crash: Episode | None, lead, start, fit
             return burst[0].message
         return (f"{n} step{'s' if n != 1 else ''} skipped by the loss scaler from step {alarm.start_step} "
                 "(grad norm Inf/NaN while the loss is finite)")
+    if kind == "plateau" and alarm.code in _STAGNATION:  # with a loss that converged (a note)
+        return alarm.message + "; the train loss stopped improving too"
     if kind == "plateau" and any(e.code in _STAGNATION for e in eps):
         return alarm.message + "; the validation loss is stuck too"
     if kind == "optimizer":

@@ -270,7 +270,7 @@ class PlateauStream(Stream):
         # have begun before the initial level was known or within `early_points`; None after.
         self.head_logs = []
         self.early_jitter, self.early_points = p.early_jitter, p.early_points
-        # The smoothed loss at this point, and its best so far (`_running_best`'s).
+        # The smoothed loss at this point, and its best so far (`running_best`'s).
         self.level = shared_level(channels["train_loss"], p.smooth)
         self.warmed = -1  # the last point of the warm-up (a rising learning rate), -1 if none
         self.lr_marks = {}  # the learning rate at the first, middle and last of the `max_warmup` points
@@ -279,17 +279,17 @@ class PlateauStream(Stream):
         self.rel = p.rel_improvement
         self.fraction, self.min_patience = p.patience_fraction, p.min_patience
         self.cap = max(p.max_patience, p.min_patience)
-        self.capped_from = _capped_from(p.patience_fraction, self.min_patience, self.cap)
+        self.capped_from = patience_capped_from(p.patience_fraction, self.min_patience, self.cap)
         # The screen in check needs a patience of at least 1: from the first point with min_patience
         # >= 1 (else after the warm-up, where the patience has grown, as the defaults have it).
         self.screen_from = 0 if min(self.min_patience, self.cap) >= 1 else self.max_warmup + 1
         # The best as of each of the last `cap` points, and the learning rate's peak (its channel's
         # max_finite: -inf before any) as of each from its fall on: both monotone, kept where they
         # changed.
-        self.bests = _AsOf(self.cap)
-        self.peaks = _AsOf(self.cap)
+        self.bests = AsOf(self.cap)
+        self.peaks = AsOf(self.cap)
         # Whether the learning rate is gone (`lr_floor`) as of each of those points, and at the last.
-        self.gone = _AsOf(self.cap)
+        self.gone = AsOf(self.cap)
         self.gone_now = None
         self.lr_climb, self.lr_fell = p.lr_climb, p.lr_fell
         self.fell_at = math.inf  # the point at which the learning rate first fell (see lr_course)
@@ -399,7 +399,7 @@ class PlateauStream(Stream):
         return lr.values[-1] / peak if peak > 0 else math.nan
 
 
-class _AsOf:
+class AsOf:
     """A value pushed at every point, as of any of the last `span` points, kept as the points where
     it changed: a monotone one (a best so far, a peak) costs memory only while it moves, not
     `span` slots (a `max_patience` of 10^9 would be 8 GB). What is older than the span is
@@ -431,7 +431,7 @@ class _AsOf:
         return self.of[k] if k >= 0 else math.nan
 
 
-def _capped_from(fraction, min_patience, cap):
+def patience_capped_from(fraction, min_patience, cap):
     """The first point whose patience is the cap: floor(fraction x (i+1)) >= cap."""
     if min_patience >= cap:
         return 0
@@ -487,11 +487,11 @@ def loss_plateau(data, p: PlateauParams, since=None):
     cap = max(p.max_patience, p.min_patience)
     b0 = max(i0 - cap, 0)
     k = max(1, p.smooth)
-    best = _running_best(s.values, k, b0)  # best[j - b0], j >= b0
+    best = running_best(s.values, k, b0)  # best[j - b0], j >= b0
     # The next analysis, once points are appended, starts about `cap` before the end.
     if b0 < n - cap:
         stats.carry(("loss-plateau best", k), (n - cap, best[n - cap - 1 - b0]))
-    ref = _best_before(best, b0, i0, n, p)
+    ref = best_before(best, b0, i0, n, p)
     m = max(1, min(n, p.max_warmup))
     warmed = _warmup_ends(data, s.steps, p.max_warmup, lr_course(data, s.steps[:m], p.lr_fell)[2])
     hit = []
@@ -512,7 +512,7 @@ def loss_plateau(data, p: PlateauParams, since=None):
         init = np.where(fell[hit], start_level(s.values, init, known_after, p.start_points), init)
         # One smoothing over the hits' span (a point's smoothed value does not depend on where the
         # span starts), not one per hit: a run stuck after a divergence stalls at every point.
-        now = _smoothed(s.values, k, int(hit[0]), int(hit[-1]) + 1)[hit - hit[0]]
+        now = smoothed_loss(s.values, k, int(hit[0]), int(hit[-1]) + 1)[hit - hit[0]]
         with np.errstate(invalid="ignore"):
             stuck = (hit > known_after) & (now >= p.stuck * init)
         # A stall that began before the initial level was known, or within the first `early_points`,
@@ -542,13 +542,13 @@ def loss_plateau(data, p: PlateauParams, since=None):
         yield Hits("train_loss", hit, note=note)
 
 
-def _running_best(values, k: int, start: int) -> np.ndarray:
+def running_best(values, k: int, start: int) -> np.ndarray:
     """The lowest smoothed loss up to each point j >= start (NaN before any).
 
     The smoothed loss is the trailing median of k points; before `start` only
     its minimum matters.
     """
-    sm = _smoothed(values, k, start, len(values))
+    sm = smoothed_loss(values, k, start, len(values))
     best = np.fmin.accumulate(sm, out=sm)
     if start:
         np.fmin(best, _best_before_point(values, k, start), out=best)
@@ -565,11 +565,11 @@ def _best_before_point(values, k: int, stop: int) -> float:
     got = stats.carried(("loss-plateau best", k))
     done, best = got if got is not None and got[0] <= stop else (0, np.nan)
     if stop > done:
-        best = np.fmin(best, np.fmin.reduce(_smoothed(values, k, done, stop)))
+        best = np.fmin(best, np.fmin.reduce(smoothed_loss(values, k, done, stop)))
     return best
 
 
-def _smoothed(values, k: int, start: int, stop: int) -> np.ndarray:
+def smoothed_loss(values, k: int, start: int, stop: int) -> np.ndarray:
     """The smoothed loss of the points [start, stop), +/-Inf as NaN."""
     # A median reads k - 1 earlier points, forward-filled.
     a = 0 if start <= k - 1 else finite_anchor(values, start - (k - 1))
@@ -585,7 +585,7 @@ def _finite_or_nan(x: np.ndarray) -> np.ndarray:
     return x
 
 
-def _best_before(best, b0: int, i0: int, n: int, p: PlateauParams) -> np.ndarray:
+def best_before(best, b0: int, i0: int, n: int, p: PlateauParams) -> np.ndarray:
     """For i in [i0, n): the best as of P(i) points earlier (NaN when i < P(i))."""
     ref = np.empty(n - i0)
     cap = max(p.max_patience, p.min_patience)

@@ -54,3 +54,20 @@ def test_a_learning_rate_jump_before_the_crash_is_its_cause_but_not_its_alarm():
     assert incident.headline == "CS512 at 664; train loss diverged at step 704"
     # The alarm is the first critical episode: a warning at the jump is no early critical.
     assert incident.first_alarm_step == 704 and incident.lead_steps == 0 and incident.signal == "lr"
+
+
+def test_a_loss_that_levelled_off_is_a_note_until_a_plateau_warning_joins_it():
+    (note,) = build_incidents([episode("CS303", 400, 900)], run_steps=1000)
+    assert note.kind == "plateau" and note.severity == "info"
+    assert note.headline == "CS303 at 400" and note.advice == RULES["CS303"].advice
+    # The learning rate then decays to ~0 during the stall: CS301 warns. One story, whose alarm is
+    # the warning (a note is no alarm), told from where the loss levelled off.
+    (incident,) = build_incidents([episode("CS303", 400, 900), episode("CS301", 700, 900)], run_steps=1000)
+    assert incident.severity == "warning" and incident.episodes == (0, 1)
+    assert incident.first_alarm_step == 700 and incident.start_step == 400
+    assert incident.headline == "CS301 at 700" and incident.advice.startswith("the model stopped learning")
+    # A validation loss stuck with it: the stagnation's warning tells the story.
+    (incident,) = build_incidents([episode("CS303", 400, 900), episode("CS302", 600, 900, signal="val_loss")],
+                                  run_steps=1000)
+    assert incident.kind == "plateau" and incident.first_alarm_step == 600
+    assert incident.headline == "CS302 at 600; the train loss stopped improving too"

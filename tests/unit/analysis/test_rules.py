@@ -630,6 +630,44 @@ def test_plateau_after_a_fast_first_fall_under_a_decaying_schedule_is_convergenc
     assert batch == online and batch
 
 
+def test_a_loss_that_learnt_then_levelled_off_is_a_note_not_a_warning():
+    # A per-step loss falls 5x, then hovers at its floor for the last 60 % of the run under a
+    # constant learning rate: CS303 tells it (info), once the stall is 35 % of the points so far;
+    # CS301 stays quiet (the run learnt, its learning rate works).
+    rng = np.random.default_rng(11)
+    n = 1000
+    t = np.arange(n)
+    loss = (2.0 * np.exp(-t / 60) + 0.4) * (1 + 0.01 * rng.standard_normal(n))
+    lr = np.full(n, 1e-3)
+    batch, online = starts_both("CS303", train_loss=loss, lr=lr)
+    assert batch == online and len(batch) == 1
+    assert 500 <= batch[0] <= 700
+    result = analyze(train_loss=loss, lr=lr)
+    assert "CS301" not in codes(result)
+    note = episodes_of(result, "CS303")[0]
+    assert note.severity == "info" and "levelled off" in note.message
+    # Still learning (a slow decay to the end): nothing to tell.
+    slow = (2.0 * np.exp(-t / 400) + 0.4) * (1 + 0.01 * rng.standard_normal(n))
+    assert starts_both("CS303", train_loss=slow, lr=lr) == ([], [])
+    # Stuck near where it started: CS301's warning, not this note.
+    stuck = 2.3 * (1 + 0.005 * rng.standard_normal(n))
+    assert starts_both("CS303", train_loss=stuck, lr=lr) == ([], [])
+
+
+def test_a_loss_flat_while_its_learning_rate_still_ramps_up_has_not_levelled_off():
+    # The same fall, then a floor held while a long warm-up (500 steps) keeps raising the learning
+    # rate to a new peak at every point: no note until the stall's whole patience (35 % of the
+    # points so far) lies after the ramp, from point ~767 on.
+    rng = np.random.default_rng(11)
+    n = 1000
+    t = np.arange(n)
+    loss = (2.0 * np.exp(-t / 60) + 0.4) * (1 + 0.01 * rng.standard_normal(n))
+    ramp = 1e-3 * np.minimum(1.0, (t + 1) / 500)
+    batch, online = starts_both("CS303", train_loss=loss, lr=ramp)
+    assert batch == online and batch and batch[0] >= 765
+    assert starts_both("CS303", train_loss=loss, lr=np.full(n, 1e-3))[0][0] < 700
+
+
 def test_plateau_start_points_past_the_initial_levels_10_read_those_10():
     # A config built in code may pass start_points 11, past its range: the batch rule and the
     # monitor both read the initial level's 10 points (an 11th, a spike, would lift the median
