@@ -88,28 +88,37 @@ class ConvergedStream(Stream):
         # last `cap` points: both monotone.
         self.bests = AsOf(self.cap)
         self.peaks = AsOf(self.cap)
+        self.best = self.peak = math.nan  # the last values pushed to them (NaN: none yet)
 
     def check(self, i, step, v):
+        # AsOf.push's own test first, without its call: both change at few points.
         best = self.level.low
-        self.bests.push(i, best)
+        if not best == self.best:
+            self.best = best
+            self.bests.push(i, best)
         peak = self.lr.max_finite
-        self.peaks.push(i, peak)
+        if not peak == self.peak:
+            self.peak = peak
+            self.peaks.push(i, peak)
         hit = None
-        if v - v == 0.0:
+        # Learnt (NaN until the initial level is known): the cheapest of its conditions first.
+        if v - v == 0.0 and self.level.value < self.learnt * self.initial.value:
             hit = self._check(i, best, peak)
         if self.own is not None:
             self.own.append(v)
         return hit
 
     def _check(self, i, best, peak):
-        patience = self._patience(i)
+        if i >= self.capped_from:
+            patience = self.cap
+        else:
+            grown = int(self.fraction * (i + 1))
+            patience = min(grown if grown > self.min_patience else self.min_patience, self.cap)
         if i < patience:
             return None
         start = i - patience
         ref = self.bests.as_of(start)
         if not best > ref - self.rel * abs(ref):
-            return None
-        if not self.level.value < self.learnt * self.initial.value:  # NaN until the level is known
             return None
         then = self.peaks.as_of(start)
         if peak > then and then != -_inf:  # a new peak since the stall began: a warm-up, not convergence
@@ -118,11 +127,6 @@ class ConvergedStream(Stream):
             return None
         return StreamHit(note=_note(patience))
 
-    def _patience(self, i):
-        if i >= self.capped_from:
-            return self.cap
-        grown = int(self.fraction * (i + 1))
-        return min(grown if grown > self.min_patience else self.min_patience, self.cap)
 
 
 @rule(
