@@ -19,14 +19,13 @@ from tb_crash_signals.analysis.rules.base import (
 from tb_crash_signals.analysis.rules.plateau import (
     LR_FELL,
     AsOf,
-    best_before,
     lr_course,
     patience_capped_from,
     plateau_patience,
-    running_best,
     smoothed_loss,
+    stalls,
 )
-from tb_crash_signals.analysis.stats import chunks, initial_level, noise_decades_at
+from tb_crash_signals.analysis.stats import initial_level, noise_decades_at
 from tb_crash_signals.analysis.streaming import Stream, StreamHit, recent_logs, shared_level
 
 _inf = math.inf
@@ -157,22 +156,10 @@ def loss_converged(data, p: ConvergedParams, since=None):
     i0 = since_index(s, since)
     if i0 >= n:
         return
-    cap = max(p.max_patience, p.min_patience)
-    b0 = max(i0 - cap, 0)
-    k = max(1, p.smooth)
-    best = running_best(s.values, k, b0)
-    ref = best_before(best, b0, i0, n, p)
-    hit = []
-    for a, b in chunks(i0, n):
-        cur, r = best[a - b0 : b - b0], ref[a - i0 : b - i0]
-        with np.errstate(invalid="ignore"):
-            stalled = cur > r - p.rel_improvement * np.abs(r)
-        stalled &= np.isfinite(s.values[a:b])
-        hit.append(np.flatnonzero(stalled) + a)
-    hit = np.concatenate(hit)
+    hit = stalls(s.values, i0, p)
     if hit.size:
         init, known_after = initial_level(s.values)
-        now = smoothed_loss(s.values, k, int(hit[0]), int(hit[-1]) + 1)[hit - hit[0]]
+        now = smoothed_loss(s.values, max(1, p.smooth), int(hit[0]), int(hit[-1]) + 1)[hit - hit[0]]
         _, peak, _ = lr_course(data, s.steps[: hit[-1] + 1], LR_FELL)
         start = hit - plateau_patience(hit, p)
         with np.errstate(invalid="ignore"):

@@ -483,27 +483,10 @@ def loss_plateau(data, p: PlateauParams, since=None):
     i0 = since_index(s, since)
     if i0 >= n:
         return
-    # The reference is the best as of P points back, P never above `cap`.
-    cap = max(p.max_patience, p.min_patience)
-    b0 = max(i0 - cap, 0)
-    k = max(1, p.smooth)
-    best = running_best(s.values, k, b0)  # best[j - b0], j >= b0
-    # The next analysis, once points are appended, starts about `cap` before the end.
-    if b0 < n - cap:
-        stats.carry(("loss-plateau best", k), (n - cap, best[n - cap - 1 - b0]))
-    ref = best_before(best, b0, i0, n, p)
     m = max(1, min(n, p.max_warmup))
     warmed = _warmup_ends(data, s.steps, p.max_warmup, lr_course(data, s.steps[:m], p.lr_fell)[2])
-    hit = []
-    for a, b in chunks(i0, n):  # cache-sized: no 8 MB temporaries
-        cur, r = best[a - b0 : b - b0], ref[a - i0 : b - i0]
-        with np.errstate(invalid="ignore"):
-            stalled = cur > r - p.rel_improvement * np.abs(r)
-        stalled &= np.isfinite(s.values[a:b])
-        idx = np.arange(a, b)
-        stalled &= idx - plateau_patience(idx, p) >= warmed[np.minimum(idx, max(1, p.max_warmup))]
-        hit.append(np.flatnonzero(stalled) + a)
-    hit = np.concatenate(hit)
+    hit = stalls(s.values, i0, p)
+    hit = hit[hit - plateau_patience(hit, p) >= warmed[np.minimum(hit, max(1, p.max_warmup))]]
     if hit.size:
         # Only a run stuck near where it started, or whose learning rate is gone, is on a plateau.
         init, known_after = initial_level(s.values)
@@ -512,7 +495,7 @@ def loss_plateau(data, p: PlateauParams, since=None):
         init = np.where(fell[hit], start_level(s.values, init, known_after, p.start_points), init)
         # One smoothing over the hits' span (a point's smoothed value does not depend on where the
         # span starts), not one per hit: a run stuck after a divergence stalls at every point.
-        now = smoothed_loss(s.values, k, int(hit[0]), int(hit[-1]) + 1)[hit - hit[0]]
+        now = smoothed_loss(s.values, max(1, p.smooth), int(hit[0]), int(hit[-1]) + 1)[hit - hit[0]]
         with np.errstate(invalid="ignore"):
             stuck = (hit > known_after) & (now >= p.stuck * init)
         # A stall that began before the initial level was known, or within the first `early_points`,
@@ -540,6 +523,30 @@ def loss_plateau(data, p: PlateauParams, since=None):
             return plateau_note(plateau_patience(np.int64(i), p), float(fractions[j]), float(climbs[j]))
 
         yield Hits("train_loss", hit, note=note)
+
+
+def stalls(values, i0: int, p) -> np.ndarray:
+    """The points i >= i0 where the best smoothed loss (the trailing median of `p.smooth` points) is
+    not `p.rel_improvement` below the best as of P(i) points earlier (plateau_patience of `p`'s
+    patience fields) and the point is finite: CS301's and CS303's stall."""
+    n = len(values)
+    # The reference is the best as of P points back, P never above `cap`.
+    cap = max(p.max_patience, p.min_patience)
+    b0 = max(i0 - cap, 0)
+    k = max(1, p.smooth)
+    best = running_best(values, k, b0)  # best[j - b0], j >= b0
+    # The next analysis, once points are appended, starts about `cap` before the end.
+    if b0 < n - cap:
+        stats.carry(("loss-plateau best", k), (n - cap, best[n - cap - 1 - b0]))
+    ref = best_before(best, b0, i0, n, p)
+    hit = []
+    for a, b in chunks(i0, n):  # cache-sized: no 8 MB temporaries
+        cur, r = best[a - b0 : b - b0], ref[a - i0 : b - i0]
+        with np.errstate(invalid="ignore"):
+            stalled = cur > r - p.rel_improvement * np.abs(r)
+        stalled &= np.isfinite(values[a:b])
+        hit.append(np.flatnonzero(stalled) + a)
+    return np.concatenate(hit)
 
 
 def running_best(values, k: int, start: int) -> np.ndarray:
