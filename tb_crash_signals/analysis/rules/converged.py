@@ -19,8 +19,8 @@ from tb_crash_signals.analysis.rules.base import (
 from tb_crash_signals.analysis.rules.plateau import (
     LR_FELL,
     AsOf,
+    Patience,
     lr_course,
-    patience_capped_from,
     plateau_patience,
     smoothed_loss,
     stalls,
@@ -80,13 +80,11 @@ class ConvergedStream(Stream):
         self.own = getattr(self.noise, "values", None)  # kept by the stream itself, if at all
         self.lr = channels["lr"]  # updated before the loss
         self.rel, self.learnt = p.rel_improvement, p.learnt
-        self.fraction, self.min_patience = p.patience_fraction, p.min_patience
-        self.cap = max(p.max_patience, p.min_patience)
-        self.capped_from = patience_capped_from(p.patience_fraction, self.min_patience, self.cap)
+        self.patience = Patience(p)
         # The best smoothed loss, and the learning rate's peak (-inf before any), as of each of the
         # last `cap` points: both monotone.
-        self.bests = AsOf(self.cap)
-        self.peaks = AsOf(self.cap)
+        self.bests = AsOf(self.patience.cap)
+        self.peaks = AsOf(self.patience.cap)
         self.best = self.peak = math.nan  # the last values pushed to them (NaN: none yet)
 
     def check(self, i, step, v):
@@ -108,11 +106,7 @@ class ConvergedStream(Stream):
         return hit
 
     def _check(self, i, best, peak):
-        if i >= self.capped_from:
-            patience = self.cap
-        else:
-            grown = int(self.fraction * (i + 1))
-            patience = min(grown if grown > self.min_patience else self.min_patience, self.cap)
+        patience = self.patience.at(i)
         if i < patience:
             return None
         start = i - patience

@@ -277,12 +277,11 @@ class PlateauStream(Stream):
         self.lr_head = []  # ... and at each of them, until it is told exponential
         self.exp_at = None  # the point it was, if it was
         self.rel = p.rel_improvement
-        self.fraction, self.min_patience = p.patience_fraction, p.min_patience
-        self.cap = max(p.max_patience, p.min_patience)
-        self.capped_from = patience_capped_from(p.patience_fraction, self.min_patience, self.cap)
+        self.patience = Patience(p)
+        self.cap = self.patience.cap
         # The screen in check needs a patience of at least 1: from the first point with min_patience
         # >= 1 (else after the warm-up, where the patience has grown, as the defaults have it).
-        self.screen_from = 0 if min(self.min_patience, self.cap) >= 1 else self.max_warmup + 1
+        self.screen_from = 0 if min(p.min_patience, self.cap) >= 1 else self.max_warmup + 1
         # The best as of each of the last `cap` points, and the learning rate's peak (its channel's
         # max_finite: -inf before any) as of each from its fall on: both monotone, kept where they
         # changed.
@@ -299,7 +298,7 @@ class PlateauStream(Stream):
 
     def check(self, i, step, v):
         if self.head_logs is not None:
-            began = i - self._patience(i)
+            began = i - self.patience.at(i)
             if began >= self.initial.known and began >= self.early_points:
                 self.head_logs = None  # i - patience never decreases: no later stall began that early
             elif i < _HEAD and 0.0 < v < math.inf:
@@ -366,7 +365,7 @@ class PlateauStream(Stream):
     def _check(self, i, v, init):
         finite = v - v == 0.0
         best = self.level.low
-        patience = self._patience(i)
+        patience = self.patience.at(i)
         if i < patience or not finite:
             return None
         ref = self.bests.as_of(i - patience)
@@ -382,13 +381,6 @@ class PlateauStream(Stream):
                                                    climb if climbed and not gone else math.nan))
         return None
 
-    def _patience(self, i):
-        """plateau_patience at point i, in Python."""
-        if i >= self.capped_from:
-            return self.cap
-        grown = int(self.fraction * (i + 1))  # floor, for i >= 0
-        return min(grown if grown > self.min_patience else self.min_patience, self.cap)
-
     def _climb(self, start):
         """The learning rate now over its peak as of point `start`, if it had fallen by then (NaN
         if not, or without a positive peak)."""
@@ -397,6 +389,23 @@ class PlateauStream(Stream):
         peak = self.peaks.as_of(start)
         lr = self.lr_peak.channel
         return lr.values[-1] / peak if peak > 0 else math.nan
+
+
+class Patience:
+    """plateau_patience of a stream's params at a point, in Python."""
+
+    __slots__ = ("fraction", "least", "cap", "capped_from")
+
+    def __init__(self, p):
+        self.fraction, self.least = p.patience_fraction, p.min_patience
+        self.cap = max(p.max_patience, p.min_patience)
+        self.capped_from = _capped_from(p.patience_fraction, p.min_patience, self.cap)
+
+    def at(self, i):
+        if i >= self.capped_from:
+            return self.cap
+        grown = int(self.fraction * (i + 1))  # floor, for i >= 0
+        return min(grown if grown > self.least else self.least, self.cap)
 
 
 class AsOf:
@@ -431,7 +440,7 @@ class AsOf:
         return self.of[k] if k >= 0 else math.nan
 
 
-def patience_capped_from(fraction, min_patience, cap):
+def _capped_from(fraction, min_patience, cap):
     """The first point whose patience is the cap: floor(fraction x (i+1)) >= cap."""
     if min_patience >= cap:
         return 0
