@@ -66,8 +66,10 @@ class LossGrowthParams:
         1.1, "... or, while the learning rate is still rising (see `lr_up`), at least this multiple"
     )
     max_ratio: float = param(
-        3.0, "the rule tells the climb only below this multiple of the best level: beyond it the run "
-        "has diverged, and re-opening at every further rise would repeat the story", above=1.0,
+        10.0, "the rule tells the climb only below this multiple of the best level: beyond it the run "
+        "has diverged, and re-opening at every further rise would repeat the story. Far enough for a "
+        "loss that fell decades (a regression): at 3-10x its best it is still far under its start, where "
+        "the sustained divergence (CS113) needs half the progress lost", above=1.0,
     )
     slow_ratio: float = param(
         1.5, "... or, with the grad norm or the learning rate rising, the slow level (the trailing median "
