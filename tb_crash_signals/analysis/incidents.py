@@ -330,6 +330,12 @@ def _divergence_headline(kind, eps, alarm, crash, lead, start, fit) -> str:
     }[crash.code]
     at = f"{what} at step {crash.start_step}"
     if kind == "nonfinite":
+        # No critical came before it; a warning of the same story may have (a grad-norm spike).
+        signs = [e for e in eps if e.severity == "warning" and e.start_step < crash.start_step]
+        if signs:
+            sign = min(signs, key=lambda e: (e.start_step, e.code))
+            before = _steps(crash.start_step - sign.start_step)
+            return f"{at}, {before} after a {sign.rule} warning at step {sign.start_step}"
         return f"{at} with no warning sign before"
     if alarm.code in _LR_RAISED:
         return f"{alarm.message}; {at}"

@@ -71,3 +71,16 @@ def test_a_loss_that_levelled_off_is_a_note_until_a_plateau_warning_joins_it():
                                   run_steps=1000)
     assert incident.kind == "plateau" and incident.first_alarm_step == 600
     assert incident.headline == "CS302 at 600; the train loss stopped improving too"
+
+
+def test_a_nan_without_a_critical_before_it_names_the_warning_that_came_first():
+    (incident,) = build_incidents([episode("CS001", 270, 290)], run_steps=300)
+    assert incident.kind == "nonfinite"
+    assert incident.headline == "train loss became NaN/Inf at step 270 with no warning sign before"
+    # A grad-norm spike 50 steps before, in the same story: the headline must not deny it.
+    eps = [episode("CS102", 220, signal="grad_norm"), episode("CS001", 270, 290)]
+    (incident,) = build_incidents(eps, run_steps=300)
+    assert incident.kind == "nonfinite" and incident.episodes == (0, 1)
+    assert incident.headline == ("train loss became NaN/Inf at step 270, 50 steps after a grad-norm-spike "
+                                 "warning at step 220")
+    assert incident.first_alarm_step == 270 and incident.lead_steps == 0
