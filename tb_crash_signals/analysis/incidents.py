@@ -33,6 +33,7 @@ _LR_RAISED = ("CS512", "CS513")  # events that cause a crash, where CS501 is a s
 _PLATEAU = ("CS301", "CS303")
 _STAGNATION = ("CS302",)
 _OVERFIT = ("CS401", "CS402")
+_HERALDS = _SPIKES + _OVERFLOW + _OPTIMIZER_HIGH  # warnings that can come before a crash
 
 ADVICE = {
     "divergence": "lower the learning rate (or stop its ramp), enable gradient clipping, and {resume}",
@@ -330,8 +331,9 @@ def _divergence_headline(kind, eps, alarm, crash, lead, start, fit) -> str:
     }[crash.code]
     at = f"{what} at step {crash.start_step}"
     if kind == "nonfinite":
-        # No critical came before it; a warning of the same story may have (a grad-norm spike).
-        signs = [e for e in eps if e.severity == "warning" and e.start_step < crash.start_step]
+        # No critical came before it; a warning that can herald one may have (a grad-norm spike, a
+        # learning-rate jump), not a plateau or an overfit folded into the story.
+        signs = [e for e in eps if e.severity == "warning" and e.code in _HERALDS and e.start_step < crash.start_step]
         if signs:
             sign = min(signs, key=lambda e: (e.start_step, e.code))
             before = _steps(crash.start_step - sign.start_step)

@@ -84,3 +84,8 @@ def test_a_nan_without_a_critical_before_it_names_the_warning_that_came_first():
     assert incident.headline == ("train loss became NaN/Inf at step 270, 50 steps after a grad-norm-spike "
                                  "warning at step 220")
     assert incident.first_alarm_step == 270 and incident.lead_steps == 0
+    # A plateau folded into the story heralds no NaN.
+    eps = [episode("CS301", 260, 290), episode("CS001", 270, 290)]
+    (incident,) = build_incidents(eps, run_steps=300)
+    assert incident.episodes == (0, 1)
+    assert incident.headline == "train loss became NaN/Inf at step 270 with no warning sign before"
