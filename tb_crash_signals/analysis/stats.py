@@ -404,6 +404,23 @@ def smoothed_level(values: np.ndarray, k: int) -> np.ndarray:
     return out
 
 
+# A best level is a median of at least this many points, as the initial level is: the median of a
+# noisy loss's first few points is no level the run reached (streaming.Level's `low_from`).
+BEST_FROM = 10
+
+
+def best_levels(values: np.ndarray, k: int) -> np.ndarray:
+    """The best level at each point: the lowest smoothed_level of `k` points so far, counted from
+    the point where its window holds min(k, BEST_FROM) points (NaN before)."""
+    level = smoothed_level(values, k)
+    start = min(k, BEST_FROM) - 1
+    if start <= 0:
+        return np.fmin.accumulate(level)
+    out = level.copy()
+    out[:start] = np.nan
+    return np.fmin.accumulate(out, out=out)
+
+
 def _smoothed_level(values: np.ndarray, k: int) -> np.ndarray:
     out = trailing_median_inclusive(values, k)
     finite = np.flatnonzero(np.isfinite(values))

@@ -361,7 +361,8 @@ class Level:
     the window holds finite values after its leading NaNs, which are only counted.
     """
 
-    __slots__ = ("k", "window", "last", "n", "sorted", "nans", "mid", "odd", "value", "low", "history")
+    __slots__ = ("k", "window", "last", "n", "sorted", "nans", "mid", "odd", "value", "low", "history",
+                 "low_from")
 
     def __init__(self, k):
         self.k = max(1, k)
@@ -372,8 +373,9 @@ class Level:
         self.nans = 0
         self.mid, self.odd = self.k // 2, self.k % 2
         self.value = _nan  # the level at the last point
-        self.low = _nan  # the lowest level so far
+        self.low = _nan  # the lowest level so far (from its `low_from`-th point)
         self.history = None  # its last values (see keep), if a stream reads them
+        self.low_from = 1  # a best level's: stats.best_levels (see shared_level)
 
     def keep(self, size):
         """Keeps at least its last `size` levels in `history` (the last is that at the last
@@ -423,7 +425,7 @@ class Level:
         else:
             mid = n // 2
             b = self.value = xs[mid] if n % 2 else (xs[mid - 1] + xs[mid]) / 2.0
-            if not b >= self.low:
+            if not b >= self.low and self.n >= self.low_from:
                 self.low = b
         if self.history is not None:
             self.history.append(b)
@@ -489,7 +491,7 @@ class Levels:
                 xs = level.sorted
                 _insort(xs, x)
                 b = level.value = xs[mid] if n % 2 else (xs[mid - 1] + xs[mid]) / 2.0
-                if not b >= level.low:
+                if not b >= level.low and n >= level.low_from:
                     level.low = b
                 if level.history is not None:
                     level.history.append(b)
@@ -524,11 +526,13 @@ class Levels:
         self.growing = tuple(sorted([level for level in self.levels if level.k > n], key=_by_k))
 
 
-def shared_level(channel, k: int, history: int = 0) -> Level:
+def shared_level(channel, k: int, history: int = 0, best: bool = False) -> Level:
     """The channel's trailing median of `k` points, shared by every stream that asks for it
     (made before any point). The monitor pushes it at every point of the channel before the
     checks, so during a check its `value` and `low` are those at the point being checked, and
-    its `history` (kept if a stream asks for `history` > 0 levels) ends with that point's."""
+    its `history` (kept if a stream asks for `history` > 0 levels) ends with that point's.
+    `best`: its `low` is a best level (stats.best_levels), counted from the point where its
+    window holds min(k, BEST_FROM) points."""
     k = max(1, k)
     key = ("level", k)
     level = channel.shared.get(key)
@@ -539,6 +543,8 @@ def shared_level(channel, k: int, history: int = 0) -> Level:
         channel.levels.add(level)
     if history > 0:
         level.keep(history)
+    if best:
+        level.low_from = min(k, _stats.BEST_FROM)
     return level
 
 

@@ -50,3 +50,25 @@ def test_its_warmup_overshoot_is_one_divergence(tmp_path):
         assert incident["first_alarm_step"] < first_nonfinite - 100, (incident, first_nonfinite)
     assert len(run["incidents"]) <= 3
     assert len(incident["episodes"]) <= 12, [run["episodes"][i]["message"] for i in incident["episodes"]]
+
+
+def _train_noisy(logdir, seed: int) -> None:
+    # Minibatches of 16: the per-step MSE spreads +-40 % around its level from the first step.
+    torch.manual_seed(seed)
+    torch.set_num_threads(1)
+    x = torch.randn(4096, 32)
+    y = x[:, :8].sum(1, keepdim=True) * 0.5 + 0.1 * torch.randn(4096, 1)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.Tanh(), torch.nn.Linear(64, 64),
+                                torch.nn.Tanh(), torch.nn.Linear(64, 1))
+    train_logged(logdir, model, x, y, torch.nn.functional.mse_loss,
+                 lambda step: 0.01 * min(1.0, (step + 1) / 300), 400, batch=16)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_noisy_regression_in_its_warmup_is_no_divergence(tmp_path, seed):
+    # Seed 0's first points happened to be low: a "best level" read from the median of one or a
+    # few of them made it "climb away from its best" and "lose what it learnt" by step 40.
+    _train_noisy(tmp_path / "noisy", seed)
+    (run,) = scan_logdir(str(tmp_path))["runs"]
+    assert run["health"] != "critical", [i["headline"] for i in run["incidents"]]

@@ -96,7 +96,9 @@ def level_param(default: int):
 
 def best_level_param():
     """The points of the loss's best level: the lowest trailing median of this many points so far."""
-    return param(31, "trailing points whose median, at its lowest so far, is the loss's best level", at_least=1)
+    return param(31, "trailing points whose median, at its lowest so far, is the loss's best level (from the "
+                 "point where it holds 10 points, or all of them: the median of a noisy loss's first few "
+                 "is no level the run reached)", at_least=1)
 
 
 def max_noise_param(what: str = "alarm"):

@@ -23,6 +23,7 @@ from tb_crash_signals.analysis.rules.base import (
 )
 from tb_crash_signals.analysis.signals import SIGNAL_LABELS
 from tb_crash_signals.analysis.stats import (
+    best_levels,
     initial_level,
     jitter_of_short,
     noise_decades_at,
@@ -99,7 +100,7 @@ def rest_factor(p: DivergenceParams) -> float:
 def early_best(best, level_low):
     """The best level before `min_points` (CS113, CS202): the lower of the best level and the
     lowest current level so far. Before its `best_smooth` points the best level is the median of
-    all the points so far, which lags far behind a loss that fell fast."""
+    all the points so far (from the 10th), which lags far behind a loss that fell fast."""
     return level_low if best != best or level_low < best else best
 
 
@@ -149,7 +150,7 @@ class LossDivergenceStream(Stream):
     def __init__(self, p, signal, channels):
         self.p = p
         self.level = shared_level(channels["train_loss"], p.smooth)
-        self.best_level = shared_level(channels["train_loss"], p.best_smooth)
+        self.best_level = shared_level(channels["train_loss"], p.best_smooth, best=True)
         self.initial = channels["train_loss"].initial  # pushed after the checks: as of the points before
         self.noise = recent_logs(channels["train_loss"], p.noise_window, np.log10)  # of the points before
         self.own = getattr(self.noise, "values", None)  # kept by the stream itself, if at all
@@ -232,7 +233,7 @@ def loss_divergence(data, p: DivergenceParams, since=None):
         return
     v = s.values
     level = smoothed_level(v, p.smooth)
-    best = early_bests(np.fmin.accumulate(smoothed_level(v, p.best_smooth)), level, p.min_points)
+    best = early_bests(best_levels(v, p.best_smooth), level, p.min_points)
     init, known_after = initial_level(v)
     # The initial level is known from the point after its 10th.
     inits = np.where(np.arange(len(v)) > known_after, init, np.nan)

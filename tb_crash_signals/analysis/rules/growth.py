@@ -11,6 +11,7 @@ import numpy as np
 
 from tb_crash_signals.analysis.rules.base import Fit, Hits, fmt, param, rule, since_index
 from tb_crash_signals.analysis.stats import (
+    best_levels,
     chunks,
     finite_anchor,
     linear_fit,
@@ -282,7 +283,7 @@ def loss_ratio_at(train, steps) -> np.ndarray:
     if train is None or len(train) == 0:
         return np.full(np.shape(steps), np.nan)
     level = smoothed_level(train.values, LOSS_SMOOTH)
-    best = np.fmin.accumulate(smoothed_level(train.values, LOSS_BEST_SMOOTH))
+    best = best_levels(train.values, LOSS_BEST_SMOOTH)
     with np.errstate(invalid="ignore", divide="ignore"):
         ratio = np.where(best > 0, level / best, np.nan)
     return value_at_or_before(train.steps, ratio, steps)
@@ -294,7 +295,7 @@ class _LossRatio:
 
     def __init__(self, channel):
         self.level = shared_level(channel, LOSS_SMOOTH)
-        self.best_level = shared_level(channel, LOSS_BEST_SMOOTH)
+        self.best_level = shared_level(channel, LOSS_BEST_SMOOTH, best=True)
 
     @property
     def ratio(self):

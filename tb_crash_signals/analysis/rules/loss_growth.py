@@ -26,6 +26,7 @@ from tb_crash_signals.analysis.rules.base import (
 from tb_crash_signals.analysis.rules.blowup import lr_jumped
 from tb_crash_signals.analysis.rules.divergence import early_bests, early_jitter_at
 from tb_crash_signals.analysis.stats import (
+    best_levels,
     finite_peak,
     initial_level,
     jitter_at,
@@ -434,7 +435,7 @@ class LossGrowthStream(Stream):
         ch = channels["train_loss"]
         self.level = shared_level(ch, p.smooth, history=max(p.fit_window, p.smooth + 1))
         self.fast = shared_level(ch, p.fast, history=max(p.fit_window, p.fast + 1))
-        self.best_level = shared_level(ch, p.best_smooth, history=p.smooth + 1)
+        self.best_level = shared_level(ch, p.best_smooth, history=p.smooth + 1, best=True)
         self.initial = ch.initial  # pushed after the checks: as of the points before
         self.lr_jump = self.lr.shared.setdefault(_LR_JUMP, _LrJump())
         self.values = ch.values
@@ -621,7 +622,7 @@ def loss_growth(data, p: LossGrowthParams, since=None):
     level = smoothed_level(v, p.smooth)
     fast = smoothed_level(v, p.fast)
     slow = smoothed_level(v, p.best_smooth)
-    best = early_bests(np.fmin.accumulate(slow), level, p.min_points)
+    best = early_bests(best_levels(v, p.best_smooth), level, p.min_points)
     # Before min_points: no slow level (see the stream).
     slow_told = slow.copy()
     slow_told[: p.min_points] = np.nan

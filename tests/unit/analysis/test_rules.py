@@ -290,6 +290,24 @@ def test_a_classifier_drifting_back_toward_chance_has_diverged_before_doubling_i
     assert "CS113" not in codes(analyze(strict, train_loss=loss))
 
 
+def test_a_best_level_is_a_median_of_ten_points_at_least():
+    # A noisy per-step loss that never learns: it hovers at ~2 (batch noise of +-40 %) from a first
+    # point that happened to be 1.0. The median of that one point is no level the run reached: it
+    # has not "learnt" to 1.0, so it has lost nothing, and its loss is not climbing away from it.
+    rng = np.random.default_rng(11)
+    loss = 2.0 * np.exp(0.3 * rng.standard_normal(300))
+    loss[0] = 1.0
+    for code in ("CS113", "CS202"):
+        batch, monitor = starts_both(code, train_loss=loss)
+        assert batch == monitor == [], (code, batch, monitor)
+    # From its 10th point on a median is a level: a run that learnt to 1.0 in its first 20 points
+    # and went back to 2 has diverged.
+    learnt = loss.copy()
+    learnt[:20] = 1.0 * np.exp(0.05 * rng.standard_normal(20))
+    batch, monitor = starts_both("CS113", train_loss=learnt)
+    assert batch == monitor and batch, (batch, monitor)
+
+
 def test_a_divergence_bouncing_around_its_level_is_one_episode():
     loss = healthy_loss(1200)
     rng = np.random.default_rng(5)
