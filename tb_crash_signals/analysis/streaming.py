@@ -532,19 +532,20 @@ def shared_level(channel, k: int, history: int = 0, best: bool = False) -> Level
     checks, so during a check its `value` and `low` are those at the point being checked, and
     its `history` (kept if a stream asks for `history` > 0 levels) ends with that point's.
     `best`: its `low` is a best level (stats.best_levels), counted from the point where its
-    window holds min(k, BEST_FROM) points."""
+    window holds min(k, BEST_FROM) points; a level of the same k whose `low` is the lowest
+    level at any point (CS202's early best) is another."""
     k = max(1, k)
-    key = ("level", k)
+    key = ("level", k, best)
     level = channel.shared.get(key)
     if level is None:
         level = channel.shared[key] = Level(k)
+        if best:
+            level.low_from = min(k, _stats.BEST_FROM)
         if channel.levels is None:
             channel.levels = Levels()
         channel.levels.add(level)
     if history > 0:
         level.keep(history)
-    if best:
-        level.low_from = min(k, _stats.BEST_FROM)
     return level
 
 
