@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from support.torch_training import train_logged
+from support.torch_training import train_logged, train_regression
 from tb_crash_signals import scan_logdir
 
 torch = pytest.importorskip("torch")  # installed by scripts/test_all.sh; never skipped in CI
@@ -44,15 +44,9 @@ def test_a_warmup_that_overshoots_is_one_incident_with_a_lead(tmp_path):
 
 
 def _train_regression(logdir, seed: int) -> int | None:
-    torch.manual_seed(seed)
-    torch.set_num_threads(1)
-    x = torch.randn(2048, 16)
-    y = x[:, :4].sum(1, keepdim=True) * 0.5 + 0.1 * torch.randn(2048, 1)
-    model = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.Tanh(), torch.nn.Linear(64, 64),
-                                torch.nn.Tanh(), torch.nn.Linear(64, 1))
-    return train_logged(logdir, model, x, y, torch.nn.functional.mse_loss,
-                        lambda step: 0.5 * min(1.0, (step + 1) / 1000), 700, batch=32,
-                        stop_after_nonfinite=20)
+    return train_regression(logdir, seed, features=16, samples=2048,
+                            lr_at=lambda step: 0.5 * min(1.0, (step + 1) / 1000), steps=700, batch=32,
+                            stop_after_nonfinite=20)
 
 
 @pytest.mark.slow

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from support.torch_training import train_logged
+from support.torch_training import train_logged, train_regression
 from tb_crash_signals import scan_logdir
 
 torch = pytest.importorskip("torch")  # installed by scripts/test_all.sh; never skipped in CI
@@ -54,14 +54,8 @@ def test_its_warmup_overshoot_is_one_divergence(tmp_path):
 
 def _train_noisy(logdir, seed: int) -> None:
     # Minibatches of 16: the per-step MSE spreads +-40 % around its level from the first step.
-    torch.manual_seed(seed)
-    torch.set_num_threads(1)
-    x = torch.randn(4096, 32)
-    y = x[:, :8].sum(1, keepdim=True) * 0.5 + 0.1 * torch.randn(4096, 1)
-    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.Tanh(), torch.nn.Linear(64, 64),
-                                torch.nn.Tanh(), torch.nn.Linear(64, 1))
-    train_logged(logdir, model, x, y, torch.nn.functional.mse_loss,
-                 lambda step: 0.01 * min(1.0, (step + 1) / 300), 400, batch=16)
+    train_regression(logdir, seed, features=32, samples=4096,
+                     lr_at=lambda step: 0.01 * min(1.0, (step + 1) / 300), steps=400, batch=16)
 
 
 @pytest.mark.slow

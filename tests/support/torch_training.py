@@ -37,3 +37,20 @@ def train_logged(logdir, model, x, y, loss_fn, lr_at: Callable[[int], float], st
                 elif stop_after_nonfinite is not None and step >= first_nonfinite + stop_after_nonfinite:
                     break
     return first_nonfinite
+
+
+def train_regression(logdir, seed: int, features: int, samples: int, lr_at: Callable[[int], float], steps: int,
+                     batch: int, stop_after_nonfinite: int | None = None) -> int | None:
+    """train_logged of a Tanh MLP (two hidden layers of 64) regressing half the sum of a quarter of
+    `features` standard-normal inputs, plus noise: its MSE falls two decades, from ~features / 16
+    to ~0.01. Seeds torch with `seed` first; returns the first non-finite step, as train_logged."""
+    import torch
+
+    torch.manual_seed(seed)
+    torch.set_num_threads(1)
+    x = torch.randn(samples, features)
+    y = x[:, : features // 4].sum(1, keepdim=True) * 0.5 + 0.1 * torch.randn(samples, 1)
+    model = torch.nn.Sequential(torch.nn.Linear(features, 64), torch.nn.Tanh(), torch.nn.Linear(64, 64),
+                                torch.nn.Tanh(), torch.nn.Linear(64, 1))
+    return train_logged(logdir, model, x, y, torch.nn.functional.mse_loss, lr_at, steps, batch=batch,
+                        stop_after_nonfinite=stop_after_nonfinite)
