@@ -26,6 +26,7 @@ from tb_crash_signals.analysis.stats import (
     best_levels,
     initial_level,
     jitter_of_short,
+    log_spread_at,
     noise_decades_at,
     run_lengths,
     smoothed_level,
@@ -47,6 +48,13 @@ class DivergenceParams:
         "learnt that much has diverged once it lost `lost` of it, at any multiple of its best (a "
         "classifier drifting back toward chance never doubles its best)", above=0.0,
     )
+    z: float = param(
+        2.0, "... and at least this many noise units above the best level (the loss's robust log spread over "
+        "`spread_window` points, over the square root of `smooth`): the median of 9 points of a noisy "
+        "small-batch loss wanders that far above its lowest 31-point median without any divergence",
+        at_least=0.0,
+    )
+    spread_window: int = param(50, "trailing points whose log spread is the loss's noise", at_least=2)
     consecutive: int = param(5, "points in a row at that level before the rule fires", at_least=1)
     back: float = param(
         1.5, "once fired, the divergence lasts until the level is back under this multiple of the best: "
@@ -89,6 +97,11 @@ def elevated(level, best, init, p: DivergenceParams):
             & (best > 0)
             & ~((init > best) & (level - best < p.lost * (init - best)))
         )
+
+
+def out_of_noise(level, best, spread, p: DivergenceParams) -> bool:
+    """Whether the level stands `z` noise units above the best (a spread unknown, NaN: yes)."""
+    return not spread > 0.0 or math.log(level / best) > p.z * 1.25 * spread / math.sqrt(max(1, p.smooth))
 
 
 def rest_factor(p: DivergenceParams) -> float:
@@ -153,7 +166,9 @@ class LossDivergenceStream(Stream):
         self.best_level = shared_level(channels["train_loss"], p.best_smooth, best=True)
         self.initial = channels["train_loss"].initial  # pushed after the checks: as of the points before
         self.noise = recent_logs(channels["train_loss"], p.noise_window, np.log10)  # of the points before
-        self.own = getattr(self.noise, "values", None)  # kept by the stream itself, if at all
+        self.spread = recent_logs(channels["train_loss"], p.spread_window, np.log)  # of the points before
+        # The windows the stream keeps itself, if any (a channel keeping fewer points than they read).
+        self.own = tuple(o for o in (getattr(r, "values", None) for r in (self.noise, self.spread)) if o is not None)
         self.values = channels["train_loss"].values
         self.start = min(p.min_points, p.early_points)
         self.run = 0
@@ -162,7 +177,7 @@ class LossDivergenceStream(Stream):
     def rest(self):
         # Under `rest_factor` x the best nothing is elevated (see check); nothing must be counted
         # or inside, nor kept per point by the stream itself.
-        if self.own is not None:
+        if self.own:
             return None
         p = self.p
         return Rest(after=max(p.min_points, self.start), bars=((self.level, rest_factor(p), self.best_level),))
@@ -183,10 +198,12 @@ class LossDivergenceStream(Stream):
         # `elevated` on floats, without its numpy error state (a context manager a point).
         up = (i >= self.start and v - v == 0.0 and (level >= p.factor * best or best <= p.learnt * init)
               and best > 0 and not (init > best and level - best < p.lost * (init - best)))
+        if up and p.z > 0.0:
+            up = out_of_noise(level, best, self.spread.log_spread(), p)
         if up and gate_noise(i, self._noise_at, self.values, p) >= p.max_noise:
             up = far_gone(level, best, init, self._recent, p)
-        if self.own is not None:
-            self.own.append(v)
+        for own in self.own:
+            own.append(v)
         self.run = self.run + 1 if up else 0
         if up and self.run >= p.consecutive:
             self.inside = True
@@ -217,8 +234,9 @@ def loss_divergence(data, p: DivergenceParams, since=None):
     far (the lowest trailing median of `best_smooth` points), and is at least
     `factor` x that best, unless the best is at most `learnt` x the initial
     level (a classifier drifting back toward chance never doubles its best),
-    for `consecutive` points in a row, on a
-    loss that is not pure noise (tiny batches). A spike that comes back does
+    `z` noise units above that best (the loss's robust log spread), for
+    `consecutive` points in a row, on a loss that is not pure noise (tiny
+    batches). A spike that comes back does
     not fire; a jump that stays, or a slow climb, does. Once fired, every finite
     point is part of the divergence until the level is back under `back` x
     the best. Before `min_points`, from `early_points` on, a smooth loss (see
@@ -242,6 +260,11 @@ def loss_divergence(data, p: DivergenceParams, since=None):
 
     # Only where the level is that high; that is every point of a run that stays diverged.
     where = np.flatnonzero(up)
+    if where.size and p.z > 0.0:
+        spreads = log_spread_at(v, where, p.spread_window).tolist()
+        for i, spread in zip(where.tolist(), spreads):
+            up[i] = out_of_noise(level[i], best[i], spread, p)
+        where = np.flatnonzero(up)
     late = where[where >= p.min_points]
     noise = dict(zip(late.tolist(), noise_decades_at(v, late, p.noise_window).tolist()))
     for i in where.tolist():

@@ -308,6 +308,19 @@ def test_a_best_level_is_a_median_of_ten_points_at_least():
     assert batch == monitor and batch, (batch, monitor)
 
 
+def test_a_level_within_the_noise_of_a_small_batch_loss_has_lost_nothing():
+    # A per-step loss with +-80 % minibatch noise that learns and keeps learning: its median of 9
+    # wanders above half the progress from its lowest 31-point median, within 2 noise units.
+    rng = np.random.default_rng(4)
+    t = np.arange(1500)
+    loss = (1.0 * np.exp(-t / 300) + 0.1) * np.exp(0.6 * rng.standard_normal(1500))
+    batch, monitor = starts_both("CS113", train_loss=loss)
+    assert batch == monitor == []
+    blind = Config(params={"CS113": dataclasses.replace(RULES["CS113"].default_params(), z=0.0)})
+    batch, monitor = starts_both("CS113", blind, train_loss=loss)
+    assert batch == monitor and batch, (batch, monitor)
+
+
 def test_a_divergence_bouncing_around_its_level_is_one_episode():
     loss = healthy_loss(1200)
     rng = np.random.default_rng(5)
