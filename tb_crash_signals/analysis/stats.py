@@ -411,14 +411,20 @@ BEST_FROM = 10
 
 def best_levels(values: np.ndarray, k: int) -> np.ndarray:
     """The best level at each point: the lowest smoothed_level of `k` points so far, counted from
-    the point where its window holds min(k, BEST_FROM) points (NaN before)."""
-    level = smoothed_level(values, k)
-    start = min(k, BEST_FROM) - 1
-    if start <= 0:
-        return np.fmin.accumulate(level)
-    out = level.copy()
-    out[:start] = np.nan
-    return np.fmin.accumulate(out, out=out)
+    the point where its window holds min(k, BEST_FROM) points (NaN before); memoised as
+    smoothed_level is (CS113, CS202 and CS201 read the same one)."""
+    cache = getattr(_MEMO, "cache", None)
+    if cache is not None:
+        hit = cache.get(("best", id(values), k))
+        if hit is not None and hit[0] is values:
+            return hit[1]
+    out = smoothed_level(values, k).copy()
+    out[: min(k, BEST_FROM) - 1] = np.nan
+    np.fmin.accumulate(out, out=out)
+    if cache is not None:
+        cache[("best", id(values), k)] = (values, out)
+        out.flags.writeable = False
+    return out
 
 
 def _smoothed_level(values: np.ndarray, k: int) -> np.ndarray:

@@ -101,6 +101,17 @@ def best_level_param():
                  "is no level the run reached)", at_least=1)
 
 
+def spread_window_param():
+    """The points whose robust log spread is the loss's noise (see level_noise)."""
+    return param(50, "trailing points whose log spread is the loss's noise", at_least=2)
+
+
+def level_noise(spread: float, points: int) -> float:
+    """The noise of a median of `points` points of a loss whose robust log spread is `spread`: its
+    standard error, 1.25 x spread / sqrt(points), in log units (CS113's and CS202's noise unit)."""
+    return 1.25 * spread / math.sqrt(points)
+
+
 def max_noise_param(what: str = "alarm"):
     """The noise gate: no `what` on a series whose quartiles over `noise_window` are this many
     decades apart (per-step losses of tiny batches, where 10x jumps between batches are ordinary)."""

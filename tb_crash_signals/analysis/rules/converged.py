@@ -121,7 +121,6 @@ class ConvergedStream(Stream):
         return StreamHit(note=_note(patience))
 
 
-
 @rule(
     code="CS303", symbol="loss-levelled-off", family="plateau", severity="info",
     signals=("train_loss",), params=ConvergedParams, describe=_describe_converged, peak="first",

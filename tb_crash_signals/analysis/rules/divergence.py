@@ -14,12 +14,14 @@ from tb_crash_signals.analysis.rules.base import (
     early_jitter_param,
     early_points_param,
     fmt,
+    level_noise,
     level_param,
     max_noise_param,
     noise_window_param,
     param,
     rule,
     since_index,
+    spread_window_param,
 )
 from tb_crash_signals.analysis.signals import SIGNAL_LABELS
 from tb_crash_signals.analysis.stats import (
@@ -54,7 +56,7 @@ class DivergenceParams:
         "small-batch loss wanders that far above its lowest 31-point median without any divergence",
         at_least=0.0,
     )
-    spread_window: int = param(50, "trailing points whose log spread is the loss's noise", at_least=2)
+    spread_window: int = spread_window_param()
     consecutive: int = param(5, "points in a row at that level before the rule fires", at_least=1)
     back: float = param(
         1.5, "once fired, the divergence lasts until the level is back under this multiple of the best: "
@@ -101,7 +103,7 @@ def elevated(level, best, init, p: DivergenceParams):
 
 def out_of_noise(level, best, spread, p: DivergenceParams) -> bool:
     """Whether the level stands `z` noise units above the best (a spread unknown, NaN: yes)."""
-    return not spread > 0.0 or math.log(level / best) > p.z * 1.25 * spread / math.sqrt(max(1, p.smooth))
+    return not spread > 0.0 or math.log(level / best) > p.z * level_noise(spread, max(1, p.smooth))
 
 
 def rest_factor(p: DivergenceParams) -> float:

@@ -16,12 +16,14 @@ from tb_crash_signals.analysis.rules.base import (
     early_jitter_param,
     early_points_param,
     fmt,
+    level_noise,
     level_param,
     max_noise_param,
     noise_window_param,
     param,
     rule,
     since_index,
+    spread_window_param,
 )
 from tb_crash_signals.analysis.rules.blowup import lr_jumped
 from tb_crash_signals.analysis.rules.divergence import early_bests, early_jitter_at
@@ -81,7 +83,7 @@ class LossGrowthParams:
         0.1, "and the level must have lost at least this share of the progress from the initial level "
         "(the median of the first 10 points) to the best"
     )
-    spread_window: int = param(50, "trailing points whose log spread is the loss's noise", at_least=2)
+    spread_window: int = spread_window_param()
     noise_window: int = noise_window_param()
     max_noise: float = max_noise_param("alarm")
     grad_smooth: int = param(9, "trailing grad-norm points whose median is its level", at_least=1)
@@ -165,7 +167,7 @@ def climbing(level, before, slow, slow_before, best, init, spread, noise, grad_r
         r = level / best
         # Beyond max_ratio the run has diverged: the sustained divergence (CS113) tells the rest.
         if r < p.max_ratio or finishing:
-            sd = 1.25 * spread / math.sqrt(width or p.smooth) if spread == spread else 0.0
+            sd = level_noise(spread, width or p.smooth) if spread == spread else 0.0
             if bool(grad_rising) and r >= p.ratio_with_grad and math.log(r) > p.z_with_grad * sd:
                 return "with grad"
             if bool(lr_rising) and r >= p.ratio_with_lr and math.log(r) > p.z_with_grad * sd:
@@ -176,7 +178,7 @@ def climbing(level, before, slow, slow_before, best, init, spread, noise, grad_r
     # that is also how a spike's slow recovery looks, so it needs the grad norm or the LR with it.
     if (grad_rising or lr_rising) and slow > 0 and slow > slow_before and slow - best >= progress:
         r = slow / best
-        sd = 1.25 * spread / math.sqrt(p.best_smooth) if spread == spread else 0.0
+        sd = level_noise(spread, p.best_smooth) if spread == spread else 0.0
         if p.slow_ratio <= r < p.max_ratio and math.log(r) > p.z * sd:
             return "slow with grad"
     return False

@@ -270,7 +270,7 @@ class PlateauStream(Stream):
         # have begun before the initial level was known or within `early_points`; None after.
         self.head_logs = []
         self.early_jitter, self.early_points = p.early_jitter, p.early_points
-        # The smoothed loss at this point, and its best so far (`running_best`'s).
+        # The smoothed loss at this point, and its best so far (`_running_best`'s).
         self.level = shared_level(channels["train_loss"], p.smooth)
         self.warmed = -1  # the last point of the warm-up (a rising learning rate), -1 if none
         self.lr_marks = {}  # the learning rate at the first, middle and last of the `max_warmup` points
@@ -543,11 +543,11 @@ def stalls(values, i0: int, p) -> np.ndarray:
     cap = max(p.max_patience, p.min_patience)
     b0 = max(i0 - cap, 0)
     k = max(1, p.smooth)
-    best = running_best(values, k, b0)  # best[j - b0], j >= b0
+    best = _running_best(values, k, b0)  # best[j - b0], j >= b0
     # The next analysis, once points are appended, starts about `cap` before the end.
     if b0 < n - cap:
         stats.carry(("loss-plateau best", k), (n - cap, best[n - cap - 1 - b0]))
-    ref = best_before(best, b0, i0, n, p)
+    ref = _best_before(best, b0, i0, n, p)
     hit = []
     for a, b in chunks(i0, n):  # cache-sized: no 8 MB temporaries
         cur, r = best[a - b0 : b - b0], ref[a - i0 : b - i0]
@@ -558,7 +558,7 @@ def stalls(values, i0: int, p) -> np.ndarray:
     return np.concatenate(hit)
 
 
-def running_best(values, k: int, start: int) -> np.ndarray:
+def _running_best(values, k: int, start: int) -> np.ndarray:
     """The lowest smoothed loss up to each point j >= start (NaN before any).
 
     The smoothed loss is the trailing median of k points; before `start` only
@@ -601,7 +601,7 @@ def _finite_or_nan(x: np.ndarray) -> np.ndarray:
     return x
 
 
-def best_before(best, b0: int, i0: int, n: int, p: PlateauParams) -> np.ndarray:
+def _best_before(best, b0: int, i0: int, n: int, p: PlateauParams) -> np.ndarray:
     """For i in [i0, n): the best as of P(i) points earlier (NaN when i < P(i))."""
     ref = np.empty(n - i0)
     cap = max(p.max_patience, p.min_patience)
