@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from tb_crash_signals.analysis.config import Config
+from tb_crash_signals.analysis.recovery import RECOVERABLE
 from tb_crash_signals.analysis.rules import RULES
 from tb_crash_signals.analysis.rules.base import param_bounds, param_doc
 
@@ -56,6 +57,10 @@ def catalogue_markdown(config: Config) -> str:
         "Every rule is causal: whether it fires at step s depends only on points logged at",
         "steps <= s. Parameters can be changed in `crash_signals.toml` under",
         "`[rules.<symbol>]` (or `[rules.<code>]`), along with `severity`.",
+        "",
+        f"A critical climb ({', '.join(RECOVERABLE)}) is critical while it lasts. Once its episode closed",
+        "with nothing critical after it, and no learning rate or update size out of band while it lasted,",
+        "the report tells it as a warning: the run came back from it.",
         "",
         "| code | symbol | family | severity | signals | what it catches |",
         "|---|---|---|---|---|---|",

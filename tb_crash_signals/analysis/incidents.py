@@ -17,6 +17,7 @@ import dataclasses
 import re
 
 from tb_crash_signals.analysis.episodes import Episode
+from tb_crash_signals.analysis.recovery import RECOVERABLE
 from tb_crash_signals.analysis.rules.base import Fit, fmt
 from tb_crash_signals.analysis.signals import SIGNAL_LABELS
 
@@ -34,6 +35,9 @@ _PLATEAU = ("CS301", "CS303")
 _STAGNATION = ("CS302",)
 _OVERFIT = ("CS401", "CS402")
 _HERALDS = _SPIKES + _OVERFLOW + _OPTIMIZER_HIGH  # warnings that can come before a crash
+
+RECOVERED_ADVICE = ("the run came back on its own; if the climbs recur or grow, lower the learning rate, add "
+                    "warm-up or enable gradient clipping")
 
 ADVICE = {
     "divergence": "lower the learning rate (or stop its ramp), enable gradient clipping, and {resume}",
@@ -149,6 +153,13 @@ def build_incidents(episodes: list[Episode], run_steps: int = 0) -> list[Inciden
         taken.update(members)
         groups.append(("divergence", members))
 
+    # Climbs the run came back from (analysis.recovery): one story, however many.
+    recovered = [i for i in order if i not in taken and episodes[i].code in RECOVERABLE
+                 and episodes[i].severity == "warning"]
+    if recovered:
+        taken.update(recovered)
+        groups.append(("divergence", recovered))
+
     # Optimizer settings that are too large cause what plateaus with them.
     optimizer = [i for i in order if i not in taken and episodes[i].family == "optimizer"]
     plateau = [i for i in order if i not in taken and episodes[i].code in _PLATEAU + _STAGNATION]
@@ -231,16 +242,24 @@ def _incident(kind: str, members: list[int], episodes: list[Episode]) -> Inciden
     if crash_step is not None:
         lead = max(crash_step - first.start_step, 0)
     headline = _headline(kind, eps, alarm, crash, lead, start, fit)
+    occurrences = _occurrences(kind, eps)
+    climbs = [e for e in eps if e.code in RECOVERABLE]
+    recovered = kind == "divergence" and severity == "warning" and bool(climbs)  # see analysis.recovery
+    if recovered:
+        headline = _recovered_headline(climbs, start)
+        occurrences = _events(climbs)
     # A story from the first logged step has no checkpoint before it to go back to.
     resume = f"resume from a checkpoint before step {start}" if start > 0 else "restart the run"
     advice = ADVICE[kind].format(resume=resume) if kind in ADVICE else alarm.advice
     if kind == "optimizer" or severity == "info":  # a note's advice is its rule's own
         advice = alarm.advice
+    elif recovered:
+        advice = RECOVERED_ADVICE
     return Incident(
         kind=kind, severity=severity, signal=alarm.signal, start_step=start,
         first_alarm_step=first.start_step, end_step=max(e.end_step for e in eps),
         open=any(e.open for e in eps), crash_step=crash_step, lead_steps=lead,
-        occurrences=_occurrences(kind, eps), headline=headline, advice=advice,
+        occurrences=occurrences, headline=headline, advice=advice,
         episodes=tuple(members), fit=fit,
     )
 
@@ -258,6 +277,26 @@ def _occurrences(kind: str, eps: list[Episode]) -> int:
             count += 1
         last = s
     return max(count, 1)
+
+
+def _events(eps: list[Episode]) -> int:
+    """How many events the episodes tell: those overlapping in steps are one."""
+    count, end = 0, None
+    for e in sorted(eps, key=lambda e: e.start_step):
+        if end is None or e.start_step > end:
+            count += 1
+        end = e.end_step if end is None else max(end, e.end_step)
+    return count
+
+
+def _recovered_headline(climbs: list[Episode], start: int) -> str:
+    """The headline of climbs the run recovered from (analysis.recovery), told from step `start`."""
+    n = _events(climbs)
+    what = "jumped" if all(e.code == "CS115" for e in climbs) else "climbed away from its best"
+    if n == 1:
+        end = max(e.end_step for e in climbs)
+        return f"train loss {what} at step{f's {start}-{end}' if end > start else f' {start}'}, then recovered"
+    return f"train loss {what} {n} times from step {start}, recovering each time"
 
 
 def _points(e: Episode) -> int:

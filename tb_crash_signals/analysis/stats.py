@@ -492,8 +492,16 @@ def _mad_rows(rows: np.ndarray) -> np.ndarray:
 
 def jitter_at(values: np.ndarray, ends, window: int) -> np.ndarray:
     """jitter of the `window` points before each of `ends` (see _per_window)."""
-    return _per_window(values, ends, window, lambda: np.diff(_logs_of(values, np.log), 2), window - 2,
+    return _per_window(values, ends, window, lambda: _second_differences_of_logs(values), window - 2,
                        lambda rows: MAD_TO_SIGMA * _mad_rows(rows) / math.sqrt(6.0), jitter)
+
+
+def _second_differences_of_logs(values: np.ndarray) -> np.ndarray:
+    # A loss of exactly 0 logs -inf, and -inf - -inf is NaN: that window's row is not finite, and
+    # _per_window reads it the slow way, without a warning on the user's screen.
+    logs = _logs_of(values, np.log)
+    with np.errstate(invalid="ignore"):
+        return np.diff(logs, 2)
 
 
 def log_spread_at(values: np.ndarray, ends, window: int) -> np.ndarray:

@@ -26,6 +26,7 @@ from tb_crash_signals.analysis.config import Config
 from tb_crash_signals.analysis.engine import headline, health_of, loss_trend
 from tb_crash_signals.analysis.episodes import Episode
 from tb_crash_signals.analysis.incidents import Incident, build_incidents
+from tb_crash_signals.analysis.recovery import settled
 from tb_crash_signals.analysis.rules import RULES
 from tb_crash_signals.analysis.rules.base import EpisodeView
 from tb_crash_signals.analysis.signals import SIGNALS
@@ -432,7 +433,7 @@ class Monitor:
         """Every episode so far, ordered like the offline report."""
         eps = [self._episode(r) for r in self._state.episodes]
         eps.sort(key=lambda e: (e.start_step, e.severity != "critical", e.code, e.signal))
-        return eps
+        return settled(eps)
 
     @property
     def health(self) -> str:

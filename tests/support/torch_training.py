@@ -54,3 +54,19 @@ def train_regression(logdir, seed: int, features: int, samples: int, lr_at: Call
                                 torch.nn.Tanh(), torch.nn.Linear(64, 1))
     return train_logged(logdir, model, x, y, torch.nn.functional.mse_loss, lr_at, steps, batch=batch,
                         stop_after_nonfinite=stop_after_nonfinite)
+
+
+def train_classifier(logdir, seed: int, batch: int, lr: float, steps: int) -> None:
+    """train_logged of a GELU MLP (two hidden layers of 64) classifying 32 standard-normal inputs
+    into 3 classes (two thresholds on sums of a few of them) at a constant learning rate `lr`:
+    with minibatches of a few samples its per-step cross-entropy is noisy, and it falls from ~1.05
+    to ~0.15 over 1500 steps. Seeds torch with `seed` first."""
+    import torch
+
+    torch.manual_seed(seed)
+    torch.set_num_threads(1)
+    x = torch.randn(4096, 32)
+    y = (x[:, :8].sum(1) > 0).long() + (x[:, 8:12].sum(1) > 1).long()
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.GELU(), torch.nn.Linear(64, 64), torch.nn.GELU(),
+                                torch.nn.Linear(64, 3))
+    train_logged(logdir, model, x, y, torch.nn.functional.cross_entropy, lambda step: lr, steps, batch=batch)

@@ -1,0 +1,91 @@
+"""settled: critical climbs the run came back from are told as warnings."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from tb_crash_signals.analysis.episodes import Episode
+from tb_crash_signals.analysis.incidents import build_incidents
+from tb_crash_signals.analysis.recovery import settled
+from tb_crash_signals.analysis.rules import RULES
+
+
+def episode(code, start, end=None, open=False, signal="train_loss"):
+    rule = RULES[code]
+    return Episode(code=code, rule=rule.symbol, family=rule.family, severity=rule.severity, signal=signal,
+                   start_step=start, end_step=start if end is None else end, peak_step=start, peak_value=1.0,
+                   open=open, message=f"{code} at {start}", advice=rule.advice)
+
+
+def severities(eps):
+    return [(e.code, e.start_step, e.severity) for e in eps]
+
+
+@pytest.mark.parametrize("code", ["CS113", "CS115", "CS202"])
+def test_a_closed_climb_with_nothing_critical_after_it_is_a_warning(code):
+    (out,) = settled([episode(code, 100, 120)])
+    assert out.severity == "warning"
+    assert out.message.endswith("the run came back from it")
+
+
+def test_a_climb_still_going_stays_critical():
+    assert severities(settled([episode("CS202", 100, 190, open=True)])) == [("CS202", 100, "critical")]
+
+
+def test_a_climb_before_a_crash_stays_critical():
+    eps = [episode("CS202", 100, 120), episode("CS001", 300)]
+    assert severities(settled(eps)) == [("CS202", 100, "critical"), ("CS001", 300, "critical")]
+
+
+def test_a_climb_before_another_climb_still_going_stays_critical():
+    eps = [episode("CS202", 100, 120), episode("CS113", 400, 500, open=True)]
+    assert [e.severity for e in settled(eps)] == ["critical", "critical"]
+
+
+def test_a_climb_after_a_crash_it_followed_is_a_warning_and_the_crash_stays():
+    eps = [episode("CS001", 100), episode("CS202", 300, 320)]
+    assert severities(settled(eps)) == [("CS001", 100, "critical"), ("CS202", 300, "warning")]
+
+
+def test_a_climb_under_a_learning_rate_out_of_band_stays_critical():
+    eps = [episode("CS501", 50, 400, signal="update_ratio"), episode("CS202", 100, 120)]
+    assert severities(settled(eps))[1] == ("CS202", 100, "critical")
+
+
+@pytest.mark.parametrize("code", ["CS001", "CS002", "CS101", "CS114", "CS201"])
+def test_a_crash_or_a_growth_fit_is_never_settled(code):
+    assert settled([episode(code, 100, 110)])[0].severity == "critical"
+
+
+def test_recovered_climbs_are_one_warning_incident_with_their_count():
+    eps = settled([episode("CS202", 100, 120), episode("CS113", 110, 130), episode("CS202", 400, 410)])
+    (incident,) = build_incidents(eps, run_steps=1000)
+    assert (incident.kind, incident.severity, incident.occurrences) == ("divergence", "warning", 2)
+    assert incident.crash_step is None and incident.lead_steps is None
+    assert incident.headline == "train loss climbed away from its best 2 times from step 100, recovering each time"
+    assert "came back on its own" in incident.advice
+
+
+def test_one_recovered_climb_says_when_it_was_over():
+    (incident,) = build_incidents(settled([episode("CS202", 100, 140)]), run_steps=1000)
+    assert incident.headline == "train loss climbed away from its best at steps 100-140, then recovered"
+
+
+def test_climbs_recovered_after_a_crash_fold_into_its_incident():
+    eps = settled([episode("CS001", 100), episode("CS202", 300, 320), episode("CS202", 500, 520)])
+    (incident,) = build_incidents(eps, run_steps=1000)
+    assert (incident.kind, incident.severity, incident.occurrences) == ("nonfinite", "critical", 1)
+    assert incident.crash_step == 100 and "recover" not in incident.headline
+
+
+def test_settled_leaves_what_it_does_not_change_identical():
+    eps = [episode("CS112", 50), episode("CS301", 60, 90)]
+    assert settled(eps) == eps
+    assert all(a is b for a, b in zip(settled(eps), eps))
+
+
+def test_a_warning_climb_stays_as_it_is():
+    e = dataclasses.replace(episode("CS202", 100, 120), severity="warning")
+    assert settled([e]) == [e]
