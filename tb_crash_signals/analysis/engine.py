@@ -18,7 +18,7 @@ from tb_crash_signals.analysis import stats
 from tb_crash_signals.analysis.config import Config
 from tb_crash_signals.analysis.episodes import Episode, EpisodeTrack
 from tb_crash_signals.analysis.incidents import Incident, build_incidents
-from tb_crash_signals.analysis.recovery import settled
+from tb_crash_signals.analysis.recovery import LEVEL_POINTS, loss_share, settled
 from tb_crash_signals.analysis.rules import RULES, Fit
 from tb_crash_signals.analysis.rules.base import since_index
 from tb_crash_signals.analysis.signals import SIGNALS, LogicalRun
@@ -286,7 +286,7 @@ def analyze_run(
     carry = dict(resume.carry) if since is not None else {}
     tracks = _run_tracks(data, config, resume.tracks if since is not None else {}, since, carry)
     episodes, fits = _merged(tracks)
-    episodes = settled(episodes)
+    episodes = settled(episodes, _loss_share(data))
     grad = data.get("grad_norm")
     grad_max = None
     if grad is not None:
@@ -309,6 +309,14 @@ def analyze_run(
     result = RunResult(run, data, tuple(episodes), tuple(fits), sampled, summary, checkpoint, tuple(incidents))
     summary["headline"] = headline(result.health, incidents, data)
     return result
+
+
+def _loss_share(data) -> float:
+    """recovery.loss_share of the train loss (NaN without one)."""
+    s = data.get("train_loss")
+    if s is None or not len(s):
+        return float("nan")
+    return loss_share(s.values[-LEVEL_POINTS:], stats.initial_level(s.values)[0])
 
 
 def _span(data) -> int:

@@ -17,7 +17,7 @@ import dataclasses
 import re
 
 from tb_crash_signals.analysis.episodes import Episode
-from tb_crash_signals.analysis.recovery import RECOVERABLE
+from tb_crash_signals.analysis.recovery import came_back, slow_start
 from tb_crash_signals.analysis.rules.base import Fit, fmt
 from tb_crash_signals.analysis.signals import SIGNAL_LABELS
 
@@ -38,6 +38,8 @@ _HERALDS = _SPIKES + _OVERFLOW + _OPTIMIZER_HIGH  # warnings that can come befor
 
 RECOVERED_ADVICE = ("the run came back on its own; if the climbs recur or grow, lower the learning rate, add "
                     "warm-up or enable gradient clipping")
+
+SLOW_START_ADVICE = "nothing to do: the loss stood near where it started for a while, then learnt"
 
 ADVICE = {
     "divergence": "lower the learning rate (or stop its ramp), enable gradient clipping, and {resume}",
@@ -154,8 +156,7 @@ def build_incidents(episodes: list[Episode], run_steps: int = 0) -> list[Inciden
         groups.append(("divergence", members))
 
     # Climbs the run came back from (analysis.recovery): one story, however many.
-    recovered = [i for i in order if i not in taken and episodes[i].code in RECOVERABLE
-                 and episodes[i].severity == "warning"]
+    recovered = [i for i in order if i not in taken and came_back(episodes[i])]
     if recovered:
         taken.update(recovered)
         groups.append(("divergence", recovered))
@@ -243,8 +244,8 @@ def _incident(kind: str, members: list[int], episodes: list[Episode]) -> Inciden
         lead = max(crash_step - first.start_step, 0)
     headline = _headline(kind, eps, alarm, crash, lead, start, fit)
     occurrences = _occurrences(kind, eps)
-    climbs = [e for e in eps if e.code in RECOVERABLE]
-    recovered = kind == "divergence" and severity == "warning" and bool(climbs)  # see analysis.recovery
+    climbs = [e for e in eps if came_back(e)]
+    recovered = kind == "divergence" and severity == "warning" and len(climbs) == len(eps)
     if recovered:
         headline = _recovered_headline(climbs, start)
         occurrences = _events(climbs)
@@ -255,6 +256,8 @@ def _incident(kind: str, members: list[int], episodes: list[Episode]) -> Inciden
         advice = alarm.advice
     elif recovered:
         advice = RECOVERED_ADVICE
+    if severity == "info" and slow_start(alarm):
+        advice = SLOW_START_ADVICE
     return Incident(
         kind=kind, severity=severity, signal=alarm.signal, start_step=start,
         first_alarm_step=first.start_step, end_step=max(e.end_step for e in eps),

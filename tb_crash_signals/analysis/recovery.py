@@ -1,46 +1,83 @@
-"""Climbs the run came back from: critical while they lasted, warnings once the run recovered.
+"""What the run came back from: critical climbs and stalls near the start, told after the fact.
 
 A loss that climbs away from its best with the grad norm, or jumps with it, is a crash signal
 while it lasts: the rules fire on the data up to that step and the online monitor raises the
 alarm then. A noisy small-batch run or an aggressive schedule makes such climbs and comes back
 from them on its own; once the episode closed (its rule quiet for its cooldown) and nothing
 critical followed, the report tells it as a warning: the run is not sick, it had a scare.
+
+Likewise a loss standing near where it started (CS301's stuck path) is a plateau while it
+lasts; once that episode closed, nothing critical followed and the loss now stands well under
+where it started, it was a slow start (a per-step loss at chance for its first dozens of steps,
+a language model at its unigram level), told as a note.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
+
+import numpy as np
 
 from tb_crash_signals.analysis.episodes import Episode
 
 # The rules whose episodes a run can come back from: a climb, a level that lost what it learnt,
 # a jump. A NaN, an explosion past a bound or a threshold is no scare.
 RECOVERABLE = ("CS113", "CS115", "CS202")
-
-
 # Optimizer settings too large (incidents._OPTIMIZER_HIGH): a climb while one lasts is their symptom,
 # and the run is sick however often the loss comes back.
 _CAUSES = ("CS501", "CS512", "CS513")
+# A stall near the start was a slow start once the loss's latest level is at most this share of its
+# initial level: it learnt at least half of it (a run crawling under too low a learning rate has not).
+LEARNT = 0.5
+# The loss's latest level: the median of its last this many finite points (CS301's smoothing).
+LEVEL_POINTS = 9
+_STUCK_NOTE = "near where it started"  # CS301's note on its stuck path (plateau.plateau_note)
+# What the report adds to the messages of the episodes settled here (how incidents tell them apart).
+CAME_BACK = "; the run came back from it"
+SLOW_START = "; then it learnt: a slow start"
 
 
-def settled(episodes: list[Episode]) -> list[Episode]:
-    """The episodes, with each closed critical climb (see RECOVERABLE) after which no critical
-    episode starts, and not under a learning rate or update size out of band, told as a warning
-    that the run came back from."""
-    later = [e.start_step for e in episodes if e.severity == "critical" and not _recovered_kind(e)]
-    last_open = max((e.start_step for e in episodes if e.severity == "critical" and _recovered_kind(e) and e.open),
+def came_back(e: Episode) -> bool:
+    """Whether `e` is a climb the run came back from (see settled)."""
+    return e.message.endswith(CAME_BACK)
+
+
+def slow_start(e: Episode) -> bool:
+    """Whether `e` is a stall near the start the loss then learnt from (see settled)."""
+    return e.message.endswith(SLOW_START)
+
+
+def loss_share(last_values, initial: float) -> float:
+    """The train loss's latest level (the median of the finite ones among `last_values`, its last
+    LEVEL_POINTS points) as a share of its initial level; NaN when either is unknown."""
+    x = np.asarray(last_values, dtype=np.float64)
+    x = x[np.isfinite(x)]
+    if x.size == 0 or not initial > 0:
+        return math.nan
+    return float(np.median(x)) / initial
+
+
+def settled(episodes: list[Episode], share: float = math.nan) -> list[Episode]:
+    """The episodes as the run's end tells them (`share`: see loss_share).
+
+    A closed critical climb (see RECOVERABLE) after which no critical episode starts, and not
+    under a learning rate or update size out of band, is a warning the run came back from; a
+    closed stall near the start (CS301) after which no critical episode starts, on a loss that
+    since learnt (`share` at most LEARNT), is a note: a slow start."""
+    later = [e.start_step for e in episodes if e.severity == "critical" and e.code not in RECOVERABLE]
+    last_open = max((e.start_step for e in episodes if e.severity == "critical" and e.code in RECOVERABLE and e.open),
                     default=None)
     causes = [e for e in episodes if e.code in _CAUSES and e.severity != "info"]
     out = []
     for e in episodes:
-        if (e.severity == "critical" and _recovered_kind(e) and not e.open
-                and not any(s > e.start_step for s in later)
+        quiet_after = not e.open and not any(s > e.start_step for s in later)
+        if (e.severity == "critical" and e.code in RECOVERABLE and quiet_after
                 and not (last_open is not None and last_open > e.start_step)
                 and not any(c.start_step <= e.end_step and e.start_step <= c.end_step for c in causes)):
-            e = dataclasses.replace(e, severity="warning", message=f"{e.message}; the run came back from it")
+            e = dataclasses.replace(e, severity="warning", message=e.message + CAME_BACK)
+        elif (e.code == "CS301" and e.severity == "warning" and quiet_after and _STUCK_NOTE in e.message
+              and share <= LEARNT):
+            e = dataclasses.replace(e, severity="info", message=e.message + SLOW_START)
         out.append(e)
     return out
-
-
-def _recovered_kind(e: Episode) -> bool:
-    return e.code in RECOVERABLE

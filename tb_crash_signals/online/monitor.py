@@ -20,13 +20,14 @@ from __future__ import annotations
 import collections
 import math
 import pickle
+from itertools import islice
 from typing import Callable, Iterable
 
 from tb_crash_signals.analysis.config import Config
 from tb_crash_signals.analysis.engine import headline, health_of, loss_trend
 from tb_crash_signals.analysis.episodes import Episode
 from tb_crash_signals.analysis.incidents import Incident, build_incidents
-from tb_crash_signals.analysis.recovery import settled
+from tb_crash_signals.analysis.recovery import LEVEL_POINTS, loss_share, settled
 from tb_crash_signals.analysis.rules import RULES
 from tb_crash_signals.analysis.rules.base import EpisodeView
 from tb_crash_signals.analysis.signals import SIGNALS
@@ -433,7 +434,10 @@ class Monitor:
         """Every episode so far, ordered like the offline report."""
         eps = [self._episode(r) for r in self._state.episodes]
         eps.sort(key=lambda e: (e.start_step, e.severity != "critical", e.code, e.signal))
-        return settled(eps)
+        train = self._state.channels["train_loss"]
+        values = train.values
+        last = list(islice(values, max(len(values) - LEVEL_POINTS, 0), None))
+        return settled(eps, loss_share(last, train.initial.value))
 
     @property
     def health(self) -> str:

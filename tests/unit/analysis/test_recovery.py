@@ -12,11 +12,16 @@ from tb_crash_signals.analysis.recovery import settled
 from tb_crash_signals.analysis.rules import RULES
 
 
-def episode(code, start, end=None, open=False, signal="train_loss"):
+def episode(code, start, end=None, open=False, signal="train_loss", message=None):
     rule = RULES[code]
     return Episode(code=code, rule=rule.symbol, family=rule.family, severity=rule.severity, signal=signal,
                    start_step=start, end_step=start if end is None else end, peak_step=start, peak_value=1.0,
-                   open=open, message=f"{code} at {start}", advice=rule.advice)
+                   open=open, message=message or f"{code} at {start}", advice=rule.advice)
+
+
+def stall(start, end, open=False, why="near where it started"):
+    return episode("CS301", start, end, open=open,
+                   message=f"train loss has not improved by 1% for 10 points, {why} (around 1.1 at step {start})")
 
 
 def severities(eps):
@@ -84,6 +89,37 @@ def test_settled_leaves_what_it_does_not_change_identical():
     eps = [episode("CS112", 50), episode("CS301", 60, 90)]
     assert settled(eps) == eps
     assert all(a is b for a, b in zip(settled(eps), eps))
+
+
+def test_a_stall_near_the_start_the_loss_then_learnt_from_is_a_note():
+    (out,) = settled([stall(25, 40)], share=0.2)
+    assert out.severity == "info" and out.message.endswith("then it learnt: a slow start")
+    (incident,) = build_incidents([out], run_steps=1500)
+    assert (incident.kind, incident.severity) == ("plateau", "info")
+    assert incident.advice.startswith("nothing to do")
+
+
+@pytest.mark.parametrize("share", [0.7, float("nan")])
+def test_a_stall_near_the_start_stays_a_warning_until_the_loss_learnt_half_of_it(share):
+    # A run crawling under too low a learning rate closes and re-opens its stalls, near where it started.
+    assert settled([stall(25, 40)], share=share)[0].severity == "warning"
+
+
+def test_a_stall_still_going_or_under_a_learning_rate_gone_stays_a_warning():
+    assert settled([stall(25, 400, open=True)], share=0.2)[0].severity == "warning"
+    gone = stall(25, 40, why="with the learning rate at 0.5% of its peak")
+    assert settled([gone], share=0.2)[0].severity == "warning"
+
+
+def test_a_stall_before_a_crash_stays_a_warning():
+    eps = settled([stall(25, 40), episode("CS001", 300)], share=0.2)
+    assert [e.severity for e in eps] == ["warning", "critical"]
+
+
+def test_a_climb_configured_as_a_warning_is_not_told_as_recovered():
+    e = dataclasses.replace(episode("CS202", 100, 120, open=True), severity="warning")
+    (incident,) = build_incidents(settled([e]), run_steps=1000)
+    assert "recover" not in incident.headline and "came back" not in incident.advice
 
 
 def test_a_warning_climb_stays_as_it_is():
