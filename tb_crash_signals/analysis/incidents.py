@@ -17,7 +17,7 @@ import dataclasses
 import re
 
 from tb_crash_signals.analysis.episodes import Episode
-from tb_crash_signals.analysis.recovery import came_back, slow_start
+from tb_crash_signals.analysis.recovery import came_back
 from tb_crash_signals.analysis.rules.base import Fit, fmt
 from tb_crash_signals.analysis.signals import SIGNAL_LABELS
 
@@ -35,11 +35,6 @@ _PLATEAU = ("CS301", "CS303")
 _STAGNATION = ("CS302",)
 _OVERFIT = ("CS401", "CS402")
 _HERALDS = _SPIKES + _OVERFLOW + _OPTIMIZER_HIGH  # warnings that can come before a crash
-
-RECOVERED_ADVICE = ("the run came back on its own; if the climbs recur or grow, lower the learning rate, add "
-                    "warm-up or enable gradient clipping")
-
-SLOW_START_ADVICE = "nothing to do: the loss stood near where it started for a while, then learnt"
 
 ADVICE = {
     "divergence": "lower the learning rate (or stop its ramp), enable gradient clipping, and {resume}",
@@ -255,9 +250,7 @@ def _incident(kind: str, members: list[int], episodes: list[Episode]) -> Inciden
     if kind == "optimizer" or severity == "info":  # a note's advice is its rule's own
         advice = alarm.advice
     elif recovered:
-        advice = RECOVERED_ADVICE
-    if severity == "info" and slow_start(alarm):
-        advice = SLOW_START_ADVICE
+        advice = alarm.advice  # analysis.recovery's
     return Incident(
         kind=kind, severity=severity, signal=alarm.signal, start_step=start,
         first_alarm_step=first.start_step, end_step=max(e.end_step for e in eps),

@@ -33,19 +33,18 @@ LEARNT = 0.5
 # The loss's latest level: the median of its last this many finite points (CS301's smoothing).
 LEVEL_POINTS = 9
 _STUCK_NOTE = "near where it started"  # CS301's note on its stuck path (plateau.plateau_note)
-# What the report adds to the messages of the episodes settled here (how incidents tell them apart).
+# What the report adds to the messages of the episodes settled here (how incidents tell the climbs apart).
 CAME_BACK = "; the run came back from it"
 SLOW_START = "; then it learnt: a slow start"
+# ... and the advice it gives them instead of their rules' own.
+CAME_BACK_ADVICE = ("the run came back on its own; if the climbs recur or grow, lower the learning rate, add "
+                    "warm-up or enable gradient clipping")
+SLOW_START_ADVICE = "nothing to do: the loss stood near where it started for a while, then learnt"
 
 
 def came_back(e: Episode) -> bool:
     """Whether `e` is a climb the run came back from (see settled)."""
     return e.message.endswith(CAME_BACK)
-
-
-def slow_start(e: Episode) -> bool:
-    """Whether `e` is a stall near the start the loss then learnt from (see settled)."""
-    return e.message.endswith(SLOW_START)
 
 
 def loss_share(last_values, initial: float) -> float:
@@ -75,9 +74,9 @@ def settled(episodes: list[Episode], share: float = math.nan) -> list[Episode]:
         if (e.severity == "critical" and e.code in RECOVERABLE and quiet_after
                 and not (last_open is not None and last_open > e.start_step)
                 and not any(c.start_step <= e.end_step and e.start_step <= c.end_step for c in causes)):
-            e = dataclasses.replace(e, severity="warning", message=e.message + CAME_BACK)
+            e = dataclasses.replace(e, severity="warning", message=e.message + CAME_BACK, advice=CAME_BACK_ADVICE)
         elif (e.code == "CS301" and e.severity == "warning" and quiet_after and _STUCK_NOTE in e.message
               and share <= LEARNT):
-            e = dataclasses.replace(e, severity="info", message=e.message + SLOW_START)
+            e = dataclasses.replace(e, severity="info", message=e.message + SLOW_START, advice=SLOW_START_ADVICE)
         out.append(e)
     return out

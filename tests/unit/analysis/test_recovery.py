@@ -33,6 +33,7 @@ def test_a_closed_climb_with_nothing_critical_after_it_is_a_warning(code):
     (out,) = settled([episode(code, 100, 120)])
     assert out.severity == "warning"
     assert out.message.endswith("the run came back from it")
+    assert out.advice.startswith("the run came back on its own")  # not "stop it, restore a checkpoint"
 
 
 def test_a_climb_still_going_stays_critical():
@@ -94,6 +95,7 @@ def test_settled_leaves_what_it_does_not_change_identical():
 def test_a_stall_near_the_start_the_loss_then_learnt_from_is_a_note():
     (out,) = settled([stall(25, 40)], share=0.2)
     assert out.severity == "info" and out.message.endswith("then it learnt: a slow start")
+    assert out.advice.startswith("nothing to do")  # not "check the learning rate (too low ...)"
     (incident,) = build_incidents([out], run_steps=1500)
     assert (incident.kind, incident.severity) == ("plateau", "info")
     assert incident.advice.startswith("nothing to do")
