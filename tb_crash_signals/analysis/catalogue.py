@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from tb_crash_signals.analysis.config import Config
-from tb_crash_signals.analysis.recovery import RECOVERABLE
+from tb_crash_signals.analysis.recovery import BACK, LEARNT, RECOVERABLE
 from tb_crash_signals.analysis.rules import RULES
 from tb_crash_signals.analysis.rules.base import param_bounds, param_doc
 
@@ -59,10 +59,11 @@ def catalogue_markdown(config: Config) -> str:
         "`[rules.<symbol>]` (or `[rules.<code>]`), along with `severity`.",
         "",
         f"A critical climb ({', '.join(RECOVERABLE)}) is critical while it lasts. Once its episode closed",
-        "with nothing critical after it, and no learning rate or update size out of band while it lasted,",
-        "the report tells it as a warning: the run came back from it. A CS301 stall \"near where it",
-        "started\" that closed, with nothing critical after it, on a loss now under half its initial",
-        "level, is told as a note: a slow start.",
+        "with nothing critical after it and no learning rate or update size out of band while it lasted,",
+        f"on a loss back under its initial level and within {BACK:g}x its best level, the report tells it as a",
+        "warning: the run came back from it. A CS301 stall \"near where it started\" that closed, with",
+        f"nothing critical after it, on a loss now at most {LEARNT:g}x its initial level, is told as a note: a slow",
+        "start.",
         "",
         "| code | symbol | family | severity | signals | what it catches |",
         "|---|---|---|---|---|---|",

@@ -10,6 +10,7 @@ episodes those can change: the result equals a full analysis of the data.
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Mapping
 
 import numpy as np
@@ -18,7 +19,7 @@ from tb_crash_signals.analysis import stats
 from tb_crash_signals.analysis.config import Config
 from tb_crash_signals.analysis.episodes import Episode, EpisodeTrack
 from tb_crash_signals.analysis.incidents import Incident, build_incidents
-from tb_crash_signals.analysis.recovery import LEVEL_POINTS, loss_share, settled
+from tb_crash_signals.analysis.recovery import LEVEL_POINTS, settled
 from tb_crash_signals.analysis.rules import RULES, Fit
 from tb_crash_signals.analysis.rules.base import since_index
 from tb_crash_signals.analysis.signals import SIGNALS, LogicalRun
@@ -286,7 +287,7 @@ def analyze_run(
     carry = dict(resume.carry) if since is not None else {}
     tracks = _run_tracks(data, config, resume.tracks if since is not None else {}, since, carry)
     episodes, fits = _merged(tracks)
-    episodes = settled(episodes, _loss_share(data))
+    episodes = settled(episodes, lambda: _loss_levels(data))
     grad = data.get("grad_norm")
     grad_max = None
     if grad is not None:
@@ -311,12 +312,14 @@ def analyze_run(
     return result
 
 
-def _loss_share(data) -> float:
-    """recovery.loss_share of the train loss (NaN without one)."""
+def _loss_levels(data) -> tuple[float, float, float]:
+    """The train loss's level, best level and initial level at its last point (recovery.settled)."""
     s = data.get("train_loss")
     if s is None or not len(s):
-        return float("nan")
-    return loss_share(s.values[-LEVEL_POINTS:], stats.initial_level(s.values)[0])
+        return math.nan, math.nan, math.nan
+    v = s.values
+    return (float(stats.smoothed_level(v, LEVEL_POINTS)[-1]), float(stats.best_levels(v, LEVEL_POINTS)[-1]),
+            stats.initial_level(v)[0])
 
 
 def _span(data) -> int:

@@ -4,7 +4,8 @@ A loss that climbs away from its best with the grad norm, or jumps with it, is a
 while it lasts: the rules fire on the data up to that step and the online monitor raises the
 alarm then. A noisy small-batch run or an aggressive schedule makes such climbs and comes back
 from them on its own; once the episode closed (its rule quiet for its cooldown) and nothing
-critical followed, the report tells it as a warning: the run is not sick, it had a scare.
+critical followed, and the loss is back under where it started and near its best, the report
+tells it as a warning: the run is not sick, it had a scare.
 
 Likewise a loss standing near where it started (CS301's stuck path) is a plateau while it
 lasts; once that episode closed, nothing critical followed and the loss now stands well under
@@ -15,9 +16,7 @@ a language model at its unigram level), told as a note.
 from __future__ import annotations
 
 import dataclasses
-import math
-
-import numpy as np
+from typing import Callable
 
 from tb_crash_signals.analysis.episodes import Episode
 
@@ -27,11 +26,17 @@ RECOVERABLE = ("CS113", "CS115", "CS202")
 # Optimizer settings too large (incidents._OPTIMIZER_HIGH): a climb while one lasts is their symptom,
 # and the run is sick however often the loss comes back.
 _CAUSES = ("CS501", "CS512", "CS513")
-# A stall near the start was a slow start once the loss's latest level is at most this share of its
-# initial level: it learnt at least half of it (a run crawling under too low a learning rate has not).
+# The loss's levels read here: its trailing median of this many points now, and its best level (the
+# lowest such median; stats.best_levels), as CS113 and CS202 read them by default.
+LEVEL_POINTS = 31
+# A climb the run came back from left the loss's level under its initial level and at most this multiple
+# of its best level (CS202's `max_ratio`: beyond it the run has diverged): a loss that climbed and stays up
+# has not come back, whether or not a rule still fires. Not less: the 31-point median of a noisy
+# per-step loss wanders several times its lowest (the best is that lowest over thousands of points).
+BACK = 10.0
+# A stall near the start was a slow start once the loss's level is at most this share of its initial
+# level: it learnt at least half of it (a run crawling under too low a learning rate has not).
 LEARNT = 0.5
-# The loss's latest level: the median of its last this many finite points (CS301's smoothing).
-LEVEL_POINTS = 9
 _STUCK_NOTE = "near where it started"  # CS301's note on its stuck path (plateau.plateau_note)
 # What the report adds to the messages of the episodes settled here (how incidents tell the climbs apart).
 CAME_BACK = "; the run came back from it"
@@ -47,36 +52,33 @@ def came_back(e: Episode) -> bool:
     return e.message.endswith(CAME_BACK)
 
 
-def loss_share(last_values, initial: float) -> float:
-    """The train loss's latest level (the median of the finite ones among `last_values`, its last
-    LEVEL_POINTS points) as a share of its initial level; NaN when either is unknown."""
-    x = np.asarray(last_values, dtype=np.float64)
-    x = x[np.isfinite(x)]
-    if x.size == 0 or not initial > 0:
-        return math.nan
-    return float(np.median(x)) / initial
+def settled(episodes: list[Episode], levels: Callable[[], tuple[float, float, float]]) -> list[Episode]:
+    """The episodes as the run's end tells them.
 
-
-def settled(episodes: list[Episode], share: float = math.nan) -> list[Episode]:
-    """The episodes as the run's end tells them (`share`: see loss_share).
-
-    A closed critical climb (see RECOVERABLE) after which no critical episode starts, and not
-    under a learning rate or update size out of band, is a warning the run came back from; a
-    closed stall near the start (CS301) after which no critical episode starts, on a loss that
-    since learnt (`share` at most LEARNT), is a note: a slow start."""
+    A closed critical climb (see RECOVERABLE) after which no critical episode starts, not under
+    a learning rate or update size out of band, on a loss now under its initial level and within
+    BACK x its best level, is a warning the run came back from; a closed stall near the start
+    (CS301) after which no critical episode starts, on a loss now at most LEARNT x its initial
+    level, is a note: a slow start. `levels()` gives the train loss's level now, its best level and its initial level
+    (NaN if unknown), as of its last point; it is called only if an episode may be settled."""
     later = [e.start_step for e in episodes if e.severity == "critical" and e.code not in RECOVERABLE]
     last_open = max((e.start_step for e in episodes if e.severity == "critical" and e.code in RECOVERABLE and e.open),
                     default=None)
     causes = [e for e in episodes if e.code in _CAUSES and e.severity != "info"]
+    known = None
     out = []
     for e in episodes:
-        quiet_after = not e.open and not any(s > e.start_step for s in later)
-        if (e.severity == "critical" and e.code in RECOVERABLE and quiet_after
-                and not (last_open is not None and last_open > e.start_step)
-                and not any(c.start_step <= e.end_step and e.start_step <= c.end_step for c in causes)):
-            e = dataclasses.replace(e, severity="warning", message=e.message + CAME_BACK, advice=CAME_BACK_ADVICE)
-        elif (e.code == "CS301" and e.severity == "warning" and quiet_after and _STUCK_NOTE in e.message
-              and share <= LEARNT):
-            e = dataclasses.replace(e, severity="info", message=e.message + SLOW_START, advice=SLOW_START_ADVICE)
+        climb = (e.severity == "critical" and e.code in RECOVERABLE
+                 and not (last_open is not None and last_open > e.start_step)
+                 and not any(c.start_step <= e.end_step and e.start_step <= c.end_step for c in causes))
+        stall = e.code == "CS301" and e.severity == "warning" and _STUCK_NOTE in e.message
+        if (climb or stall) and not e.open and not any(s > e.start_step for s in later):
+            if known is None:
+                known = levels()
+            level, best, initial = known
+            if climb and level < initial and level <= BACK * best:
+                e = dataclasses.replace(e, severity="warning", message=e.message + CAME_BACK, advice=CAME_BACK_ADVICE)
+            elif stall and level <= LEARNT * initial:
+                e = dataclasses.replace(e, severity="info", message=e.message + SLOW_START, advice=SLOW_START_ADVICE)
         out.append(e)
     return out

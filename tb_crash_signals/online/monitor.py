@@ -20,18 +20,17 @@ from __future__ import annotations
 import collections
 import math
 import pickle
-from itertools import islice
 from typing import Callable, Iterable
 
 from tb_crash_signals.analysis.config import Config
 from tb_crash_signals.analysis.engine import headline, health_of, loss_trend
 from tb_crash_signals.analysis.episodes import Episode
 from tb_crash_signals.analysis.incidents import Incident, build_incidents
-from tb_crash_signals.analysis.recovery import LEVEL_POINTS, loss_share, settled
+from tb_crash_signals.analysis.recovery import LEVEL_POINTS, settled
 from tb_crash_signals.analysis.rules import RULES
 from tb_crash_signals.analysis.rules.base import EpisodeView
 from tb_crash_signals.analysis.signals import SIGNALS
-from tb_crash_signals.analysis.streaming import ORDER, Channel
+from tb_crash_signals.analysis.streaming import ORDER, Channel, shared_level
 from tb_crash_signals.online.screen import RestScreen, Screen
 from tb_crash_signals.report.document import fit_to_json
 
@@ -120,6 +119,8 @@ class _State:
                 resting = {code for code, _, _ in found}
                 ch.checks_at_rest = [c for c in ch.checks if c[0] not in resting]
                 ch.always_at_rest = [c for c in ch.always if c[0] not in resting]
+        # The train loss's level and best level, for the episodes the run's end settles (recovery).
+        self.loss_level = shared_level(self.channels["train_loss"], LEVEL_POINTS, best=True)
         self.episodes: list[_Record] = []  # in opening order, growing until closed
         self.max_step = None
         self.first_step = None
@@ -434,10 +435,8 @@ class Monitor:
         """Every episode so far, ordered like the offline report."""
         eps = [self._episode(r) for r in self._state.episodes]
         eps.sort(key=lambda e: (e.start_step, e.severity != "critical", e.code, e.signal))
-        train = self._state.channels["train_loss"]
-        values = train.values
-        last = list(islice(values, max(len(values) - LEVEL_POINTS, 0), None))
-        return settled(eps, loss_share(last, train.initial.value))
+        st = self._state
+        return settled(eps, lambda: (st.loss_level.value, st.loss_level.low, st.channels["train_loss"].initial.value))
 
     @property
     def health(self) -> str:
