@@ -510,6 +510,28 @@ def log_spread_at(values: np.ndarray, ends, window: int) -> np.ndarray:
                        lambda rows: MAD_TO_SIGMA * _mad_rows(rows), log_spread)
 
 
+def noisy_at(values: np.ndarray, ends, window: int, limit: float) -> np.ndarray:
+    """noise_decades_at(values, ends, window) >= limit, the same booleans, for the noise gates of
+    rules that judge every point of a long stretch (a converged run: a million points). A window
+    of positive finite values whose log10 range (its largest minus its smallest) is under `limit`
+    has its quartiles closer still: only the others are computed."""
+    ends = np.asarray(ends, dtype=np.int64)
+    out = np.zeros(ends.shape[0], bool)
+    exact = np.ones(ends.shape[0], bool)
+    full = np.flatnonzero(_full_windows(values, ends, window) & (window >= 10))
+    if full.size:
+        logs = _logs_of(values, np.log10)
+        lo, hi = int(ends[full].min()) - window, int(ends[full].max())  # the span the full windows cover
+        span = logs[lo:hi]
+        spread = sliding_max(span, window) - sliding_min(span, window)
+        # A margin of rounding: the quartiles' interpolation may land an ulp past the extremes.
+        exact[full] = ~(spread[ends[full] - window - lo] < limit * (1.0 - 1e-9))
+    where = np.flatnonzero(exact)
+    if where.size:
+        out[where] = noise_decades_at(values, ends[where], window) >= limit
+    return out
+
+
 def noise_decades_at(values: np.ndarray, ends, window: int) -> np.ndarray:
     """noise_decades of the `window` points before each of `ends` (see _per_window)."""
     def of_rows(rows):

@@ -25,7 +25,7 @@ from tb_crash_signals.analysis.rules.plateau import (
     smoothed_loss,
     stalls,
 )
-from tb_crash_signals.analysis.stats import initial_level, noise_decades_at
+from tb_crash_signals.analysis.stats import initial_level, noisy_at
 from tb_crash_signals.analysis.streaming import Stream, StreamHit, recent_logs, shared_level
 
 _inf = math.inf
@@ -159,6 +159,6 @@ def loss_converged(data, p: ConvergedParams, since=None):
             keep = (hit > known_after) & (now < p.learnt * init) & ~(peak[hit] > peak[start])
         hit = hit[keep]
         if hit.size:
-            hit = hit[~(noise_decades_at(s.values, hit, p.noise_window) >= p.max_noise)]
+            hit = hit[~noisy_at(s.values, hit, p.noise_window, p.max_noise)]
     if hit.size:
         yield Hits("train_loss", hit, note=lambda i: _note(plateau_patience(np.int64(i), p)))

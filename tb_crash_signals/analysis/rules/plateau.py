@@ -24,7 +24,7 @@ from tb_crash_signals.analysis.stats import (
     initial_level,
     jitter,
     jitter_of_log_list,
-    noise_decades_at,
+    noisy_at,
     trailing_median_inclusive,
 )
 from tb_crash_signals.analysis.streaming import Stream, StreamHit, recent_logs, shared_level, small_median
@@ -525,7 +525,7 @@ def loss_plateau(data, p: PlateauParams, since=None):
         fractions, climbs = np.where(gone, frac, np.nan), np.where(climbed & ~gone, climb, np.nan)
         hit = hit[stuck | gone | climbed]
         if hit.size:
-            hit = hit[~(noise_decades_at(s.values, hit, p.noise_window) >= p.max_noise)]
+            hit = hit[~noisy_at(s.values, hit, p.noise_window, p.max_noise)]
     if hit.size:
         def note(i):
             j = int(np.searchsorted(noted, i))

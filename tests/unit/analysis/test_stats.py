@@ -132,6 +132,21 @@ def test_the_noise_at_many_ends_is_that_of_each_window(values, window):
                 assert (g != g and want != want) or g == want, (at.__name__, e, g, want)
 
 
+@settings(max_examples=200, deadline=None)
+@given(st.lists(_window_values, max_size=300), st.sampled_from([5, 10, 50, 128]),
+       st.sampled_from([0.05, 0.3, 0.5, 2.0]), st.floats(min_value=0.0, max_value=3.0))
+def test_noisy_at_is_the_noise_at_each_end_against_the_limit(values, window, limit, scale):
+    values = np.asarray(values, dtype=np.float64)
+    # ... and positive finite values whose windows' ranges fall on both sides of the limit.
+    positive = np.exp(scale * np.random.default_rng(values.size).standard_normal(values.size))
+    for series in (values, positive):
+        ends = np.arange(series.shape[0] + 1)
+        want = stats.noise_decades_at(series, ends, window) >= limit
+        assert (stats.noisy_at(series, ends, window, limit) == want).all()
+        some = ends[::3]
+        assert (stats.noisy_at(series, some, window, limit) == want[::3]).all()
+
+
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.floats(min_value=-700, max_value=700), max_size=80))
 def test_jitter_of_a_log_list_is_numpys_bit_for_bit(logs):
