@@ -105,7 +105,8 @@ def health_of(has_signals: bool, episodes) -> str:
 
 
 def _run_tracks(data, config: Config, previous, since, carry: dict):
-    """rule code -> signal -> EpisodeTrack over `data`.
+    """rule code -> signal -> EpisodeTrack over `data`, and the train loss's levels for
+    recovery.settled (read in the rules' memo: CS113 and CS202 computed them already).
 
     With `previous` (the tracks of an analysis of a prefix of `data`) and
     `since` (the first step where `data` differs from that prefix), each rule
@@ -142,7 +143,8 @@ def _run_tracks(data, config: Config, previous, since, carry: dict):
                 tracks[sig].update(None, data[sig], since_index(data[sig], start))
             # Signal order, as a full analysis yields them (the order of `fits`).
             out[code] = {sig: tracks[sig] for sig in SIGNALS if sig in tracks}
-    return out
+        levels = _loss_levels(data)
+    return out, levels
 
 
 def _merged(tracks) -> tuple[list[Episode], list[Fit]]:
@@ -285,9 +287,9 @@ def analyze_run(
     data = {k: data[k] for k in SIGNALS if k in data and data[k] is not None}
     since = _resume_since(resume, run, data, config)
     carry = dict(resume.carry) if since is not None else {}
-    tracks = _run_tracks(data, config, resume.tracks if since is not None else {}, since, carry)
+    tracks, levels = _run_tracks(data, config, resume.tracks if since is not None else {}, since, carry)
     episodes, fits = _merged(tracks)
-    episodes = settled(episodes, lambda: _loss_levels(data))
+    episodes = settled(episodes, lambda: levels)
     grad = data.get("grad_norm")
     grad_max = None
     if grad is not None:
