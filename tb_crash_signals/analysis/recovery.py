@@ -19,6 +19,7 @@ import dataclasses
 from typing import Callable
 
 from tb_crash_signals.analysis.episodes import Episode
+from tb_crash_signals.analysis.rules.plateau import STUCK_NOTE
 
 # The rules whose episodes a run can come back from: a climb, a level that lost what it learnt,
 # a jump. A NaN, an explosion past a bound or a threshold is no scare.
@@ -37,7 +38,6 @@ BACK = 10.0
 # A stall near the start was a slow start once the loss's level is at most this share of its initial
 # level: it learnt at least half of it (a run crawling under too low a learning rate has not).
 LEARNT = 0.5
-_STUCK_NOTE = "near where it started"  # CS301's note on its stuck path (plateau.plateau_note)
 # What the report adds to the messages of the episodes settled here (how incidents tell the climbs apart).
 CAME_BACK = "; the run came back from it"
 SLOW_START = "; then it learnt: a slow start"
@@ -59,8 +59,9 @@ def settled(episodes: list[Episode], levels: Callable[[], tuple[float, float, fl
     a learning rate or update size out of band, on a loss now under its initial level and within
     BACK x its best level, is a warning the run came back from; a closed stall near the start
     (CS301) after which no critical episode starts, on a loss now at most LEARNT x its initial
-    level, is a note: a slow start. `levels()` gives the train loss's level now, its best level and its initial level
-    (NaN if unknown), as of its last point; it is called only if an episode may be settled."""
+    level, is a note: a slow start. `levels()` gives the train loss's level now, its best level
+    and its initial level (NaN if unknown) as of its last point; it is called only if an episode
+    may be settled."""
     later = [e.start_step for e in episodes if e.severity == "critical" and e.code not in RECOVERABLE]
     last_open = max((e.start_step for e in episodes if e.severity == "critical" and e.code in RECOVERABLE and e.open),
                     default=None)
@@ -71,7 +72,7 @@ def settled(episodes: list[Episode], levels: Callable[[], tuple[float, float, fl
         climb = (e.severity == "critical" and e.code in RECOVERABLE
                  and not (last_open is not None and last_open > e.start_step)
                  and not any(c.start_step <= e.end_step and e.start_step <= c.end_step for c in causes))
-        stall = e.code == "CS301" and e.severity == "warning" and _STUCK_NOTE in e.message
+        stall = e.code == "CS301" and e.severity == "warning" and STUCK_NOTE in e.message
         if (climb or stall) and not e.open and not any(s > e.start_step for s in later):
             if known is None:
                 known = levels()

@@ -29,6 +29,8 @@ from tb_crash_signals.analysis.stats import (
 )
 from tb_crash_signals.analysis.streaming import Stream, StreamHit, recent_logs, shared_level, small_median
 
+# What the note says of a stall while the loss is stuck near its start (analysis.recovery reads it).
+STUCK_NOTE = "near where it started"
 # The learning rate has fallen when it is under this share of its peak so far (`lr_fell`'s default;
 # CS402 reads a schedule's course with it too).
 LR_FELL = 0.9
@@ -111,7 +113,7 @@ def plateau_note(patience, lr_fraction, lr_climb=math.nan) -> str:
     elif lr_climb == lr_climb:
         why = f", while the learning rate climbed back to {fmt(lr_climb)}x its earlier peak"
     else:
-        why = ", near where it started"
+        why = f", {STUCK_NOTE}"
     return f"{int(patience)} points{why}"
 
 
