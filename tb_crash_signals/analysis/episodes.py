@@ -35,6 +35,7 @@ class Episode:
     advice: str
     fit: Fit | None = None  # the fit of its latest hit (refreshed while the episode goes on)
     first_fit: Fit | None = None  # the fit of its first hit: the prediction at the first alarm
+    start_value: float | None = None  # the signal's value at its first hit
 
     def to_json(self) -> dict:
         return {
@@ -183,4 +184,5 @@ class EpisodeTrack:
             advice=rule.advice,
             fit=fit,
             first_fit=first_fit,
+            start_value=float(values[first]),
         )

@@ -9,7 +9,7 @@ tells it as a warning: the run is not sick, it had a scare.
 
 Likewise a loss standing near where it started (CS301's stuck path) is a plateau while it
 lasts; once that episode closed, nothing critical followed and the loss now stands well under
-where it started, it was a slow start (a per-step loss at chance for its first dozens of steps,
+where it started or where it stalled, it was a slow start (a per-step loss at chance for its first dozens of steps,
 a language model at its unigram level), told as a note.
 """
 
@@ -38,6 +38,10 @@ BACK = 10.0
 # A stall near the start was a slow start once the loss's level is at most this share of its initial
 # level: it learnt at least half of it (a run crawling under too low a learning rate has not).
 LEARNT = 0.5
+# ... or once it is at most this multiple of the loss's value where the stall was flagged (what its
+# message says it stood "around"): a language model at its unigram level for a hundred steps that
+# then learns on has fallen a fifth below it, however little of its initial level it learnt by then.
+DROPPED = 0.8
 # What the report adds to the messages of the episodes settled here (how incidents tell the climbs apart).
 CAME_BACK = "; the run came back from it"
 SLOW_START = "; then it learnt: a slow start"
@@ -59,9 +63,9 @@ def settled(episodes: list[Episode], levels: Callable[[], tuple[float, float, fl
     a learning rate or update size out of band, on a loss now under its initial level and within
     BACK x its best level, is a warning the run came back from; a closed stall near the start
     (CS301) after which no critical episode starts, on a loss now at most LEARNT x its initial
-    level, is a note: a slow start. `levels()` gives the train loss's level now, its best level
-    and its initial level (NaN if unknown) as of its last point; it is called only if an episode
-    may be settled."""
+    level or DROPPED x its value where the stall was flagged, is a note: a slow start.
+    `levels()` gives the train loss's level now, its best level and its initial level (NaN if
+    unknown) as of its last point; it is called only if an episode may be settled."""
     later = [e.start_step for e in episodes if e.severity == "critical" and e.code not in RECOVERABLE]
     last_open = max((e.start_step for e in episodes if e.severity == "critical" and e.code in RECOVERABLE and e.open),
                     default=None)
@@ -79,7 +83,8 @@ def settled(episodes: list[Episode], levels: Callable[[], tuple[float, float, fl
             level, best, initial = known
             if climb and level < initial and level <= BACK * best:
                 e = dataclasses.replace(e, severity="warning", message=e.message + CAME_BACK, advice=CAME_BACK_ADVICE)
-            elif stall and level <= LEARNT * initial:
+            elif stall and (level <= LEARNT * initial
+                            or (e.start_value is not None and level <= DROPPED * e.start_value)):
                 e = dataclasses.replace(e, severity="info", message=e.message + SLOW_START, advice=SLOW_START_ADVICE)
         out.append(e)
     return out

@@ -428,7 +428,7 @@ class Monitor:
             peak_value=peak_value if math.isfinite(peak_value) else None,
             open=record.last + record.cooldown >= n - 1,
             message=rule.describe(view, self.config.params_for(code)), advice=rule.advice,
-            fit=record.fit, first_fit=record.first_fit,
+            fit=record.fit, first_fit=record.first_fit, start_value=float(record.first_value),
         )
 
     def episodes(self) -> list[Episode]:

@@ -19,9 +19,10 @@ def episode(code, start, end=None, open=False, signal="train_loss", message=None
                    open=open, message=message or f"{code} at {start}", advice=rule.advice)
 
 
-def stall(start, end, open=False, why="near where it started"):
-    return episode("CS301", start, end, open=open,
-                   message=f"train loss has not improved by 1% for 10 points, {why} (around 1.1 at step {start})")
+def stall(start, end, open=False, why="near where it started", at=None):
+    e = episode("CS301", start, end, open=open,
+                message=f"train loss has not improved by 1% for 10 points, {why} (around 1.1 at step {start})")
+    return dataclasses.replace(e, start_value=at)
 
 
 def settle(eps, level=0.2, best=0.2, initial=1.0):
@@ -127,6 +128,14 @@ def test_a_stall_near_the_start_the_loss_then_learnt_from_is_a_note():
 def test_a_stall_near_the_start_stays_a_warning_until_the_loss_learnt_half_of_it(share):
     # A run crawling under too low a learning rate closes and re-opens its stalls, near where it started.
     assert settle([stall(25, 40)], level=share)[0].severity == "warning"
+
+
+def test_a_stall_the_loss_fell_a_fifth_under_is_a_slow_start_too():
+    # A language model at its unigram level (2.1) for a while, then learning on to 1.6: far from half
+    # its initial level (2.35), but a fifth under where it stalled.
+    assert settle([stall(70, 90, at=2.1)], level=1.6, initial=2.35)[0].severity == "info"
+    # Crawling on under too low a learning rate: 10 % under where it stalled is no slow start.
+    assert settle([stall(70, 90, at=2.1)], level=1.9, initial=2.35)[0].severity == "warning"
 
 
 def test_a_stall_still_going_or_under_a_learning_rate_gone_stays_a_warning():
