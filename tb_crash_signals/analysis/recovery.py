@@ -9,8 +9,8 @@ tells it as a warning: the run is not sick, it had a scare.
 
 Likewise a loss standing near where it started (CS301's stuck path) is a plateau while it
 lasts; once that episode closed, nothing critical followed and the loss now stands well under
-where it started or where it stalled, it was a slow start (a per-step loss at chance for its first dozens of steps,
-a language model at its unigram level), told as a note.
+where it started or where it stalled, it was a slow start (a per-step loss at chance for its
+first dozens of steps, a language model at its unigram level), told as a note.
 """
 
 from __future__ import annotations
