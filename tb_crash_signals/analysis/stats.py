@@ -532,6 +532,12 @@ def noisy_at(values: np.ndarray, ends, window: int, limit: float) -> np.ndarray:
     return out
 
 
+def noise_gate_at(values: np.ndarray, ends, window: int, limit: float) -> np.ndarray:
+    """noise_decades_at as a gate that only compares it with `limit` (>=) reads it, at the cost of
+    noisy_at: `limit` where the noise reaches it, NaN where it does not (the same comparisons)."""
+    return np.where(noisy_at(values, ends, window, limit), limit, np.nan)
+
+
 def noise_decades_at(values: np.ndarray, ends, window: int) -> np.ndarray:
     """noise_decades of the `window` points before each of `ends` (see _per_window)."""
     def of_rows(rows):

@@ -29,7 +29,7 @@ from tb_crash_signals.analysis.stats import (
     initial_level,
     jitter_of_short,
     log_spread_at,
-    noise_decades_at,
+    noise_gate_at,
     run_lengths,
     smoothed_level,
 )
@@ -104,6 +104,19 @@ def elevated(level, best, init, p: DivergenceParams):
 def out_of_noise(level, best, spread, p: DivergenceParams) -> bool:
     """Whether the level stands `z` noise units above the best (a spread unknown, NaN: yes)."""
     return not spread > 0.0 or math.log(level / best) > p.z * level_noise(spread, max(1, p.smooth))
+
+
+def out_of_noise_at(level, best, spread, p: DivergenceParams) -> np.ndarray:
+    """out_of_noise over arrays, the same booleans: numpy's log may differ from math.log in its last
+    bit, so the points within a hair of the bar are decided by out_of_noise itself."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        lhs = np.log(level / best)
+        rhs = p.z * (1.25 * spread / math.sqrt(max(1, p.smooth)))  # level_noise's, operation by operation
+        out = ~(spread > 0.0) | (lhs > rhs)
+        near = np.flatnonzero((spread > 0.0) & ~(np.abs(lhs - rhs) > 1e-9 * np.abs(rhs)))
+    for j in near.tolist():
+        out[j] = out_of_noise(level[j], best[j], spread[j], p)
+    return out
 
 
 def rest_factor(p: DivergenceParams) -> float:
@@ -263,12 +276,10 @@ def loss_divergence(data, p: DivergenceParams, since=None):
     # Only where the level is that high; that is every point of a run that stays diverged.
     where = np.flatnonzero(up)
     if where.size and p.z > 0.0:
-        spreads = log_spread_at(v, where, p.spread_window).tolist()
-        for i, spread in zip(where.tolist(), spreads):
-            up[i] = out_of_noise(level[i], best[i], spread, p)
+        up[where] = out_of_noise_at(level[where], best[where], log_spread_at(v, where, p.spread_window), p)
         where = np.flatnonzero(up)
     late = where[where >= p.min_points]
-    noise = dict(zip(late.tolist(), noise_decades_at(v, late, p.noise_window).tolist()))
+    noise = dict(zip(late.tolist(), noise_gate_at(v, late, p.noise_window, p.max_noise).tolist()))
     for i in where.tolist():
         if gate_noise(i, noise.get, v, p) >= p.max_noise:
             up[i] = far_gone(level[i], best[i], inits[i], lambda i=i: v[max(i - FAR_POINTS + 1, 0):i + 1].tolist(), p)

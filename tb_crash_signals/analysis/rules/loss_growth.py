@@ -34,7 +34,7 @@ from tb_crash_signals.analysis.stats import (
     jitter_at,
     linear_fit,
     log_spread_at,
-    noise_decades_at,
+    noise_gate_at,
     sliding_min,
     smoothed_level,
     value_at_or_before,
@@ -675,7 +675,7 @@ def loss_growth(data, p: LossGrowthParams, since=None):
     lr_rising = np.zeros(cand.size, bool)
     if lr is not None and len(lr):
         lr_rising = value_at_or_before(lr.steps, _lr_rising(lr, p).astype(np.float64), s.steps[cand]) > 0
-    hits, fits, notes = [], {}, {}
+    hits, fits, told_by = [], {}, {}
 
     w = p.fit_window
     # Climbing points in a row (with the grad norm; on a smooth loss), ending at point `last`.
@@ -684,7 +684,7 @@ def loss_growth(data, p: LossGrowthParams, since=None):
     # The noise estimates of the candidates past min_points, at once (the same numbers).
     late = cand[cand >= p.min_points]
     spreads = dict(zip(late.tolist(), log_spread_at(v, late, p.spread_window).tolist()))
-    noises = dict(zip(late.tolist(), noise_decades_at(v, late, p.noise_window).tolist()))
+    noises = dict(zip(late.tolist(), noise_gate_at(v, late, p.noise_window, p.max_noise).tolist()))
     for i, grad_up, lr_up, fast_i, jit in zip(cand.tolist(), rising.tolist(), lr_rising.tolist(),
                                               smooth.tolist(), jitters.tolist()):
         if i < p.min_points:
@@ -712,8 +712,13 @@ def loss_growth(data, p: LossGrowthParams, since=None):
             fit = projection(s.steps[lo : i + 1], lv[lo : i + 1], float(best[i]), p)
             hits.append(i)
             said = float(slow[i] if how.startswith("slow") else lv[i])
-            notes[i] = _note(said, float(best[i]), how in _CORROBORATED and grad_up, how in _CORROBORATED and lr_up)
+            # The note is read for an episode's first hit only: formatted then.
+            told_by[i] = (said, how in _CORROBORATED and grad_up, how in _CORROBORATED and lr_up)
             if fit is not None:
                 fits[i] = fit
     if hits:
-        yield Hits("train_loss", np.asarray(hits), fits=fits, note=notes.get)
+        def note(i):
+            said, grad_up, lr_up = told_by[i]
+            return _note(said, float(best[i]), grad_up, lr_up)
+
+        yield Hits("train_loss", np.asarray(hits), fits=fits, note=note)
