@@ -49,6 +49,10 @@ class GrowthParams:
     baseline_window: int = param(
         200, "points before the fit window whose median is the run's normal level", at_least=2
     )
+    min_baseline: int = param(
+        10, "points before the fit window that tell the run's normal level (a run logged every 5 "
+        "steps crosses the threshold a few hundred points in)", at_least=2
+    )
     min_excess: float = param(
         2.0, "the current value must be at least this multiple of that normal level, so the "
         "early rise of a healthy run is not an alarm", above=0.0,
@@ -66,6 +70,11 @@ class GrowthParams:
         "multiple of its best level (the lowest median of 31 points), new lows far under the slow "
         "best -- a run that starts to learn, whose grad norm rises with its first large steps",
         above=0.0,
+    )
+    far_excess: float = param(
+        30.0, "... unless the grad norm is already this multiple of its normal level: more than a "
+        "run's first large steps raise it (a loss scale that doubles without bound lowers the loss "
+        "for a while, as a larger learning rate would)", above=0.0,
     )
     cooldown: int = param(20, "points without a prediction after which a new episode starts")
 
@@ -106,13 +115,15 @@ class GradGrowthStream(Stream):
         self.q, self.rise = quarter_rise(p)
         self.q_rise = self.q * self.rise
         self.min_excess = math.log(p.min_excess)  # as fit_window computes it
+        self.far_excess = math.log(p.far_excess)
+        self.min_baseline = p.min_baseline
         self.min_growth = math.log(p.min_growth)
         self.channel = channels[signal]  # its log_value: log(v), computed once a point
         # The fit window is read from the log window (which ends at the point before) only when
         # it holds w finite logs: then they are the window's logs, unfilled, so the stream keeps
         # nothing per point but the index of the last non-finite log.
         self.history = self.channel.log_window
-        self.baseline = _Baseline(self.history, self.w, p.baseline_window)
+        self.baseline = _Baseline(self.history, self.w, p.baseline_window, p.min_baseline)
         self.last_bad = -self.w
         # The window's steps: the channel's recent ones, unless it keeps fewer than w.
         self.own_steps = collections.deque(maxlen=self.w) if self.w > self.channel.steps.maxlen else None
@@ -126,10 +137,10 @@ class GradGrowthStream(Stream):
             return None
         w = self.w
         # fit_window's first test needs the run's normal level: the median of the history
-        # before the window, unknown while the window reaches back under w points, and at least
+        # before the window, unknown while under min_baseline points precede it, and at least
         # the history's lower bound (its window holds those points). Cheapest first: on most
         # points the current log is not min_excess above that bound.
-        if i - self.last_bad < w or not v < self.threshold or i - w + 1 < w:
+        if i - self.last_bad < w or not v < self.threshold or i - w + 1 < self.min_baseline:
             return None
         hist = self.history
         if x - hist.low < self.min_excess:
@@ -158,7 +169,7 @@ class GradGrowthStream(Stream):
         if not base - base == 0.0 or x - base < self.min_excess:
             return None
         loss_ratio = self.loss.ratio
-        if loss_ratio < p.loss_falling:
+        if loss_ratio < p.loss_falling and x - base < self.far_excess:
             return None
         hist = self.history.values
         n = len(hist)
@@ -200,24 +211,24 @@ class GradGrowthStream(Stream):
 class _Baseline:
     """The run's normal level for the window ending at point i, as the batch rule takes it: the
     median of the forward-filled logs of the `size` points before the window (of the finite ones
-    while fewer than `size` precede it; NaN under w of them, or with a NaN among `size`).
+    while fewer than `size` precede it; NaN under `least` of them, or with a NaN among `size`).
 
     The points are a SortedSpan moved along the log window (which ends at point i - 1) only when
     asked: the decisions come in runs of consecutive points, each moving the span by one point.
     """
 
-    def __init__(self, history, w, size):
-        self.history, self.w = history, w
+    def __init__(self, history, w, size, least):
+        self.history, self.w, self.least = history, w, least
         self.span = SortedSpan(size)
 
     def at(self, i):
-        w, span = self.w, self.span
-        lo = i - w + 1
-        if lo < w:
+        span, least = self.span, self.least
+        lo = i - self.w + 1
+        if lo < least:
             return math.nan
         hist = self.history.values
         span.move_to(hist, len(hist) - i, lo)
-        if (len(span.sorted) < w) if lo < span.size else span.nans:
+        if (len(span.sorted) < least) if lo < span.size else span.nans:
             return math.nan
         return span.median()
 
@@ -242,8 +253,9 @@ def grad_norm_growth(data, p: GrowthParams, since=None):
     grad norm is already `rel_excess`x its normal level while the train loss
     stopped improving: the source article's third layer, flagging an
     explosion before it happens. No prediction while the train loss falls
-    fast (its level under `loss_falling` x its best level): a grad norm
-    rising with a run's first large steps is learning. When the growth
+    fast (its level under `loss_falling` x its best level), unless the grad
+    norm is already `far_excess`x its normal level: a grad norm rising a few
+    times with a run's first large steps is learning. When the growth
     accelerates, the recent half of the window gives the fit. The fit is
     returned so the crossing can be drawn.
     """
@@ -253,7 +265,7 @@ def grad_norm_growth(data, p: GrowthParams, since=None):
         return
     i0 = max(since_index(s, since), w - 1)  # the first window ends at w - 1
     # A decision at i reads its window and the (forward-filled) normal level
-    # before the window: at least `w` of the `baseline_window` points before it.
+    # before the window: at least `min_baseline` of the `baseline_window` points before it.
     look = w - 1 + max(p.baseline_window, w)
     c0 = 0 if i0 <= look else finite_anchor(s.values, i0 - look, positive=True)
     v = s.values if c0 == 0 else s.values[c0:]  # the series itself: memoised log
@@ -262,7 +274,8 @@ def grad_norm_growth(data, p: GrowthParams, since=None):
     candidates = _rising(logv, v, p, i0 - c0)
     if candidates.size == 0:
         return
-    base_med, _ = trailing_median_mad_at(logv, p.baseline_window, w, candidates - w + 1, mad=False)
+    base_med, _ = trailing_median_mad_at(logv, p.baseline_window, p.min_baseline, candidates - w + 1,
+                                         mad=False)
     ratios = loss_ratio_at(data.get("train_loss"), steps[candidates])
     hit_idx, fits = [], {}
     for i, base, ratio in zip(candidates.tolist(), base_med.tolist(), ratios.tolist()):
@@ -354,7 +367,7 @@ def fit_window(steps: np.ndarray, logv: np.ndarray, base: float, p: GrowthParams
     # The current value must stand well above the run's normal level.
     if not np.isfinite(base) or logv[-1] - base < math.log(p.min_excess):
         return None
-    if loss_ratio < p.loss_falling:  # NaN (no train loss): no such evidence
+    if loss_ratio < p.loss_falling and logv[-1] - base < math.log(p.far_excess):  # NaN: no such evidence
         return None
     _, b, r2 = linear_fit(steps, logv)
     span = float(steps[-1] - steps[0])

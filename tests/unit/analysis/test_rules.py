@@ -598,6 +598,38 @@ def test_growth_waits_while_the_loss_falls_fast():
         assert any(e.code == "CS201" for e in m.episodes()) == fires
 
 
+def test_growth_far_above_its_level_is_an_alarm_though_the_loss_falls():
+    # A loss scale that doubles without bound, logged every 5 steps: the grad norm doubles every 40
+    # steps from point 10 while the loss keeps falling (larger steps, for a while). Told ~125
+    # steps ahead, a run of 120 points; the same rise settling at 20x (a long warm-up) is not.
+    rng = np.random.default_rng(7)
+    k = np.arange(120)
+    steps = 5 * k
+    rise = np.clip(k - 10, 0, None) / 8
+    noise = np.exp(0.15 * rng.standard_normal(k.size))
+    loss = np.where(k < 10, 2.3, 2.3 * np.exp(-0.008 * (k - 10))) * (1 + 0.02 * rng.standard_normal(k.size))
+    for cap, fires in ((math.inf, True), (20.0, False)):
+        g = 0.4 * 2 ** np.minimum(rise, math.log2(cap)) * noise
+        eps = episodes_of(analyze(grad_norm=series(g, steps), train_loss=series(loss, steps)), "CS201")
+        m = Monitor()
+        for step, gv, lv in zip(steps.tolist(), g.tolist(), loss.tolist()):
+            m.update(step, grad_norm=gv, train_loss=lv)
+        online = [e for e in m.episodes() if e.code == "CS201"]
+        assert [(e.start_step, e.first_fit, e.fit) for e in online] == [(e.start_step, e.first_fit, e.fit) for e in eps]
+        assert bool(eps) == fires
+        if fires:
+            crossing = int(steps[np.argmax(g > 100)])
+            ahead = crossing - eps[0].start_step
+            assert ahead >= 100
+            assert abs(eps[0].first_fit.projected_step - crossing) <= 0.2 * ahead
+    # Under the old limits (40 points of history, no alarm while the loss falls) it was the
+    # threshold's, at the crossing.
+    old = dataclasses.replace(RULES["CS201"].default_params(), min_baseline=40, far_excess=math.inf)
+    cfg = dataclasses.replace(Config(), params={"CS201": old})
+    g = 0.4 * 2**rise * noise
+    assert "CS201" not in codes(analyze(config=cfg, grad_norm=series(g, steps), train_loss=series(loss, steps)))
+
+
 def test_plateau_fires_when_loss_never_improves():
     rng = np.random.default_rng(3)
     flat = 1.39 + 0.003 * rng.standard_normal(60)
