@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from tb_crash_signals.analysis.config import Config
-from tb_crash_signals.analysis.recovery import BACK, DROPPED, LEARNT, RECOVERABLE
+from tb_crash_signals.analysis.recovery import BACK, CLEAR_Z, DROPPED, DROPPED_CLEARLY, LEARNT, RECOVERABLE
 from tb_crash_signals.analysis.rules import RULES
 from tb_crash_signals.analysis.rules.base import param_bounds, param_doc
 
@@ -63,7 +63,8 @@ def catalogue_markdown(config: Config) -> str:
         f"on a loss back under its initial level and within {BACK:g}x its best level, the report tells it as a",
         "warning: the run came back from it. A CS301 stall \"near where it started\" that closed, with",
         f"nothing critical after it, on a loss now at most {LEARNT:g}x its initial level or {DROPPED:g}x where the",
-        "stall was flagged, is told as a note: a slow start.",
+        f"stall was flagged ({DROPPED_CLEARLY:g}x on a smooth loss: {CLEAR_Z:g} units of its level's noise under it), is",
+        "told as a note: a slow start.",
         "",
         "| code | symbol | family | severity | signals | what it catches |",
         "|---|---|---|---|---|---|",

@@ -19,7 +19,7 @@ from tb_crash_signals.analysis import stats
 from tb_crash_signals.analysis.config import Config
 from tb_crash_signals.analysis.episodes import Episode, EpisodeTrack
 from tb_crash_signals.analysis.incidents import Incident, build_incidents
-from tb_crash_signals.analysis.recovery import LEVEL_POINTS, settled
+from tb_crash_signals.analysis.recovery import LEVEL_POINTS, NOISE_POINTS, settled
 from tb_crash_signals.analysis.rules import RULES, Fit
 from tb_crash_signals.analysis.rules.base import since_index
 from tb_crash_signals.analysis.signals import SIGNALS, LogicalRun
@@ -314,14 +314,15 @@ def analyze_run(
     return result
 
 
-def _loss_levels(data) -> tuple[float, float, float]:
-    """The train loss's level, best level and initial level at its last point (recovery.settled)."""
+def _loss_levels(data) -> tuple[float, float, float, float]:
+    """The train loss's level, best level, initial level and recent jitter at its last point
+    (recovery.settled)."""
     s = data.get("train_loss")
     if s is None or not len(s):
-        return math.nan, math.nan, math.nan
+        return math.nan, math.nan, math.nan, math.nan
     v = s.values
     return (float(stats.smoothed_level(v, LEVEL_POINTS)[-1]), float(stats.best_levels(v, LEVEL_POINTS)[-1]),
-            stats.initial_level(v)[0])
+            stats.initial_level(v)[0], stats.jitter(v[-NOISE_POINTS:]))
 
 
 def _span(data) -> int:

@@ -16,6 +16,7 @@ first dozens of steps, a language model at its unigram level), told as a note.
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Callable
 
 from tb_crash_signals.analysis.episodes import Episode
@@ -42,6 +43,13 @@ LEARNT = 0.5
 # message says it stood "around"): a language model at its unigram level for a hundred steps that
 # then learns on has fallen a fifth below it, however little of its initial level it learnt by then.
 DROPPED = 0.8
+# ... or at most this multiple of that value, and that far under it by at least CLEAR_Z times the noise of
+# the level (the loss's point-to-point noise over its last NOISE_POINTS points, stats.jitter, over the
+# square root of LEVEL_POINTS): a smooth loss that learnt on a tenth below its stall has left it, where a
+# noisy one wanders that far.
+DROPPED_CLEARLY = 0.9
+CLEAR_Z = 10.0
+NOISE_POINTS = 50
 # What the report adds to the messages of the episodes settled here (how incidents tell the climbs apart).
 CAME_BACK = "; the run came back from it"
 SLOW_START = "; then it learnt: a slow start"
@@ -56,16 +64,17 @@ def came_back(e: Episode) -> bool:
     return e.message.endswith(CAME_BACK)
 
 
-def settled(episodes: list[Episode], levels: Callable[[], tuple[float, float, float]]) -> list[Episode]:
+def settled(episodes: list[Episode], levels: Callable[[], tuple[float, float, float, float]]) -> list[Episode]:
     """The episodes as the run's end tells them.
 
     A closed critical climb (see RECOVERABLE) after which no critical episode starts, not under
     a learning rate or update size out of band, on a loss now under its initial level and within
     BACK x its best level, is a warning the run came back from; a closed stall near the start
     (CS301) after which no critical episode starts, on a loss now at most LEARNT x its initial
-    level or DROPPED x its value where the stall was flagged, is a note: a slow start.
-    `levels()` gives the train loss's level now, its best level and its initial level (NaN if
-    unknown) as of its last point; it is called only if an episode may be settled."""
+    level, DROPPED x its value where the stall was flagged, or DROPPED_CLEARLY x that value out of its
+    noise (CLEAR_Z), is a note: a slow start. `levels()` gives the train loss's level now, its best
+    level, its initial level and its jitter over its last NOISE_POINTS points (NaN if unknown) as of
+    its last point; it is called only if an episode may be settled."""
     later = [e.start_step for e in episodes if e.severity == "critical" and e.code not in RECOVERABLE]
     last_open = max((e.start_step for e in episodes if e.severity == "critical" and e.code in RECOVERABLE and e.open),
                     default=None)
@@ -80,11 +89,20 @@ def settled(episodes: list[Episode], levels: Callable[[], tuple[float, float, fl
         if (climb or stall) and not e.open and not any(s > e.start_step for s in later):
             if known is None:
                 known = levels()
-            level, best, initial = known
+            level, best, initial, noise = known
             if climb and level < initial and level <= BACK * best:
                 e = dataclasses.replace(e, severity="warning", message=e.message + CAME_BACK, advice=CAME_BACK_ADVICE)
-            elif stall and (level <= LEARNT * initial
-                            or (e.start_value is not None and level <= DROPPED * e.start_value)):
+            elif stall and (level <= LEARNT * initial or _dropped(level, e.start_value, noise)):
                 e = dataclasses.replace(e, severity="info", message=e.message + SLOW_START, advice=SLOW_START_ADVICE)
         out.append(e)
     return out
+
+
+def _dropped(level: float, stalled_at: float | None, noise: float) -> bool:
+    """Whether the loss's level now stands well under its value where the stall was flagged."""
+    if stalled_at is None or not level > 0:
+        return False
+    if level <= DROPPED * stalled_at:
+        return True
+    return (level <= DROPPED_CLEARLY * stalled_at
+            and math.log(stalled_at / level) >= CLEAR_Z * noise / math.sqrt(LEVEL_POINTS))

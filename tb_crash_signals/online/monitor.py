@@ -20,13 +20,15 @@ from __future__ import annotations
 import collections
 import math
 import pickle
+from itertools import islice
 from typing import Callable, Iterable
 
+from tb_crash_signals.analysis import stats
 from tb_crash_signals.analysis.config import Config
 from tb_crash_signals.analysis.engine import headline, health_of, loss_trend
 from tb_crash_signals.analysis.episodes import Episode
 from tb_crash_signals.analysis.incidents import Incident, build_incidents
-from tb_crash_signals.analysis.recovery import LEVEL_POINTS, settled
+from tb_crash_signals.analysis.recovery import LEVEL_POINTS, NOISE_POINTS, settled
 from tb_crash_signals.analysis.rules import RULES
 from tb_crash_signals.analysis.rules.base import EpisodeView
 from tb_crash_signals.analysis.signals import SIGNALS
@@ -436,7 +438,13 @@ class Monitor:
         eps = [self._episode(r) for r in self._state.episodes]
         eps.sort(key=lambda e: (e.start_step, e.severity != "critical", e.code, e.signal))
         st = self._state
-        return settled(eps, lambda: (st.loss_level.value, st.loss_level.low, st.channels["train_loss"].initial.value))
+
+        def levels():
+            train = st.channels["train_loss"]
+            recent = list(islice(train.values, max(len(train.values) - NOISE_POINTS, 0), None))
+            return st.loss_level.value, st.loss_level.low, train.initial.value, stats.jitter(recent)
+
+        return settled(eps, levels)
 
     @property
     def health(self) -> str:

@@ -25,9 +25,10 @@ def stall(start, end, open=False, why="near where it started", at=None):
     return dataclasses.replace(e, start_value=at)
 
 
-def settle(eps, level=0.2, best=0.2, initial=1.0):
-    """settled, the train loss's level now, its best level and its initial level as given."""
-    return settled(eps, lambda: (level, best, initial))
+def settle(eps, level=0.2, best=0.2, initial=1.0, noise=float("nan")):
+    """settled, the train loss's level now, its best level, its initial level and its recent
+    jitter as given."""
+    return settled(eps, lambda: (level, best, initial, noise))
 
 
 def severities(eps):
@@ -136,6 +137,16 @@ def test_a_stall_the_loss_fell_a_fifth_under_is_a_slow_start_too():
     assert settle([stall(70, 90, at=2.1)], level=1.6, initial=2.35)[0].severity == "info"
     # Crawling on under too low a learning rate: 10 % under where it stalled is no slow start.
     assert settle([stall(70, 90, at=2.1)], level=1.9, initial=2.35)[0].severity == "warning"
+
+
+def test_a_stall_a_smooth_loss_fell_a_tenth_under_is_a_slow_start():
+    # A language model's averaged loss at its unigram level (2.2) for a while, then 12 % under it:
+    # with a jitter of 1 % a point, its 31-point level moved ~70 noise units. A noisy per-step loss
+    # (a jitter of 20 %: ~4 units) wanders that far, and 8 % is not a tenth.
+    assert settle([stall(120, 140, at=2.2)], level=1.94, initial=2.6, noise=0.01)[0].severity == "info"
+    assert settle([stall(120, 140, at=2.2)], level=1.94, initial=2.6, noise=0.2)[0].severity == "warning"
+    assert settle([stall(120, 140, at=2.2)], level=2.03, initial=2.6, noise=0.01)[0].severity == "warning"
+    assert settle([stall(120, 140, at=2.2)], level=1.94, initial=2.6)[0].severity == "warning"  # noise unknown
 
 
 def test_a_stall_still_going_or_under_a_learning_rate_gone_stays_a_warning():
