@@ -71,11 +71,6 @@ class GrowthParams:
         "best -- a run that starts to learn, whose grad norm rises with its first large steps",
         above=0.0,
     )
-    far_excess: float = param(
-        30.0, "... unless the grad norm is already this multiple of its normal level: more than a "
-        "run's first large steps raise it (a loss scale that doubles without bound lowers the loss "
-        "for a while, as a larger learning rate would)", above=0.0,
-    )
     cooldown: int = param(20, "points without a prediction after which a new episode starts")
 
 
@@ -115,7 +110,6 @@ class GradGrowthStream(Stream):
         self.q, self.rise = quarter_rise(p)
         self.q_rise = self.q * self.rise
         self.min_excess = math.log(p.min_excess)  # as fit_window computes it
-        self.far_excess = math.log(p.far_excess)
         self.min_baseline = p.min_baseline
         self.min_growth = math.log(p.min_growth)
         self.channel = channels[signal]  # its log_value: log(v), computed once a point
@@ -169,7 +163,7 @@ class GradGrowthStream(Stream):
         if not base - base == 0.0 or x - base < self.min_excess:
             return None
         loss_ratio = self.loss.ratio
-        if loss_ratio < p.loss_falling and x - base < self.far_excess:
+        if loss_ratio < p.loss_falling:
             return None
         hist = self.history.values
         n = len(hist)
@@ -253,9 +247,8 @@ def grad_norm_growth(data, p: GrowthParams, since=None):
     grad norm is already `rel_excess`x its normal level while the train loss
     stopped improving: the source article's third layer, flagging an
     explosion before it happens. No prediction while the train loss falls
-    fast (its level under `loss_falling` x its best level), unless the grad
-    norm is already `far_excess`x its normal level: a grad norm rising a few
-    times with a run's first large steps is learning. When the growth
+    fast (its level under `loss_falling` x its best level): a grad norm
+    rising with a run's first large steps is learning. When the growth
     accelerates, the recent half of the window gives the fit. The fit is
     returned so the crossing can be drawn.
     """
@@ -367,7 +360,7 @@ def fit_window(steps: np.ndarray, logv: np.ndarray, base: float, p: GrowthParams
     # The current value must stand well above the run's normal level.
     if not np.isfinite(base) or logv[-1] - base < math.log(p.min_excess):
         return None
-    if loss_ratio < p.loss_falling and logv[-1] - base < math.log(p.far_excess):  # NaN: no such evidence
+    if loss_ratio < p.loss_falling:  # NaN (no train loss): no such evidence
         return None
     _, b, r2 = linear_fit(steps, logv)
     span = float(steps[-1] - steps[0])
