@@ -50,8 +50,8 @@ class GrowthParams:
         200, "points before the fit window whose median is the run's normal level", at_least=2
     )
     min_baseline: int = param(
-        10, "points before the fit window that tell the run's normal level (a run logged every 5 "
-        "steps crosses the threshold a few hundred points in)", at_least=2
+        10, "points before the fit window that tell the run's normal level (as many as the window's 40 "
+        "would judge a run logged every 5 steps only from its 79th point)", at_least=2
     )
     min_excess: float = param(
         2.0, "the current value must be at least this multiple of that normal level, so the "

@@ -142,7 +142,7 @@ def test_a_stall_the_loss_fell_a_fifth_under_is_a_slow_start_too():
 def test_a_stall_a_smooth_loss_fell_a_tenth_under_is_a_slow_start():
     # A language model's averaged loss at its unigram level (2.2) for a while, then 12 % under it:
     # with a jitter of 1 % a point, its 31-point level moved ~70 noise units. A noisy per-step loss
-    # (a jitter of 20 %: ~4 units) wanders that far, and 8 % is not a tenth.
+    # (a jitter of 20 %: ~3.5 units) wanders that far, and 8 % is not a tenth.
     assert settle([stall(120, 140, at=2.2)], level=1.94, initial=2.6, noise=0.01)[0].severity == "info"
     assert settle([stall(120, 140, at=2.2)], level=1.94, initial=2.6, noise=0.2)[0].severity == "warning"
     assert settle([stall(120, 140, at=2.2)], level=2.03, initial=2.6, noise=0.01)[0].severity == "warning"

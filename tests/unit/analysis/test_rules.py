@@ -557,23 +557,33 @@ def test_growth_does_not_project_far_past_its_fit():
     assert batch and batch == online
 
 
+def loss_scale_growth(seed, points, flat, per_doubling, start, jitter):
+    """A grad norm logged every 5 steps that doubles every `per_doubling` points from point `flat`
+    on (a loss scale that doubles without bound), under a flat loss: steps, grad norm, loss."""
+    rng = np.random.default_rng(seed)
+    k = np.arange(points)
+    g = start * 2 ** (np.clip(k - flat, 0, None) / per_doubling) * np.exp(jitter * rng.standard_normal(k.size))
+    return 5 * k, g, 2.3 * (1 + 0.01 * rng.standard_normal(k.size))
+
+
+def online_growth(steps, g, loss) -> list:
+    """The CS201 episodes of a Monitor fed the steps one by one."""
+    m = Monitor()
+    for step, gv, lv in zip(steps.tolist(), g.tolist(), loss.tolist()):
+        m.update(step, grad_norm=gv, train_loss=lv)
+    return [e for e in m.episodes() if e.code == "CS201"]
+
+
 def test_growth_logged_every_5_steps_is_told_a_fit_span_ahead():
     # Logged every 5 steps, the grad norm doubles every 60 steps under a flat loss (a loss scale
     # that doubles without bound): its 40-point fit spans 195 steps, and the crossing ~140 steps
     # ahead is within what the fit can tell. A horizon of 100 steps held the alarm back to ~95.
-    rng = np.random.default_rng(3)
-    k = np.arange(150)
-    steps = 5 * k
-    g = 0.5 * 2 ** (np.clip(k - 60, 0, None) / 12) * np.exp(0.05 * rng.standard_normal(k.size))
-    loss = 2.3 * (1 + 0.01 * rng.standard_normal(k.size))
+    steps, g, loss = loss_scale_growth(3, points=150, flat=60, per_doubling=12, start=0.5, jitter=0.05)
     crossing = 5 * (60 + 12 * math.log2(100 / 0.5))
     first = episodes_of(analyze(grad_norm=series(g, steps), train_loss=series(loss, steps)), "CS201")[0]
     assert crossing - first.start_step > 120
     assert abs(first.fit.projected_step - crossing) <= 0.2 * (crossing - first.start_step)
-    m = Monitor()
-    for step, gv, lv in zip(steps.tolist(), g.tolist(), loss.tolist()):
-        m.update(step, grad_norm=gv, train_loss=lv)
-    online = [e for e in m.episodes() if e.code == "CS201"][0]
+    online = online_growth(steps, g, loss)[0]
     assert (online.start_step, online.fit) == (first.start_step, first.fit)
 
 
@@ -603,21 +613,15 @@ def test_growth_is_told_from_ten_points_of_history():
     # steps from point 10 under a flat loss and crosses 100 near point 74 (step 370). A fit window
     # of 40 points with 40 more behind it decides from point 79 on, after the crossing; 10 points
     # behind it tell the run's normal level ~125 steps ahead.
-    rng = np.random.default_rng(7)
-    k = np.arange(120)
-    steps = 5 * k
-    g = 0.4 * 2 ** (np.clip(k - 10, 0, None) / 8) * np.exp(0.15 * rng.standard_normal(k.size))
-    loss = 2.3 * (1 + 0.01 * rng.standard_normal(k.size))
+    steps, g, loss = loss_scale_growth(7, points=120, flat=10, per_doubling=8, start=0.4, jitter=0.15)
     data = {"grad_norm": series(g, steps), "train_loss": series(loss, steps)}
     crossing = int(steps[np.argmax(g > 100)])
     eps = episodes_of(analyze(**data), "CS201")
+    assert eps
     ahead = crossing - eps[0].start_step
     assert ahead >= 100
     assert abs(eps[0].first_fit.projected_step - crossing) <= 0.2 * ahead
-    m = Monitor()
-    for step, gv, lv in zip(steps.tolist(), g.tolist(), loss.tolist()):
-        m.update(step, grad_norm=gv, train_loss=lv)
-    online = [e for e in m.episodes() if e.code == "CS201"]
+    online = online_growth(steps, g, loss)
     assert [(e.start_step, e.first_fit, e.fit) for e in online] == [(e.start_step, e.first_fit, e.fit) for e in eps]
     forty = dataclasses.replace(RULES["CS201"].default_params(), min_baseline=40)
     assert "CS201" not in codes(analyze(config=dataclasses.replace(Config(), params={"CS201": forty}), **data))
