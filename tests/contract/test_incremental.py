@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from support.helpers import logical
+from support.helpers import logical, series
 from tb_crash_signals.analysis import stats
 from tb_crash_signals.analysis.config import Config
 from tb_crash_signals.analysis.engine import analyze_run
@@ -121,6 +121,20 @@ def test_since_returns_exactly_the_full_hits_from_that_step(d):
         full = hits_of(code, data, params)
         assert hits_of(code, data, params, since) == tail(full, data, since), code
 
+
+
+def test_growth_since_reads_as_much_history_as_min_baseline_asks():
+    # A normal level that needs more points than its window holds (min_baseline 10 over a
+    # baseline_window of 4): an analysis from `since` must still see 10 points before each fit
+    # window, as the full one does (it read max(baseline_window, window) and missed the first hit).
+    params = dataclasses.replace(RULES["CS201"].default_params(), window=8, baseline_window=4, min_baseline=10)
+    k = np.arange(200)
+    g = 0.5 * 2 ** (np.clip(k - 150, 0, None) / 3) * (1 + 0.01 * np.sin(k))
+    data = {"grad_norm": series(g, k + 1), "train_loss": series(np.full(k.size, 2.3), k + 1)}
+    full = hits_of("CS201", data, params)
+    assert full
+    for since in range(140, 170):
+        assert hits_of("CS201", data, params, since) == tail(full, data, since), since
 
 def result_json(result):
     report = run_to_json(result)

@@ -259,7 +259,7 @@ def grad_norm_growth(data, p: GrowthParams, since=None):
     i0 = max(since_index(s, since), w - 1)  # the first window ends at w - 1
     # A decision at i reads its window and the (forward-filled) normal level
     # before the window: at least `min_baseline` of the `baseline_window` points before it.
-    look = w - 1 + max(p.baseline_window, w)
+    look = w - 1 + max(p.baseline_window, p.min_baseline)
     c0 = 0 if i0 <= look else finite_anchor(s.values, i0 - look, positive=True)
     v = s.values if c0 == 0 else s.values[c0:]  # the series itself: memoised log
     steps = s.steps[c0:]
