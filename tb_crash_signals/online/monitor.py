@@ -20,7 +20,6 @@ from __future__ import annotations
 import collections
 import math
 import pickle
-from itertools import islice
 from typing import Callable, Iterable
 
 from tb_crash_signals.analysis import stats
@@ -441,7 +440,7 @@ class Monitor:
 
         def levels():
             train = st.channels["train_loss"]
-            recent = list(islice(train.values, max(len(train.values) - NOISE_POINTS, 0), None))
+            recent = list(train.values)[-NOISE_POINTS:]  # as the batch's v[-NOISE_POINTS:]
             return st.loss_level.value, st.loss_level.low, train.initial.value, stats.jitter(recent)
 
         return settled(eps, levels)

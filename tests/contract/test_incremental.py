@@ -122,7 +122,6 @@ def test_since_returns_exactly_the_full_hits_from_that_step(d):
         assert hits_of(code, data, params, since) == tail(full, data, since), code
 
 
-
 def test_growth_since_reads_as_much_history_as_min_baseline_asks():
     # A normal level that needs more points than its window holds (min_baseline 10 over a
     # baseline_window of 4): an analysis from `since` must still see 10 points before each fit
@@ -135,6 +134,7 @@ def test_growth_since_reads_as_much_history_as_min_baseline_asks():
     assert full
     for since in range(140, 170):
         assert hits_of("CS201", data, params, since) == tail(full, data, since), since
+
 
 def result_json(result):
     report = run_to_json(result)
