@@ -362,7 +362,7 @@ class Level:
     """
 
     __slots__ = ("k", "window", "last", "n", "sorted", "nans", "mid", "odd", "value", "low", "history",
-                 "low_from")
+                 "low_from", "on_low")
 
     def __init__(self, k):
         self.k = max(1, k)
@@ -376,6 +376,7 @@ class Level:
         self.low = _nan  # the lowest level so far (from its `low_from`-th point)
         self.history = None  # its last values (see keep), if a stream reads them
         self.low_from = 1  # a best level's: stats.best_levels (see shared_level)
+        self.on_low = None  # called with no argument each time `low` falls, if set (by a stream)
 
     def keep(self, size):
         """Keeps at least its last `size` levels in `history` (the last is that at the last
@@ -404,6 +405,8 @@ class Level:
             b = self.value = xs[mid] if self.odd else (xs[mid - 1] + xs[mid]) / 2.0
             if not b >= self.low:  # b is finite here: fmin
                 self.low = b
+                if self.on_low is not None:
+                    self.on_low()
             if self.history is not None:
                 self.history.append(b)
             return b
@@ -427,6 +430,8 @@ class Level:
             b = self.value = xs[mid] if n % 2 else (xs[mid - 1] + xs[mid]) / 2.0
             if not b >= self.low and self.n >= self.low_from:
                 self.low = b
+                if self.on_low is not None:
+                    self.on_low()
         if self.history is not None:
             self.history.append(b)
         return b
@@ -477,6 +482,8 @@ class Levels:
             b = level.value = xs[mid] if odd else (xs[mid - 1] + xs[mid]) / 2.0
             if not b >= level.low:
                 level.low = b
+                if level.on_low is not None:
+                    level.on_low()
             history = level.history
             if history is not None:
                 history.append(b)
@@ -493,6 +500,8 @@ class Levels:
                 b = level.value = xs[mid] if n % 2 else (xs[mid - 1] + xs[mid]) / 2.0
                 if not b >= level.low and n >= level.low_from:
                     level.low = b
+                    if level.on_low is not None:
+                        level.on_low()
                 if level.history is not None:
                     level.history.append(b)
             if growing[0].k == n:  # the shortest is full

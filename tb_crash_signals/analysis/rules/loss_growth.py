@@ -113,6 +113,12 @@ class LossGrowthParams:
         "finite), to no new high: a cyclic schedule's up-phase, whose larger steps make larger gradients "
         "too (at most 255, the points the monitor keeps; 0: never)", at_least=0, at_most=255,
     )
+    lr_since_best: float = param(
+        1.5, "the learning rate is also rising when it is at least this multiple of its value where the "
+        "best level last fell, above its point before and at its highest yet: a schedule that keeps "
+        "climbing past the rate the run learnt best at (an exponential rate, a range test, a ramp), "
+        "however slowly it climbs per logged point; 0: never", at_least=0.0,
+    )
     fit_window: int = param(10, "level points in the log-linear fit drawn and projected", at_least=3)
     target: float = param(2.0, "the fit projects when the level reaches this multiple of the best", above=0.0)
     consecutive: int = param(
@@ -255,6 +261,27 @@ class _LrJump:
         still `lr_jump_level` x the value it jumped to (as _lr_restarted_at)."""
         return (self.at >= 0 and channel.n - 1 - self.at < p.lr_jump_back
                 and channel.values[-1] >= p.lr_jump_level * self.to)
+
+
+def _lr_since_best_at(v, loss_steps, lr, cand, p: LossGrowthParams) -> np.ndarray:
+    """For each of the loss points `cand`: whether the learning rate, as of its last point at or
+    before it, rose point to point to its highest yet, at least `lr_since_best` x its value at the
+    loss point where the best level last fell (see `lr_since_best`)."""
+    best = best_levels(v, p.best_smooth)
+    fell = np.zeros(v.shape[0], bool)
+    fell[0] = np.isfinite(best[0])
+    with np.errstate(invalid="ignore"):
+        fell[1:] = (best[1:] < best[:-1]) | (np.isfinite(best[1:]) & ~np.isfinite(best[:-1]))
+    last_fell = np.maximum.accumulate(np.where(fell, np.arange(v.shape[0]), -1))[cand]
+    lv = lr.values
+    up = np.zeros(lv.shape[0], bool)
+    with np.errstate(invalid="ignore"):
+        up[1:] = (lv[1:] > lv[:-1]) & (lv[1:] >= finite_peak(lv)[1:])
+    then = value_at_or_before(lr.steps, lv, loss_steps[np.maximum(last_fell, 0)])
+    now = value_at_or_before(lr.steps, lv, loss_steps[cand])
+    rising = value_at_or_before(lr.steps, up.astype(np.float64), loss_steps[cand]) > 0
+    with np.errstate(invalid="ignore"):
+        return (last_fell >= 0) & rising & (then > 0) & (now >= p.lr_since_best * then)
 
 
 def _lr_restarted_at(lr, steps, p: LossGrowthParams) -> np.ndarray:
@@ -440,6 +467,11 @@ class LossGrowthStream(Stream):
         self.best_level = shared_level(ch, p.best_smooth, history=p.smooth + 1, best=True)
         self.initial = ch.initial  # pushed after the checks: as of the points before
         self.lr_jump = self.lr.shared.setdefault(_LR_JUMP, _LrJump())
+        # The learning rate where the best level last fell (`lr_since_best`), noted by the level as
+        # it falls: at points where the rule may rest.
+        self.lr_at_best = math.nan
+        if p.lr_since_best > 0:
+            self.best_level.on_low = self._note_best
         self.values = ch.values
         self.start = min(p.min_points, p.early_points)
         self.noise = recent_logs(ch, p.noise_window, np.log10)  # of the points before
@@ -489,6 +521,23 @@ class LossGrowthStream(Stream):
             return Quiet(prev_factor=self.p.lr_jump)
         return None
 
+    def _note_best(self):
+        """The best level fell at this loss point: the learning rate's last point, at or before it."""
+        lr = self.lr
+        self.lr_at_best = lr.values[-1] if lr.n else math.nan
+
+    def _lr_since_best(self) -> bool:
+        """Whether the learning rate, as of its last point, rose from its point before to its
+        highest yet, at least `lr_since_best` x its value where the best level last fell (as
+        _lr_since_best_at)."""
+        lr = self.lr
+        if lr.n < 2 or not self.p.lr_since_best > 0:
+            return False
+        values = lr.values
+        now, then = values[-1], self.lr_at_best
+        return bool(now > values[-2] and now >= lr.max_finite and then > 0
+                    and now >= self.p.lr_since_best * then)
+
     def _note_jump(self, i, step, v):
         """The check on the learning rate, when its trend is read from its channel: its jumps."""
         if i:
@@ -537,7 +586,7 @@ class LossGrowthStream(Stream):
                       and not (p.lr_jump_back and self.lr_jump.restarted(self.lr, p))
                       and not (p.lr_climb_back and _climbed_back(self.lr, p)))
             lr_trend = self.lr.shared.get(_LR)
-            lr_rising = lr_trend is not None and lr_trend.rising
+            lr_rising = (lr_trend is not None and lr_trend.rising) or self._lr_since_best()
             slow = self.best_level.history
             slow_before = slow[-1 - p.smooth] if len(slow) > p.smooth else math.nan
             seven = seven and self._may_climb(
@@ -593,9 +642,11 @@ def loss_growth(data, p: LossGrowthParams, since=None):
     divergence, not a noisy batch; so is the loss climbing while the learning
     rate still rises (`lr_up` x over `lr_back` points, to its highest yet: a
     ramp or range test left running, a warm-up that overshoots; not a cyclic
-    schedule climbing back to its peak). With one of those, a per-step loss
-    too noisy for the short level may show the climb in its slow level (the
-    trailing median of `best_smooth` points, `slow_ratio` x the best). Beyond
+    schedule climbing back to its peak; or to `lr_since_best` x the rate where
+    the best level last fell, however slowly per logged point). With one of
+    those, a per-step loss too noisy for the short level may show the climb in
+    its slow level (the trailing median of `best_smooth` points, `slow_ratio`
+    x the best). Beyond
     `max_ratio` x the best the run has diverged: the rule stops there, and the
     sustained divergence (CS113) tells the rest. The level must be rising (above its value
     `smooth` points before: the slow recovery of a spike falls) for
@@ -675,6 +726,8 @@ def loss_growth(data, p: LossGrowthParams, since=None):
     lr_rising = np.zeros(cand.size, bool)
     if lr is not None and len(lr):
         lr_rising = value_at_or_before(lr.steps, _lr_rising(lr, p).astype(np.float64), s.steps[cand]) > 0
+        if p.lr_since_best > 0:
+            lr_rising |= _lr_since_best_at(v, s.steps, lr, cand, p)
     hits, fits, told_by = [], {}, {}
 
     w = p.fit_window

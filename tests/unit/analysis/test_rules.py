@@ -506,6 +506,24 @@ def test_loss_climbing_with_the_learning_rate_needs_the_rate_at_a_new_high():
     assert starts_both("CS202", train_loss=loss, lr=cyclic) == ([], [])
 
 
+def test_a_loss_climbing_as_the_learning_rate_keeps_rising_past_where_it_learnt_best():
+    # An exponential learning rate rising 0.9 % a point (1.09x over 10 points: under `lr_up`) while
+    # the loss, flat at its best since point 150, climbs 30 % from point 280. Once the rate is 1.5x
+    # its value where the best level last fell, the climb is told with it, at 1.1x the best.
+    n = 420
+    t = np.arange(n)
+    lr = 1e-3 * 1.009**t
+    loss = np.where(t < 150, 2.0 - t / 150, 1.0) * (1 + 0.3 * np.clip((t - 280) / 80, 0, 1))
+    loss = loss * (1 + 0.02 * np.random.default_rng(3).standard_normal(n))
+    batch, online = starts_both("CS202", train_loss=loss, lr=lr)
+    assert batch == online and batch and 280 < batch[0] < 330, batch
+    assert "with the learning rate still rising" in episodes_of(analyze(train_loss=loss, lr=lr), "CS202")[0].message
+    # Without it the climb must reach `ratio` (1.3x) on its own.
+    alone = Config(params={"CS202": dataclasses.replace(RULES["CS202"].default_params(), lr_since_best=0.0)})
+    later, _ = starts_both("CS202", alone, train_loss=loss, lr=lr)
+    assert not later or later[0] > batch[0] + 20, (batch, later)
+
+
 def test_growth_predicts_the_crossing_before_it_happens():
     g = healthy_grad(1200)
     t = np.arange(300)
