@@ -14,6 +14,7 @@ from tb_crash_signals.analysis.stats import (
     best_levels,
     chunks,
     finite_anchor,
+    finite_peak,
     linear_fit,
     positive_log,
     smoothed_level,
@@ -71,6 +72,12 @@ class GrowthParams:
         "best -- a run that starts to learn, whose grad norm rises with its first large steps",
         above=0.0,
     )
+    quiet_in_ramp: bool = param(
+        True, "no prediction while the learning rate still ramps up (above its point before, at its "
+        "highest yet) and the train loss has not turned up (its level under `loss_up` x its best "
+        "level): a warm-up's larger steps make larger gradients, and a long warm-up's grad norm rises "
+        "5-20x before it settles; a ramp past the stable rate shows in the loss too"
+    )
     cooldown: int = param(20, "points without a prediction after which a new episode starts")
 
 
@@ -104,6 +111,7 @@ class GradGrowthStream(Stream):
     def __init__(self, p, signal, channels):
         self.signal = signal
         self.loss = channels["train_loss"].shared.setdefault(_LOSS, _LossRatio(channels["train_loss"]))
+        self.lr = channels["lr"]
         self.p = p
         self.w = p.window
         self.threshold = p.threshold
@@ -177,8 +185,17 @@ class GradGrowthStream(Stream):
         logs = np.array(ys, dtype=np.float64)
         if logs[w - q :].sum() / q - logs[:q].sum() / q < self.rise:
             return None
-        fit = fit_window(np.array(xs, dtype=np.int64), logs, base, p, loss_ratio)
+        fit = fit_window(np.array(xs, dtype=np.int64), logs, base, p, loss_ratio, self._ramping())
         return None if fit is None else StreamHit(fit=fit)
+
+    def _ramping(self) -> bool:
+        """Whether the learning rate, as of its last point, rose from its point before to its
+        highest yet (as lr_ramping_at)."""
+        lr = self.lr
+        if lr.n < 2:
+            return False
+        values = lr.values
+        return bool(values[-1] > values[-2] and values[-1] >= lr.max_finite)
 
     def _may_fit(self, xs, ys) -> bool:
         """fit_window's tests of the whole window's line (rising, steady, `min_growth` over the
@@ -229,7 +246,7 @@ class _Baseline:
 
 @rule(
     code="CS201", symbol="grad-norm-growth", family="growth", severity="critical",
-    signals=("grad_norm", "train_loss"), params=GrowthParams, describe=_describe_growth,
+    signals=("grad_norm", "train_loss", "lr"), params=GrowthParams, describe=_describe_growth,
     stream=GradGrowthStream,
     advice="an explosion is coming: lower the learning rate now, enable gradient clipping, "
     "and checkpoint before the projected step",
@@ -248,7 +265,9 @@ def grad_norm_growth(data, p: GrowthParams, since=None):
     stopped improving: the source article's third layer, flagging an
     explosion before it happens. No prediction while the train loss falls
     fast (its level under `loss_falling` x its best level): a grad norm
-    rising with a run's first large steps is learning. When the growth
+    rising with a run's first large steps is learning; nor while the
+    learning rate still ramps up and the loss has not turned up
+    (`quiet_in_ramp`): a warm-up's grad norm rises with its steps. When the growth
     accelerates, the recent half of the window gives the fit. The fit is
     returned so the crossing can be drawn.
     """
@@ -270,10 +289,11 @@ def grad_norm_growth(data, p: GrowthParams, since=None):
     base_med, _ = trailing_median_mad_at(logv, p.baseline_window, p.min_baseline, candidates - w + 1,
                                          mad=False)
     ratios = loss_ratio_at(data.get("train_loss"), steps[candidates])
+    ramping = lr_ramping_at(data.get("lr"), steps[candidates])
     hit_idx, fits = [], {}
-    for i, base, ratio in zip(candidates.tolist(), base_med.tolist(), ratios.tolist()):
+    for i, base, ratio, ramp in zip(candidates.tolist(), base_med.tolist(), ratios.tolist(), ramping.tolist()):
         lo = i - w + 1
-        fit = fit_window(steps[lo : i + 1], logv[lo : i + 1], base, p, ratio)
+        fit = fit_window(steps[lo : i + 1], logv[lo : i + 1], base, p, ratio, ramp)
         if fit is not None:
             hit_idx.append(i + c0)
             fits[i + c0] = fit
@@ -293,6 +313,18 @@ def loss_ratio_at(train, steps) -> np.ndarray:
     with np.errstate(invalid="ignore", divide="ignore"):
         ratio = np.where(best > 0, level / best, np.nan)
     return value_at_or_before(train.steps, ratio, steps)
+
+
+def lr_ramping_at(lr, steps) -> np.ndarray:
+    """Whether the learning rate, as of its last point at or before each step, rose from its point
+    before to its highest yet (its finite peak so far)."""
+    if lr is None or len(lr) < 2:
+        return np.zeros(np.shape(steps), bool)
+    v = lr.values
+    up = np.zeros(v.shape[0], bool)
+    with np.errstate(invalid="ignore"):
+        up[1:] = (v[1:] > v[:-1]) & (v[1:] >= finite_peak(v)[1:])
+    return value_at_or_before(lr.steps, up.astype(np.float64), steps) > 0
 
 
 class _LossRatio:
@@ -344,7 +376,7 @@ def _rising_chunk(logv, v, p: GrowthParams, first: int, stop: int) -> np.ndarray
 
 
 def fit_window(steps: np.ndarray, logv: np.ndarray, base: float, p: GrowthParams,
-               loss_ratio: float = math.nan) -> Fit | None:
+               loss_ratio: float = math.nan, ramping: bool = False) -> Fit | None:
     """The growth decision for one window that passed the quarter pre-filter.
 
     Shared by the batch rule and the online monitor, so both decide alike.
@@ -356,11 +388,15 @@ def fit_window(steps: np.ndarray, logv: np.ndarray, base: float, p: GrowthParams
             run's normal level), NaN when unknown.
         loss_ratio: the train loss's level over its best level at the window's
             end (NaN when unknown).
+        ramping: the learning rate still ramps up at the window's end (see
+            `quiet_in_ramp`).
     """
     # The current value must stand well above the run's normal level.
     if not np.isfinite(base) or logv[-1] - base < math.log(p.min_excess):
         return None
     if loss_ratio < p.loss_falling:  # NaN (no train loss): no such evidence
+        return None
+    if ramping and p.quiet_in_ramp and loss_ratio < p.loss_up:
         return None
     _, b, r2 = linear_fit(steps, logv)
     span = float(steps[-1] - steps[0])

@@ -626,6 +626,27 @@ def test_growth_waits_while_the_loss_falls_fast():
         assert any(e.code == "CS201" for e in m.episodes()) == fires
 
 
+def test_growth_waits_while_the_learning_rate_ramps_up_and_the_loss_holds():
+    # A long warm-up from a small initialisation: the grad norm grows ~10x in 60 steps while the
+    # learning rate ramps up linearly and the loss holds at its level. While the rate still
+    # ramps, that is the warm-up's larger steps; the same growth under a constant rate, or with
+    # the loss turned up 20 % as the rate ramps on, is an alarm.
+    n = 400
+    rng = np.random.default_rng(7)
+    t = np.arange(n)
+    g = 0.15 * np.exp(0.04 * np.clip(t - 150, 0, 60)) * (1 + 0.05 * rng.standard_normal(n))
+    loss = 1.0 * (1 + 0.01 * rng.standard_normal(n))
+    ramp = 1e-4 * (1 + t)
+    constant = np.full(n, 1e-2)
+    fast = dataclasses.replace(RULES["CS201"].default_params(), threshold=20.0)
+    cfg = dataclasses.replace(Config(), params={"CS201": fast})
+    assert starts_both("CS201", cfg, grad_norm=g, train_loss=loss, lr=ramp) == ([], [])
+    for data in ({"lr": constant, "train_loss": loss},
+                 {"lr": ramp, "train_loss": loss * np.where(t >= 170, 1.2, 1.0)}):
+        batch, online = starts_both("CS201", cfg, grad_norm=g, **data)
+        assert batch and batch == online, data
+
+
 def test_growth_is_told_from_ten_points_of_history():
     # A loss scale that doubles without bound, logged every 5 steps: the grad norm doubles every 40
     # steps from point 10 under a flat loss and crosses 100 near point 74 (step 370). A fit window
