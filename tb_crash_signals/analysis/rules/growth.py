@@ -10,11 +10,11 @@ from itertools import islice
 import numpy as np
 
 from tb_crash_signals.analysis.rules.base import Fit, Hits, fmt, param, rule, since_index
+from tb_crash_signals.analysis.rules.learning_rate import ramping, ramping_at
 from tb_crash_signals.analysis.stats import (
     best_levels,
     chunks,
     finite_anchor,
-    finite_peak,
     linear_fit,
     positive_log,
     smoothed_level,
@@ -185,17 +185,8 @@ class GradGrowthStream(Stream):
         logs = np.array(ys, dtype=np.float64)
         if logs[w - q :].sum() / q - logs[:q].sum() / q < self.rise:
             return None
-        fit = fit_window(np.array(xs, dtype=np.int64), logs, base, p, loss_ratio, self._ramping())
+        fit = fit_window(np.array(xs, dtype=np.int64), logs, base, p, loss_ratio, ramping(self.lr))
         return None if fit is None else StreamHit(fit=fit)
-
-    def _ramping(self) -> bool:
-        """Whether the learning rate, as of its last point, rose from its point before to its
-        highest yet (as lr_ramping_at)."""
-        lr = self.lr
-        if lr.n < 2:
-            return False
-        values = lr.values
-        return bool(values[-1] > values[-2] and values[-1] >= lr.max_finite)
 
     def _may_fit(self, xs, ys) -> bool:
         """fit_window's tests of the whole window's line (rising, steady, `min_growth` over the
@@ -289,9 +280,9 @@ def grad_norm_growth(data, p: GrowthParams, since=None):
     base_med, _ = trailing_median_mad_at(logv, p.baseline_window, p.min_baseline, candidates - w + 1,
                                          mad=False)
     ratios = loss_ratio_at(data.get("train_loss"), steps[candidates])
-    ramping = lr_ramping_at(data.get("lr"), steps[candidates])
+    ramps = ramping_at(data.get("lr"), steps[candidates])
     hit_idx, fits = [], {}
-    for i, base, ratio, ramp in zip(candidates.tolist(), base_med.tolist(), ratios.tolist(), ramping.tolist()):
+    for i, base, ratio, ramp in zip(candidates.tolist(), base_med.tolist(), ratios.tolist(), ramps.tolist()):
         lo = i - w + 1
         fit = fit_window(steps[lo : i + 1], logv[lo : i + 1], base, p, ratio, ramp)
         if fit is not None:
@@ -313,18 +304,6 @@ def loss_ratio_at(train, steps) -> np.ndarray:
     with np.errstate(invalid="ignore", divide="ignore"):
         ratio = np.where(best > 0, level / best, np.nan)
     return value_at_or_before(train.steps, ratio, steps)
-
-
-def lr_ramping_at(lr, steps) -> np.ndarray:
-    """Whether the learning rate, as of its last point at or before each step, rose from its point
-    before to its highest yet (its finite peak so far)."""
-    if lr is None or len(lr) < 2:
-        return np.zeros(np.shape(steps), bool)
-    v = lr.values
-    up = np.zeros(v.shape[0], bool)
-    with np.errstate(invalid="ignore"):
-        up[1:] = (v[1:] > v[:-1]) & (v[1:] >= finite_peak(v)[1:])
-    return value_at_or_before(lr.steps, up.astype(np.float64), steps) > 0
 
 
 class _LossRatio:

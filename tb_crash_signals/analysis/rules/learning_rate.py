@@ -15,6 +15,26 @@ from tb_crash_signals.analysis.streaming import HIT, Quiet, Stream
 _CHUNK = 1 << 16  # points per step of lr-rising's scan for the first decay
 
 
+def ramping_at(lr, steps) -> np.ndarray:
+    """For each of `steps`: whether the learning rate, as of its last point at or before it, rose
+    from its point before to its highest yet (its finite peak so far): a ramp still going."""
+    if lr is None or len(lr) < 2:
+        return np.zeros(np.shape(steps), bool)
+    v = lr.values
+    up = np.zeros(v.shape[0], bool)
+    with np.errstate(invalid="ignore"):
+        up[1:] = (v[1:] > v[:-1]) & (v[1:] >= finite_peak(v)[1:])
+    return stats.value_at_or_before(lr.steps, up.astype(np.float64), steps) > 0
+
+
+def ramping(channel) -> bool:
+    """`ramping_at` as of the learning rate channel's last point (the monitor's)."""
+    if channel.n < 2:
+        return False
+    values = channel.values
+    return bool(values[-1] > values[-2] and values[-1] >= channel.max_finite)
+
+
 def _run_start(s, since, consecutive: int) -> tuple[int, int]:
     """(i0, a): hits are wanted from i0; runs of `consecutive` points are counted from a."""
     i0 = since_index(s, since)

@@ -27,6 +27,7 @@ from tb_crash_signals.analysis.rules.base import (
 )
 from tb_crash_signals.analysis.rules.blowup import lr_jumped
 from tb_crash_signals.analysis.rules.divergence import early_bests, early_jitter_at
+from tb_crash_signals.analysis.rules.learning_rate import ramping, ramping_at
 from tb_crash_signals.analysis.stats import (
     best_levels,
     finite_peak,
@@ -273,15 +274,11 @@ def _lr_since_best_at(v, loss_steps, lr, cand, p: LossGrowthParams) -> np.ndarra
     with np.errstate(invalid="ignore"):
         fell[1:] = (best[1:] < best[:-1]) | (np.isfinite(best[1:]) & ~np.isfinite(best[:-1]))
     last_fell = np.maximum.accumulate(np.where(fell, np.arange(v.shape[0]), -1))[cand]
-    lv = lr.values
-    up = np.zeros(lv.shape[0], bool)
+    then = value_at_or_before(lr.steps, lr.values, loss_steps[np.maximum(last_fell, 0)])
+    now = value_at_or_before(lr.steps, lr.values, loss_steps[cand])
     with np.errstate(invalid="ignore"):
-        up[1:] = (lv[1:] > lv[:-1]) & (lv[1:] >= finite_peak(lv)[1:])
-    then = value_at_or_before(lr.steps, lv, loss_steps[np.maximum(last_fell, 0)])
-    now = value_at_or_before(lr.steps, lv, loss_steps[cand])
-    rising = value_at_or_before(lr.steps, up.astype(np.float64), loss_steps[cand]) > 0
-    with np.errstate(invalid="ignore"):
-        return (last_fell >= 0) & rising & (then > 0) & (now >= p.lr_since_best * then)
+        return ((last_fell >= 0) & ramping_at(lr, loss_steps[cand]) & (then > 0)
+                & (now >= p.lr_since_best * then))
 
 
 def _lr_restarted_at(lr, steps, p: LossGrowthParams) -> np.ndarray:
@@ -530,13 +527,10 @@ class LossGrowthStream(Stream):
         """Whether the learning rate, as of its last point, rose from its point before to its
         highest yet, at least `lr_since_best` x its value where the best level last fell (as
         _lr_since_best_at)."""
-        lr = self.lr
-        if lr.n < 2 or not self.p.lr_since_best > 0:
+        if not self.p.lr_since_best > 0 or not ramping(self.lr):
             return False
-        values = lr.values
-        now, then = values[-1], self.lr_at_best
-        return bool(now > values[-2] and now >= lr.max_finite and then > 0
-                    and now >= self.p.lr_since_best * then)
+        then = self.lr_at_best
+        return bool(then > 0 and self.lr.values[-1] >= self.p.lr_since_best * then)
 
     def _note_jump(self, i, step, v):
         """The check on the learning rate, when its trend is read from its channel: its jumps."""
