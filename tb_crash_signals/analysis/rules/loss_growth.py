@@ -523,15 +523,6 @@ class LossGrowthStream(Stream):
         lr = self.lr
         self.lr_at_best = lr.values[-1] if lr.n else math.nan
 
-    def _lr_since_best(self) -> bool:
-        """Whether the learning rate, as of its last point, rose from its point before to its
-        highest yet, at least `lr_since_best` x its value where the best level last fell (as
-        _lr_since_best_at)."""
-        if not self.p.lr_since_best > 0 or not ramping(self.lr):
-            return False
-        then = self.lr_at_best
-        return bool(then > 0 and self.lr.values[-1] >= self.p.lr_since_best * then)
-
     def _note_jump(self, i, step, v):
         """The check on the learning rate, when its trend is read from its channel: its jumps."""
         if i:
@@ -580,7 +571,14 @@ class LossGrowthStream(Stream):
                       and not (p.lr_jump_back and self.lr_jump.restarted(self.lr, p))
                       and not (p.lr_climb_back and _climbed_back(self.lr, p)))
             lr_trend = self.lr.shared.get(_LR)
-            lr_rising = (lr_trend is not None and lr_trend.rising) or self._lr_since_best()
+            lr_rising = lr_trend is not None and lr_trend.rising
+            if not lr_rising:
+                # `lr_since_best`, as _lr_since_best_at: the ratio first (under a constant or
+                # decaying rate it fails, and the ramp is not read). lr_at_best is NaN without a
+                # learning rate then, or with lr_since_best 0.
+                then = self.lr_at_best
+                if then > 0 and self.lr.values[-1] >= p.lr_since_best * then:
+                    lr_rising = ramping(self.lr)
             slow = self.best_level.history
             slow_before = slow[-1 - p.smooth] if len(slow) > p.smooth else math.nan
             seven = seven and self._may_climb(
