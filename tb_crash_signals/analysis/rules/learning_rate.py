@@ -15,16 +15,21 @@ from tb_crash_signals.analysis.streaming import HIT, Quiet, Stream
 _CHUNK = 1 << 16  # points per step of lr-rising's scan for the first decay
 
 
-def ramping_at(lr, steps) -> np.ndarray:
-    """For each of `steps`: whether the learning rate, as of its last point at or before it, rose
-    from its point before to its highest yet (its finite peak so far): a ramp still going."""
-    if lr is None or len(lr) < 2:
-        return np.zeros(np.shape(steps), bool)
-    v = lr.values
+def ramp_points(v: np.ndarray) -> np.ndarray:
+    """For each learning-rate value: whether it rose from the one before to its highest yet (its
+    finite peak so far): a ramp still going, not a decay after a restart, nor a cyclic schedule
+    climbing back to the peak it had."""
     up = np.zeros(v.shape[0], bool)
     with np.errstate(invalid="ignore"):
         up[1:] = (v[1:] > v[:-1]) & (v[1:] >= finite_peak(v)[1:])
-    return stats.value_at_or_before(lr.steps, up.astype(np.float64), steps) > 0
+    return up
+
+
+def ramping_at(lr, steps) -> np.ndarray:
+    """For each of `steps`: `ramp_points` as of the learning rate's last point at or before it."""
+    if lr is None or len(lr) < 2:
+        return np.zeros(np.shape(steps), bool)
+    return stats.value_at_or_before(lr.steps, ramp_points(lr.values).astype(np.float64), steps) > 0
 
 
 def ramping(channel) -> bool:

@@ -27,7 +27,7 @@ from tb_crash_signals.analysis.rules.base import (
 )
 from tb_crash_signals.analysis.rules.blowup import lr_jumped
 from tb_crash_signals.analysis.rules.divergence import early_bests, early_jitter_at
-from tb_crash_signals.analysis.rules.learning_rate import ramping, ramping_at
+from tb_crash_signals.analysis.rules.learning_rate import ramp_points, ramping, ramping_at
 from tb_crash_signals.analysis.stats import (
     best_levels,
     finite_peak,
@@ -239,8 +239,8 @@ def _lr_rising(lr, p: LossGrowthParams) -> np.ndarray:
     k = p.lr_back
     if k < v.shape[0]:
         with np.errstate(invalid="ignore"):
-            out[k:] = (v[k:] >= p.lr_up * v[:-k]) & (v[:-k] > 0) & (v[k:] > v[k - 1 : -1])
-            out &= v >= finite_peak(v)
+            out[k:] = (v[k:] >= p.lr_up * v[:-k]) & (v[:-k] > 0)
+        out &= ramp_points(v)
     return out
 
 
@@ -376,10 +376,8 @@ class _LrTrendOfChannel:
         ch = self.channel
         if ch.n <= self.back:
             return False
-        values = ch.values
-        back = values[-1 - self.back]
-        return bool(values[-1] >= self.up * back and back > 0 and values[-1] > values[-2]
-                    and values[-1] >= ch.max_finite)
+        back = ch.values[-1 - self.back]
+        return bool(ch.values[-1] >= self.up * back and back > 0 and ramping(ch))
 
 
 def _grad_rising(g, p: LossGrowthParams) -> np.ndarray:
