@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import importlib
 import math
+import pickle
 import time
 from typing import Callable, Iterable, Union
 
 from tb_crash_signals.analysis.incidents import Incident
 from tb_crash_signals.analysis.rules import RULES
+from tb_crash_signals.integrations import _process
 from tb_crash_signals.online.monitor import Monitor
 
 # check_every="auto": the share of the loop's time the Monitor's feeds aim to stay under, the
@@ -22,6 +24,7 @@ AUTO_MAX_WAIT = 1.0
 URGENT_DECAY = 0.9
 
 CheckEvery = Union[int, str]
+Background = Union[bool, str]
 
 
 def require(module: str, extra: str, what: str):
@@ -62,17 +65,29 @@ class Watch:
             steps; a stop can come up to `check_every` - 1 steps after its first alarm, except
             that a non-finite value, a train loss or grad norm at least twice its recent top (see
             URGENT_DECAY), or a grad norm over CS101's threshold is fed at once.
+        background: run the Monitor in a child process (`_process`), sent the steps in the
+            batches above, so its rules run on another core while the loop trains. "auto" (the
+            default): when the Monitor is fed in batches (`check_every` "auto" or over 1), on
+            POSIX with two CPUs or more. Until the child has started (a few hundred
+            milliseconds) the Monitor here is fed as without it. A stop then comes when the
+            child's answer is read, with the next batch (the child handles one in well under a
+            step's time): up to 2 x `check_every` - 1 steps after the alarm; what is fed at
+            once waits for its answer.
+            `monitor` brings the Monitor back into this process and ends the child (the next
+            batch starts another). If the child dies, the Watch says so and goes on here: with
+            the Monitor as it was if the child had not taken over yet, else from a fresh start.
     """
 
     def __init__(self, config=None, stop_on: Iterable[str] | None = None, stop: bool = True,
-                 report: Callable[[str, str], None] | None = None, check_every: CheckEvery = "auto"):
+                 report: Callable[[str, str], None] | None = None, check_every: CheckEvery = "auto",
+                 background: Background = "auto"):
         if stop_on is not None:
             stop_on = [str(code).upper() for code in stop_on]
             unknown = [code for code in stop_on if code not in RULES]
             if unknown:
                 raise ValueError(f"stop_on: unknown rule code(s) {', '.join(unknown)} "
                                  "(`tb-crash-signals rules` lists them)")
-        self.monitor = Monitor(config, on_incident=self._on_incident, stop_on=stop_on)
+        self._monitor = Monitor(config, on_incident=self._on_incident, stop_on=stop_on)
         self.stop = stop
         self.stopped_step: int | None = None
         self.reported: list[Incident] = []
@@ -91,13 +106,28 @@ class Watch:
         self._fed_at: float | None = None  # when the last feed ended ("auto")
         self._pending: list[tuple[int, dict]] = []
         self._top: dict[str, float] = {}  # the train loss's and grad norm's recent tops (URGENT_DECAY)
-        self._grad_threshold = float(getattr(self.monitor.config.params_for("CS101"), "threshold", math.inf))
+        self._grad_threshold = float(getattr(self._monitor.config.params_for("CS101"), "threshold", math.inf))
+        if background not in (True, False, "auto"):
+            raise ValueError(f'background must be True, False or "auto", got {background!r}')
+        self.background = (background is True or (background == "auto" and (self.auto or self.check_every > 1)
+                                                   and _process.available()))
+        self._offload: _process.Offload | None = None
+
+    @property
+    def monitor(self) -> Monitor:
+        """The Monitor, fed every step sent so far (not those held back); brought back from
+        the child process if it runs in one."""
+        self._home()
+        return self._monitor
 
     def _on_incident(self, incident: Incident):
+        self._tell(incident, self._monitor.should_stop)
+
+    def _tell(self, incident: Incident, should_stop: bool):
         self.reported.append(incident)
         # The stop is told once, with the first critical incident of the step that stops training.
         # Not while `monitor` is read between steps (a flush that stops nothing).
-        stopping = (self.stop and self._step is not None and not self._stop_told and self.monitor.should_stop
+        stopping = (self.stop and self._step is not None and not self._stop_told and should_stop
                     and incident.severity == "critical")
         self._stop_told = self._stop_told or stopping
         if self._report is not None:
@@ -108,16 +138,19 @@ class Watch:
         values = {k: v for k, v in values.items() if v is not None}
         if not values:
             return False
-        if self.check_every == 1 and not self.auto:
+        if self.check_every == 1 and not self.auto and self._offload is None and not self.background:
             self._step = step
-            self.monitor.update(step, **values)
+            self._monitor.update(step, **values)
         elif not self._feed(step, values):
             return False
         self._step = None
-        if self.stop and self.stopped_step is None and self.monitor.should_stop:
+        if self.stop and self.stopped_step is None and self._stopping():
             self.stopped_step = step
             return True
         return False
+
+    def _stopping(self) -> bool:
+        return self._offload.should_stop if self._offload is not None else self._monitor.should_stop
 
     def _feed(self, step: int, values: dict) -> bool:
         """Holds the step, or feeds what is held (see check_every); True when it fed. Under
@@ -132,7 +165,7 @@ class Watch:
         if not (urgent or step - pending[0][0] + 1 >= self.check_every or waited):
             return False
         self._step = step
-        self.flush()
+        self._send(wait=urgent)
         if self.auto:
             done = time.perf_counter()
             if self._fed_at is not None and done > self._fed_at:
@@ -152,21 +185,78 @@ class Watch:
         if self.auto:
             self.flush()
             self.auto, self.check_every = False, 1
+            self.background = False
 
     def flush(self):
-        """Feeds the Monitor the steps given since its last feed."""
+        """Feeds the Monitor the steps given since its last feed, and brings it back into this
+        process if it runs in a child (whose answers are read: their incidents reported)."""
+        self._send(wait=True)
+        self._home()
+
+    def _send(self, wait: bool):
+        """Feeds what is held, to the child (started if need be) or to the Monitor here."""
         pending, self._pending = self._pending, []
-        update = self.monitor.update
+        if not pending:
+            return
+        if self.background and self._offload is None:
+            try:
+                self._offload = _process.Offload(self._monitor, self._tell)
+            except (OSError, pickle.PicklingError, TypeError, AttributeError) as e:
+                # No process can start, or this Monitor cannot travel: it stays here.
+                self.background = False
+                self._say("warning", f"crash signals: the monitor runs in the training process ({e})")
+        if self._offload is not None:
+            try:
+                self._offload.feed(pending, wait)
+            except _process.ProcessGone as e:
+                self._lost(e, pending)
+            return
+        update = self._monitor.update
         for step, values in pending:
             update(step, **values)
+
+    def _home(self):
+        """Brings the child's Monitor back into this process (after reading its last answers)."""
+        offload = self._offload
+        if offload is None:
+            return
+        try:
+            monitor = offload.home()
+        except _process.ProcessGone as e:
+            self._lost(e, [])
+            return
+        self._offload = None
+        monitor.on_incident = self._on_incident
+        self._monitor = monitor
+
+    def _lost(self, error: Exception, pending: list):
+        """The child is gone: the Monitor here goes on, whole if the child had taken nothing,
+        else from a fresh start, fed what was about to go."""
+        offload, self._offload = self._offload, None
+        offload.close()
+        self.background = False
+        if offload.handed_over:
+            old = self._monitor
+            self._monitor = Monitor(old.config, on_incident=self._on_incident, stop_on=old.stop_on)
+            self._say("warning", f"crash signals: {error}, from a fresh start")
+        else:
+            self._say("warning", f"crash signals: {error}")
+        for step, values in pending:
+            self._monitor.update(step, **values)
+
+    def _say(self, severity: str, line: str):
+        if self._report is not None:
+            self._report(severity, line)
 
     def _urgent(self, values: dict) -> bool:
         """Whether these values are fed at once (see check_every)."""
         urgent = False
         for name, value in values.items():
             try:
+                if isinstance(value, (bool, str, bytes)):
+                    raise TypeError
                 x = float(value)
-            except (TypeError, ValueError):
+            except (TypeError, ValueError, RuntimeError, OverflowError):
                 return True  # the Monitor says what is wrong with it, now
             if not math.isfinite(x):
                 urgent = True

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from tb_crash_signals.integrations._watch import CheckEvery, Watch, Watching, require
+from tb_crash_signals.integrations._watch import Background, CheckEvery, Watch, Watching, require
 
 _transformers = require("transformers", "hf", "transformers")
 TrainerCallback = _transformers.TrainerCallback
@@ -48,6 +48,10 @@ class CrashSignalsCallback(Watching, TrainerCallback):
             that many steps - 1 after the alarm, but non-finite values and sudden jumps are fed
             at once (`Watch`). Under distributed training "auto" feeds every step, so that every
             process, deciding on the same logs, stops at the same step.
+        background: "auto" (the default) runs the Monitor in a child process when it is fed in
+            batches, on POSIX with two CPUs or more, so its rules run beside the loop, not in
+            it; a stop then comes with the next batch after the alarm. True or False to choose
+            (`Watch`).
 
     Attributes:
         monitor: the `Monitor` fed with the logs.
@@ -56,9 +60,10 @@ class CrashSignalsCallback(Watching, TrainerCallback):
     """
 
     def __init__(self, config=None, stop_on: Iterable[str] | None = None, stop: bool = True,
-                 save_checkpoint: bool = False, check_every: CheckEvery = "auto"):
+                 save_checkpoint: bool = False, check_every: CheckEvery = "auto",
+                 background: Background = "auto"):
         self._main = True
-        self._watch = Watch(config, stop_on, stop, self._report, check_every)
+        self._watch = Watch(config, stop_on, stop, self._report, check_every, background)
         self.save_checkpoint = save_checkpoint
 
     def _report(self, severity: str, line: str):

@@ -27,7 +27,7 @@ from typing import Iterable
 
 import numpy as np
 
-from tb_crash_signals.integrations._watch import CheckEvery, Watch, Watching, require
+from tb_crash_signals.integrations._watch import Background, CheckEvery, Watch, Watching, require
 
 _keras = require("keras", "keras", "Keras 3 (with KERAS_BACKEND set to an installed backend, e.g. torch)")
 if int(_keras.__version__.split(".")[0]) < 3:
@@ -80,6 +80,10 @@ class CrashSignals(Watching, _keras.callbacks.Callback):
             steps at once; 1: every step. The incidents are the same; a stop can come up to
             that many steps - 1 after the alarm, but non-finite values and sudden jumps are fed
             at once (`Watch`).
+        background: "auto" (the default) runs the Monitor in a child process when it is fed in
+            batches, on POSIX with two CPUs or more, so its rules run beside the loop, not in
+            it; a stop then comes with the next batch after the alarm. True or False to choose
+            (`Watch`).
 
     Attributes:
         monitor: the `Monitor` fed after each batch.
@@ -90,9 +94,9 @@ class CrashSignals(Watching, _keras.callbacks.Callback):
 
     def __init__(self, config=None, stop_on: Iterable[str] | None = None, stop: bool = True,
                  ratio_every: int = 10, lr_every: int = 10, grad_norm: bool = True, grad_every: int = 10,
-                 check_every: CheckEvery = "auto"):
+                 check_every: CheckEvery = "auto", background: Background = "auto"):
         super().__init__()
-        self._watch = Watch(config, stop_on, stop, lambda severity, line: _print(line), check_every)
+        self._watch = Watch(config, stop_on, stop, lambda severity, line: _print(line), check_every, background)
         self.ratio_every = max(int(ratio_every), 0)
         self.lr_every = max(int(lr_every), 0)
         self._on_torch = _keras.backend.backend() == "torch"

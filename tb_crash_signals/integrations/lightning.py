@@ -30,7 +30,7 @@ from __future__ import annotations
 import logging
 from typing import Iterable
 
-from tb_crash_signals.integrations._watch import CheckEvery, Watch, Watching, require
+from tb_crash_signals.integrations._watch import Background, CheckEvery, Watch, Watching, require
 
 _pl = require("lightning.pytorch", "lightning", "lightning")
 from tb_crash_signals.torch_utils import global_grad_norm, update_ratio  # noqa: E402
@@ -84,6 +84,10 @@ class CrashSignals(Watching, _pl.Callback):
             steps at once; 1: every step. The incidents are the same; a stop can come up to
             that many steps - 1 after the alarm, but non-finite values and sudden jumps are fed
             at once (`Watch`).
+        background: "auto" (the default) runs the Monitor in a child process when it is fed in
+            batches, on POSIX with two CPUs or more, so its rules run beside the loop, not in
+            it; a stop then comes with the next batch after the alarm. True or False to choose
+            (`Watch`).
 
     Attributes:
         monitor: the `Monitor` fed on rank zero.
@@ -93,8 +97,9 @@ class CrashSignals(Watching, _pl.Callback):
 
     def __init__(self, config=None, stop_on: Iterable[str] | None = None, stop: bool = True,
                  val_key: str = "val_loss", ratio_every: int = 10, log_signals: bool = True,
-                 check_every: CheckEvery = "auto", grad_every: int = 1):
-        self._watch = Watch(config, stop_on, stop, self._report, check_every)
+                 check_every: CheckEvery = "auto", grad_every: int = 1,
+                 background: Background = "auto"):
+        self._watch = Watch(config, stop_on, stop, self._report, check_every, background)
         self.val_key = val_key
         self.ratio_every = max(int(ratio_every), 0)
         self.grad_every = max(int(grad_every), 1)

@@ -83,7 +83,7 @@ def test_the_package_imports_without_any_framework():
 
 
 def test_fed_ten_steps_at_a_time_it_finds_the_same_episodes_and_stops_within_ten_steps():
-    every_step, batched = Watch(check_every=1), Watch(check_every=10)
+    every_step, batched = Watch(check_every=1), Watch(check_every=10, background=False)
     stop = diverging(every_step)
     lines = []
     batched._report = lambda severity, line: lines.append(line)
@@ -122,7 +122,8 @@ def test_fed_in_batches_a_non_finite_loss_or_a_jump_is_fed_at_once():
 
 class LoopClock:
     """A training loop's clock: `train(seconds)` passes a step's time; each Monitor feed costs
-    `feed` seconds of it (the Watch reads this clock through time.perf_counter)."""
+    `feed` seconds of it (the Watch reads this clock through time.perf_counter). For a Watch
+    whose Monitor runs in this process (background=False)."""
 
     def __init__(self, monkeypatch, watch, feed):
         self.now = 100.0
@@ -140,7 +141,7 @@ class LoopClock:
 
 
 def test_auto_holds_steps_back_in_a_fast_loop_and_finds_the_same_story(monkeypatch):
-    watch = Watch()  # check_every="auto"
+    watch = Watch(background=False)  # check_every="auto"
     clock = LoopClock(monkeypatch, watch, feed=40e-6)  # 40 us a feed: 2 % of a 2 ms step
     stopped = None
     for step in range(200):
@@ -159,7 +160,7 @@ def test_auto_holds_steps_back_in_a_fast_loop_and_finds_the_same_story(monkeypat
 
 
 def test_auto_feeds_every_step_of_a_slow_loop(monkeypatch):
-    watch = Watch()
+    watch = Watch(background=False)
     clock = LoopClock(monkeypatch, watch, feed=40e-6)
     for step in range(50):
         clock.train(0.05)  # 50 ms steps: a feed is 0.08 % of them
@@ -170,7 +171,7 @@ def test_auto_feeds_every_step_of_a_slow_loop(monkeypatch):
 
 def after_a_fast_loop(monkeypatch):
     """An "auto" Watch after 100 steps of 1 ms whose feeds cost 40 us each, and its clock."""
-    watch = Watch()
+    watch = Watch(background=False)
     clock = LoopClock(monkeypatch, watch, feed=40e-6)
     for step in range(100):
         clock.train(1e-3)

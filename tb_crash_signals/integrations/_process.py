@@ -1,0 +1,386 @@
+"""A Monitor in a child process, so a fast training loop does not pay for its rules.
+
+The callbacks' `Watch` sends it batches of steps and reads back, for each batch, the
+incidents that opened and whether training should stop. The child is a fresh interpreter
+(`python -c`, not multiprocessing: a spawned child would import the user's training script
+again, a forked one would inherit the framework's threads); it reads frames from its stdin
+and answers on its stdout, ignores Ctrl-C (the training process decides what it means) and
+ends when its stdin closes, so it never outlives the training process.
+
+The child's imports take a few hundred milliseconds, which the loop does not wait for:
+`Offload` feeds the Monitor in the training process until the child says it is ready, then
+sends it what that Monitor was fed since the child's start (the child catches up in silence,
+its Monitor then the same as the one here) and feeds the child from then on.
+
+The child speaks when something happened (an incident opened, the stop decision changed, an
+error) or when asked: every ASK_EVERY-th batch and what is fed at once ask, so reading its
+answers costs the loop nothing on most steps, and a child the machine starves of CPU time is
+never more than about 2 x ASK_EVERY batches behind before the loop waits for it.
+
+The child does not wait on the pipe: it naps (NAP_MIN, doubling up to NAP_MAX while nothing
+comes) and reads what arrived, because a write that wakes a process blocked on the pipe costs
+the training loop 5-10x more than one that only fills the pipe. When the parent waits for an
+answer it wakes the child with a byte on a second pipe, which the child naps on.
+
+Frames are an 8-byte length and a pickle. Parent to child: ("start", pickled Monitor),
+("catch up", steps), ("feed", steps, asked), ("home",); steps are [(step, {signal: float}),
+...]. Child to parent: ("ready",) once started; ("fed", [(incident, should_stop when it
+opened), ...], should_stop, asked) or ("error", exception, asked) after a feed that asked or
+found something; to "home": ("monitor", pickled Monitor), after which the child ends.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import select
+import signal
+import struct
+import subprocess
+import sys
+import threading
+import weakref
+
+_HEADER = struct.Struct("<Q")
+_PROTOCOL = pickle.HIGHEST_PROTOCOL
+_CHILD = "import sys; from tb_crash_signals.integrations._process import serve; serve(int(sys.argv[1]))"
+# How long the parent waits for the child's last answers and its Monitor before giving up on it.
+HOME_TIMEOUT = 60.0
+END_TIMEOUT = 5.0
+NAP_MIN, NAP_MAX = 0.001, 0.02
+# Every this many batches, one asks for an answer; the loop waits for it when it sends the next
+# that asks (the child handles a batch in well under a step's time: only a machine whose cores
+# are all busy makes it wait).
+ASK_EVERY = 4
+
+
+class ProcessGone(RuntimeError):
+    """The child ended or stopped answering; what it held is lost."""
+
+
+def available() -> bool:
+    """Whether a child process can run beside this one: POSIX pipes (select) and a second CPU."""
+    if os.name != "posix":
+        return False
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    return cpus >= 2
+
+
+def _write(fd: int, obj) -> None:
+    payload = pickle.dumps(obj, protocol=_PROTOCOL)
+    data = memoryview(_HEADER.pack(len(payload)) + payload)
+    while data:
+        data = data[os.write(fd, data):]
+
+
+def _read_exactly(fd: int, n: int) -> bytes | None:
+    chunks, left = [], n
+    while left:
+        chunk = os.read(fd, left)
+        if not chunk:
+            return None
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+def _read(fd: int):
+    header = _read_exactly(fd, _HEADER.size)
+    if header is None:
+        return None
+    payload = _read_exactly(fd, _HEADER.unpack(header)[0])
+    return None if payload is None else pickle.loads(payload)
+
+
+def _detached(monitor) -> bytes:
+    """The Monitor pickled without its incident handler (the parent's, which does not travel)."""
+    handler, monitor.on_incident = monitor.on_incident, None
+    try:
+        return pickle.dumps(monitor, protocol=_PROTOCOL)
+    finally:
+        monitor.on_incident = handler
+
+
+class MonitorProcess:
+    """The parent's end of the pipes: starts the child with a Monitor's state, sends it
+    messages, reads its frames. Every method raises `ProcessGone` when the child is gone."""
+
+    def __init__(self, monitor):
+        env = dict(os.environ)
+        # The package as this process imports it (a source checkout on sys.path, say).
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+        wake, self._wake = os.pipe()
+        try:
+            self._proc = subprocess.Popen([sys.executable, "-c", _CHILD, str(wake)], stdin=subprocess.PIPE,
+                                          stdout=subprocess.PIPE, env=env, pass_fds=(wake,))
+        except BaseException:
+            os.close(self._wake)
+            raise
+        finally:
+            os.close(wake)
+        self._to, self._from = self._proc.stdin.fileno(), self._proc.stdout.fileno()
+        # A parent dropped mid-training (an exception in the loop) still ends its child.
+        self._end = weakref.finalize(self, _end, self._proc, self._wake)
+        self.send(("start", _detached(monitor)))
+
+    @property
+    def pid(self) -> int:
+        return self._proc.pid
+
+    def send(self, message) -> None:
+        try:
+            _write(self._to, message)
+        except OSError as e:  # a broken pipe: the child ended
+            raise ProcessGone(self._gone_why()) from e
+
+    def ready(self) -> bool:
+        """Whether a frame can be read without waiting."""
+        return bool(select.select([self._from], [], [], 0)[0])
+
+    def wake(self) -> None:
+        """Ends the child's nap: the parent is about to wait for its answer."""
+        try:
+            os.write(self._wake, b"!")
+        except BlockingIOError:  # bytes it has not read yet wake it anyway
+            pass
+        except OSError as e:
+            raise ProcessGone(self._gone_why()) from e
+
+    def read(self, timeout: float | None = None):
+        """The next frame, waiting for it (at most `timeout` seconds)."""
+        if timeout is not None and not select.select([self._from], [], [], timeout)[0]:
+            self.close()
+            raise ProcessGone(f"the monitor's process gave no answer in {timeout:.0f} s")
+        try:
+            message = _read(self._from)
+        except (OSError, EOFError, pickle.UnpicklingError) as e:
+            raise ProcessGone(self._gone_why()) from e
+        if message is None:
+            raise ProcessGone(self._gone_why())
+        return message
+
+    def close(self) -> None:
+        """Ends the child."""
+        self._end()
+
+    def _gone_why(self) -> str:
+        code = self._proc.poll()
+        return ("the monitor's process ended" + (f" (exit code {code})" if code is not None else "")
+                + "; monitoring goes on in the training process")
+
+
+class Offload:
+    """A Monitor fed in a child process once it runs, and here until then (see the module).
+
+    Args:
+        monitor: the Monitor here (its state is the child's start; its `on_incident` reports
+            what it finds while the child starts).
+        tell: called with (incident, should_stop when it opened) for each incident the child
+            reports.
+
+    Raises `ProcessGone` from any method when the child is gone; `handed_over` says whether it
+    took anything with it (if not, the Monitor here is whole).
+    """
+
+    def __init__(self, monitor, tell):
+        self.local = monitor
+        self._tell = tell
+        self._process = MonitorProcess(monitor)
+        self._started = False
+        self._journal: list | None = []  # the steps fed here since the child's start state
+        self._batches = 0
+        self._asked = 0  # answers asked for and not read yet
+        self.should_stop = monitor.should_stop
+
+    @property
+    def handed_over(self) -> bool:
+        return self._journal is None
+
+    def feed(self, batch: list, wait: bool) -> None:
+        """Feeds the steps; with `wait`, reads the child's answer to them before returning."""
+        process = self._process
+        if self._journal is not None:
+            if not self._poll_started():
+                update = self.local.update
+                for step, values in batch:
+                    update(step, **values)
+                self._journal.extend(batch)
+                self.should_stop = self.local.should_stop
+                return
+            process.send(("catch up", self._journal))
+            self._journal = None
+        self._batches += 1
+        asked = wait or self._batches % ASK_EVERY == 0
+        process.send(("feed", [(step, _floats(values)) for step, values in batch], asked))
+        self._asked += asked
+        self._read(wait_over=0 if wait else 1)
+
+    def _poll_started(self) -> bool:
+        if not self._started and self._process.ready():
+            if self._process.read() != ("ready",):
+                raise ProcessGone("the monitor's process did not start; monitoring goes on in the training process")
+            self._started = True
+        return self._started
+
+    def _read(self, wait_over: int = 0) -> None:
+        """Reads the child's frames: waits while more than `wait_over` asked answers are
+        outstanding, then reads those that came."""
+        process = self._process
+        if self._asked > wait_over and not process.ready():
+            process.wake()
+        while self._asked > wait_over or process.ready():
+            self._handle(process.read())
+
+    def _handle(self, message) -> None:
+        kind, *answer = message
+        self._asked -= answer[-1]
+        if kind == "error":
+            raise answer[0]
+        opened, self.should_stop, _ = answer
+        for incident, should_stop in opened:
+            self._tell(incident, should_stop)
+
+    def home(self):
+        """The Monitor, fed every step sent, back in this process; the child ends."""
+        if self._journal is not None:
+            self._process.close()
+            return self.local
+        self._read()
+        self._process.send(("home",))
+        self._process.wake()
+        while True:
+            message = self._process.read(HOME_TIMEOUT)
+            if message[0] == "monitor":
+                break
+            self._handle(message)
+        self._process.close()
+        return pickle.loads(message[1])
+
+    def close(self) -> None:
+        self._process.close()
+
+
+def _floats(values: dict) -> dict:
+    """A step's values as floats, what the child is sent (not a framework's tensors); the
+    Monitor names what is not a number."""
+    out = {}
+    for name, value in values.items():
+        if isinstance(value, (bool, str, bytes)):  # not numbers to the Monitor
+            out[name] = value
+            continue
+        try:
+            out[name] = float(value)
+        except (TypeError, ValueError, RuntimeError, OverflowError):
+            out[name] = value
+    return out
+
+
+def _write_error(fd: int, error: Exception, asked: bool) -> None:
+    try:
+        _write(fd, ("error", error, asked))
+    except (pickle.PicklingError, TypeError, AttributeError):  # an exception that does not pickle
+        _write(fd, ("error", RuntimeError(repr(error)), asked))
+
+
+def _end(proc: subprocess.Popen, wake: int) -> None:
+    """Closing its stdin (and its wake pipe) ends the child. Its exit (the interpreter's
+    teardown, ~30 ms) is waited for on a thread, not by the loop; one that has not ended in
+    END_TIMEOUT s is killed."""
+    try:
+        os.close(wake)
+    except OSError:
+        pass
+    for stream in (proc.stdin, proc.stdout):
+        try:
+            stream.close()
+        except OSError:
+            pass
+    if proc.poll() is None:
+        threading.Thread(target=_reap, args=(proc,), name="tb-crash-signals-reaper", daemon=True).start()
+
+
+def _reap(proc: subprocess.Popen) -> None:
+    try:
+        proc.wait(timeout=END_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def serve(wake: int) -> None:
+    """The child: a Monitor fed frames from stdin, answering on stdout, napping on the `wake`
+    pipe (see the module); ends quietly when the parent closes its end."""
+    try:
+        _serve(wake)
+    except (BrokenPipeError, EOFError):
+        pass
+
+
+def _frames(fd: int, wake: int):
+    """The frames the parent sends, read without blocking on the pipe (see the module)."""
+    os.set_blocking(fd, False)
+    os.set_blocking(wake, False)
+    buffer, nap = bytearray(), NAP_MIN
+    while True:
+        try:
+            chunk = os.read(fd, 1 << 20)
+        except BlockingIOError:
+            if select.select([wake], [], [], nap)[0]:
+                if not os.read(wake, 4096):
+                    return  # the parent closed it: it is gone
+                nap = NAP_MIN
+            else:
+                nap = min(2 * nap, NAP_MAX)
+            continue
+        if not chunk:
+            return
+        nap = NAP_MIN
+        buffer += chunk
+        while len(buffer) >= _HEADER.size:
+            end = _HEADER.size + _HEADER.unpack_from(buffer)[0]
+            if len(buffer) < end:
+                break
+            yield pickle.loads(bytes(buffer[_HEADER.size:end]))
+            del buffer[:end]
+
+
+def _serve(wake: int) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    out = os.dup(1)
+    os.dup2(2, 1)  # anything printed goes to stderr, never into the answers
+    monitor, opened = None, []
+
+    def on_incident(incident):
+        opened.append((incident, monitor.should_stop))
+
+    for message in _frames(0, wake):
+        kind = message[0]
+        if kind == "start":
+            monitor = pickle.loads(message[1])
+            _write(out, ("ready",))
+        elif kind == "catch up":
+            # What the parent's Monitor was fed, and reported, while this one started.
+            monitor.on_incident = lambda incident: None
+            for step, values in message[1]:
+                monitor.update(step, **values)
+            monitor.on_incident = on_incident
+        elif kind == "feed":
+            del opened[:]
+            was = monitor.should_stop
+            asked = message[2]
+            try:
+                for step, values in message[1]:
+                    monitor.update(step, **values)
+            except Exception as e:  # the parent raises it where the step was given
+                _write_error(out, e, asked)
+                continue
+            if asked or opened or monitor.should_stop != was:
+                _write(out, ("fed", list(opened), monitor.should_stop, asked))
+        elif kind == "home":
+            monitor.on_incident = None
+            _write(out, ("monitor", pickle.dumps(monitor, protocol=_PROTOCOL)))
+            return
