@@ -1,6 +1,7 @@
 """The framework callbacks' cost next to the tiny models' training step.
 
-    KERAS_BACKEND=torch python bench/bench_callbacks.py [--repeats 3] [--check-every 10] [--grad-every 10]
+    KERAS_BACKEND=torch python bench/bench_callbacks.py [--repeats 3] [--long] [--check-every 10]
+        [--grad-every 10] [--background true|false]
 
 Trains the healthy runs of tests/integration/frameworks (a tiny GPT-2 under the
 HuggingFace Trainer, a tiny MLP under Lightning and under Keras 3 on torch, CPU)
@@ -14,7 +15,11 @@ the medians of those are printed.
 --check-every is the callbacks' own option (the Monitor fed that many steps at once, or "auto",
 their default);
 --grad-every the Lightning and Keras callbacks' (the gradient norm measured every that
-many steps; their defaults are 1 and 10).
+many steps, or "auto", their default); --background the callbacks' (the Monitor in a child
+process: "auto", their default, or true / false).
+--long trains each 10x longer (1 200 / 3 000 / 1 960 steps): a training run lasts minutes, and
+what a callback costs once (the child process's start, bringing the Monitor back at the end)
+weighs on a run of a second as it never does on one of minutes.
 """
 
 from __future__ import annotations
@@ -76,7 +81,7 @@ def loop_share(marks) -> float:
     return (s1 - s0) / (t1 - t0)
 
 
-def hf(out, grad_every=None, **options):  # the Trainer logs the gradient norm itself
+def hf(out, scale=1, grad_every=None, **options):  # the Trainer logs the gradient norm itself
     import test_hf
 
     from tb_crash_signals.integrations.hf import CrashSignalsCallback
@@ -84,11 +89,11 @@ def hf(out, grad_every=None, **options):  # the Trainer logs the gradient norm i
     cb = CrashSignalsCallback(**options)
     spent, marks = timed(cb, "on_log")  # logging_steps=1: once a step
     t0 = time.perf_counter()
-    trainer = test_hf.train(out, cb, lr=0.5, steps=120, eval_steps=40)
+    trainer = test_hf.train(out, cb, lr=0.5, steps=120 * scale, eval_steps=40 * scale)
     return time.perf_counter() - t0, spent[0], trainer.state.global_step, loop_share(marks)
 
 
-def lightning(out, **options):
+def lightning(out, scale=1, **options):
     import test_lightning
 
     from tb_crash_signals.integrations.lightning import CrashSignals
@@ -96,11 +101,11 @@ def lightning(out, **options):
     cb = CrashSignals(**options)
     spent, marks = timed(cb, "on_train_batch_end")
     t0 = time.perf_counter()
-    trainer = test_lightning.fit(out, cb, peak_lr=0.1, ramp=20, steps=300, log_every=LIGHTNING_LOG_EVERY)
+    trainer = test_lightning.fit(out, cb, peak_lr=0.1, ramp=20, steps=300 * scale, log_every=LIGHTNING_LOG_EVERY)
     return time.perf_counter() - t0, spent[0], trainer.global_step, loop_share(marks)
 
 
-def keras(out, **options):
+def keras(out, scale=1, **options):
     import test_keras
 
     from tb_crash_signals.integrations.keras import CrashSignals
@@ -108,7 +113,7 @@ def keras(out, **options):
     cb = CrashSignals(**options)
     spent, marks = timed(cb, "on_train_batch_end")
     t0 = time.perf_counter()
-    model, _ = test_keras.fit(out, cb, lr=0.05)
+    model, _ = test_keras.fit(out, cb, lr=0.05, epochs=7 * scale)
     return time.perf_counter() - t0, spent[0], int(model.optimizer.iterations.value), loop_share(marks)
 
 
@@ -116,13 +121,19 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--check-every", default=None, help='N or "auto" (default: the callbacks\' own, "auto")')
-    ap.add_argument("--grad-every", type=int, default=None, help="default: each callback's own")
+    ap.add_argument("--grad-every", default=None, help='N or "auto" (default: each callback\'s own)')
+    ap.add_argument("--background", choices=("auto", "true", "false"), default=None,
+                    help='the Monitor in a child process (default: the callbacks\' own, "auto")')
+    ap.add_argument("--long", action="store_true", help="train 10x longer (steady state)")
     args = ap.parse_args(argv)
     options = {}  # the callbacks' own
     if args.check_every is not None:
         options["check_every"] = args.check_every if args.check_every == "auto" else int(args.check_every)
     if args.grad_every is not None:
-        options["grad_every"] = args.grad_every
+        options["grad_every"] = args.grad_every if args.grad_every == "auto" else int(args.grad_every)
+    if args.background is not None:
+        options["background"] = {"auto": "auto", "true": True, "false": False}[args.background]
+    scale = 10 if args.long else 1
     logging.disable(logging.WARNING)
     import numpy as np
     import torch
@@ -131,7 +142,8 @@ def main(argv=None):
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
           f"Python {platform.python_version()}, torch {torch.__version__} (1 thread), numpy {np.__version__}, "
           f"load average {os.getloadavg()[0]:.1f}; check_every={args.check_every or 'default'}, "
-          f"grad_every={args.grad_every or 'default'}")
+          f"grad_every={args.grad_every or 'default'}, background={args.background or 'default'}"
+          f"{', 10x longer runs' if args.long else ''}")
     print("framework   steps   step (wall)   callback per step   share of fit()   share of the loop   "
           "(medians of the runs after a warm-up run; loop share min-max)")
     for name, run in (("HuggingFace", hf), ("Lightning", lightning), ("Keras 3", keras)):
@@ -140,7 +152,7 @@ def main(argv=None):
         # (its larger wall time made the smallest "share" of the runs a flattering figure).
         for _ in range(args.repeats + 1):
             with tempfile.TemporaryDirectory() as out:
-                wall, spent, steps, loop = run(out, **options)
+                wall, spent, steps, loop = run(out, scale, **options)
             results.append((spent / wall, wall / steps, spent / steps, steps, loop))
         results = results[1:]
         med = [statistics.median(r[k] for r in results) for k in range(5)]

@@ -23,6 +23,11 @@ AUTO_MAX_WAIT = 1.0
 # next all the time; against its top, only a jump out of its range is urgent).
 URGENT_DECAY = 0.9
 
+# grad_every="auto": the share of the loop's time one measurement (a gradient norm) aims to stay
+# under, against the time since the one before, and the most steps between two.
+MEASURE_SHARE = 0.0025
+MEASURE_MAX_EVERY = 16
+
 CheckEvery = Union[int, str]
 Background = Union[bool, str]
 
@@ -46,6 +51,47 @@ def describe(incident: Incident, stopping_at: int | None = None) -> str:
     if stopping_at is not None:
         line += f". Training stopped at step {stopping_at}."
     return line
+
+
+class Cadence:
+    """Every how many steps a callback measures something: N, or "auto": every step while a
+    measurement costs under MEASURE_SHARE of the loop's time since the one before, every 2, 4,
+    ... up to MEASURE_MAX_EVERY steps while it costs more (a gradient norm is a sizeable part of
+    a tiny model's step, and of a big model's too: its cost grows with the weights, as the
+    step's does). Steps that are multiples of `every` are due; halving or doubling it keeps
+    them on the same grid."""
+
+    def __init__(self, every: CheckEvery, what: str):
+        self.auto = every == "auto"
+        if self.auto:
+            every = 1
+        try:
+            every = int(every)
+        except (TypeError, ValueError):
+            raise ValueError(f'{what} must be a positive integer or "auto", got {every!r}') from None
+        if every < 1:
+            raise ValueError(f'{what} must be a positive integer or "auto", got {every!r}')
+        self.every = every
+        self._last: float | None = None  # when the last measurement ended ("auto")
+
+    def due(self, step: int) -> bool:
+        return step % self.every == 0
+
+    def measure(self, fn, *args):
+        """fn(*args), timed under "auto" to adapt `every`."""
+        if not self.auto:
+            return fn(*args)
+        start = time.perf_counter()
+        value = fn(*args)
+        end = time.perf_counter()
+        if self._last is not None and end > self._last:
+            share = (end - start) / (end - self._last)
+            if share > MEASURE_SHARE:
+                self.every = min(2 * self.every, MEASURE_MAX_EVERY)
+            elif share < MEASURE_SHARE / 4:
+                self.every = max(self.every // 2, 1)
+        self._last = end
+        return value
 
 
 class Watch:

@@ -27,7 +27,7 @@ from typing import Iterable
 
 import numpy as np
 
-from tb_crash_signals.integrations._watch import Background, CheckEvery, Watch, Watching, require
+from tb_crash_signals.integrations._watch import Background, Cadence, CheckEvery, Watch, Watching, require
 
 _keras = require("keras", "keras", "Keras 3 (with KERAS_BACKEND set to an installed backend, e.g. torch)")
 if int(_keras.__version__.split(".")[0]) < 3:
@@ -73,8 +73,10 @@ class CrashSignals(Watching, _keras.callbacks.Callback):
             weights once); 0 never.
         lr_every: read the learning rate every this many steps; 0 never.
         grad_norm: feed the gradient norm (torch backend only).
-        grad_every: measure the gradient norm every this many steps (on a small model it
-            costs as much as the rest of the callback).
+        grad_every: measure the gradient norm every this many steps; "auto" (the default):
+            every step while it costs under 0.25 % of the loop's time, else every 2, 4, ... up
+            to 16 steps (`Cadence`; on a tiny model it costs as much as the rest of the
+            callback).
         check_every: "auto" (the default) feeds the Monitor as many steps at once as keep it
             under 0.5 % of the loop's time, up to 16 (every step in a loop of slow steps); N: N
             steps at once; 1: every step. The incidents are the same; a stop can come up to
@@ -93,7 +95,7 @@ class CrashSignals(Watching, _keras.callbacks.Callback):
     """
 
     def __init__(self, config=None, stop_on: Iterable[str] | None = None, stop: bool = True,
-                 ratio_every: int = 10, lr_every: int = 10, grad_norm: bool = True, grad_every: int = 10,
+                 ratio_every: int = 10, lr_every: int = 10, grad_norm: bool = True, grad_every: CheckEvery = "auto",
                  check_every: CheckEvery = "auto", background: Background = "auto"):
         super().__init__()
         self._watch = Watch(config, stop_on, stop, lambda severity, line: _print(line), check_every, background)
@@ -101,7 +103,7 @@ class CrashSignals(Watching, _keras.callbacks.Callback):
         self.lr_every = max(int(lr_every), 0)
         self._on_torch = _keras.backend.backend() == "torch"
         self.grad_norm = grad_norm and self._on_torch
-        self.grad_every = max(int(grad_every), 1)
+        self._grad = Cadence(grad_every, "grad_every")
         self._before = None
         self._step = 0
         # The iteration count a batch starts at: the count the previous batch ended at, so it is
@@ -112,6 +114,11 @@ class CrashSignals(Watching, _keras.callbacks.Callback):
         self._iteration_scalar = None  # the optimizer's iteration count as a backend scalar
         self._last_iteration: int | None = None
         self.last: dict = {}
+
+    @property
+    def grad_every(self) -> int:
+        """Every how many steps the gradient norm is measured now (see `grad_every`)."""
+        return self._grad.every
 
     def _iterations(self) -> int:
         # The variable's backend scalar, kept: reading it through the variable costs ~10x more
@@ -156,8 +163,8 @@ class CrashSignals(Watching, _keras.callbacks.Callback):
         values = {"train_loss": logs.get("loss")}
         if self.lr_every and step % self.lr_every == 0:
             values["lr"] = self._lr()
-        if self.grad_norm and step % self.grad_every == 0:
-            values["grad_norm"] = self._grad_norm()
+        if self.grad_norm and self._grad.due(step):
+            values["grad_norm"] = self._grad.measure(self._grad_norm)
         if self._before is not None:
             if isinstance(self._before, list):
                 values["update_ratio"] = self._update_ratio()

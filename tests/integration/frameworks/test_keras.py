@@ -78,8 +78,10 @@ def test_a_healthy_run_trains_to_the_end_untouched(tmp_path):
     assert cb.stopped_step is None and not cb.monitor.should_stop
     assert critical(cb.incidents) == []
     points = cb.monitor.report()["points"]
-    # The gradient norm at the steps that are multiples of grad_every (10), from step 1 on.
-    assert points["train_loss"] == 7 * 28 and points["grad_norm"] == 7 * 28 // cb.grad_every and points["val_loss"] == 7
+    assert points["train_loss"] == 7 * 28 and points["val_loss"] == 7
+    # The gradient norm at the steps that are multiples of grad_every ("auto": 1 to 16, as it costs).
+    grad_steps = [step for step, values in cb.monitor._log if "grad_norm" in values]
+    assert 7 * 28 // 16 <= len(grad_steps) <= 7 * 28 and grad_steps[-1] % cb.grad_every == 0
     assert history.history["loss"][-1] < history.history["loss"][0]
 
 
