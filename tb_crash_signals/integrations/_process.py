@@ -15,7 +15,9 @@ its Monitor then the same as the one here) and feeds the child from then on.
 The child speaks when something happened (an incident opened, the stop decision changed, an
 error) or when asked: every ASK_EVERY-th batch and what is fed at once ask, so reading its
 answers costs the loop nothing on most steps, and a child the machine starves of CPU time is
-never more than about 2 x ASK_EVERY batches behind before the loop waits for it.
+never more than about 2 x ASK_EVERY batches behind before the loop waits for it. The loop does
+not wait for the answer to what it feeds at once (a round trip costs ~1 ms here): it reads it
+at the next steps, as soon as it came.
 
 The child does not wait on the pipe: it naps (NAP_MIN, doubling up to NAP_MAX while nothing
 comes) and reads what arrived, because a write that wakes a process blocked on the pipe costs
@@ -41,6 +43,8 @@ import sys
 import threading
 import weakref
 
+from tb_crash_signals.online.monitor import clean_values
+
 _HEADER = struct.Struct("<Q")
 _PROTOCOL = pickle.HIGHEST_PROTOCOL
 _CHILD = "import sys; from tb_crash_signals.integrations._process import serve; serve(int(sys.argv[1]))"
@@ -48,9 +52,9 @@ _CHILD = "import sys; from tb_crash_signals.integrations._process import serve; 
 HOME_TIMEOUT = 60.0
 END_TIMEOUT = 5.0
 NAP_MIN, NAP_MAX = 0.001, 0.02
-# Every this many batches, one asks for an answer; the loop waits for it when it sends the next
-# that asks (the child handles a batch in well under a step's time: only a machine whose cores
-# are all busy makes it wait).
+# Every this many batches, one asks for an answer; the loop waits for it only when it has sent
+# the next that asks (the child handles a batch in well under a step's time: only a machine
+# whose cores are all busy makes it wait).
 ASK_EVERY = 4
 
 
@@ -200,8 +204,9 @@ class Offload:
     def handed_over(self) -> bool:
         return self._journal is None
 
-    def feed(self, batch: list, wait: bool) -> None:
-        """Feeds the steps; with `wait`, reads the child's answer to them before returning."""
+    def feed(self, batch: list, ask: bool = False) -> None:
+        """Feeds the steps, asking for an answer if `ask` (else every ASK_EVERY-th batch does);
+        reads the answers that came, waiting only while an earlier asked one is outstanding."""
         process = self._process
         if self._journal is not None:
             if not self._poll_started():
@@ -214,10 +219,32 @@ class Offload:
             process.send(("catch up", self._journal))
             self._journal = None
         self._batches += 1
-        asked = wait or self._batches % ASK_EVERY == 0
-        process.send(("feed", [(step, _floats(values)) for step, values in batch], asked))
-        self._asked += asked
-        self._read(wait_over=0 if wait else 1)
+        asked = ask or self._batches % ASK_EVERY == 0
+        clean = []
+        try:  # as floats (not a framework's tensors); a bad value raises here, at its step
+            for step, values in batch:
+                clean.append((step, clean_values(values)))
+        finally:
+            if clean:
+                process.send(("feed", clean, asked))
+                self._asked += asked
+        self._read(wait_over=1)
+
+    @property
+    def asking(self) -> bool:
+        """Whether an answer asked for has not been read yet."""
+        return self._asked > 0
+
+    def poll(self) -> bool:
+        """Reads the answers that came, waiting for none; True if any did."""
+        if not self._process.ready():
+            return False
+        self._read(wait_over=self._asked)
+        return True
+
+    def sync(self) -> None:
+        """Reads every answer to what was sent."""
+        self._read()
 
     def _poll_started(self) -> bool:
         if not self._started and self._process.ready():
@@ -262,21 +289,6 @@ class Offload:
 
     def close(self) -> None:
         self._process.close()
-
-
-def _floats(values: dict) -> dict:
-    """A step's values as floats, what the child is sent (not a framework's tensors); the
-    Monitor names what is not a number."""
-    out = {}
-    for name, value in values.items():
-        if isinstance(value, (bool, str, bytes)):  # not numbers to the Monitor
-            out[name] = value
-            continue
-        try:
-            out[name] = float(value)
-        except (TypeError, ValueError, RuntimeError, OverflowError):
-            out[name] = value
-    return out
 
 
 def _write_error(fd: int, error: Exception, asked: bool) -> None:

@@ -117,8 +117,8 @@ class Watch:
             POSIX with two CPUs or more. Until the child has started (a few hundred
             milliseconds) the Monitor here is fed as without it. A stop then comes when the
             child's answer is read, with the next batch (the child handles one in well under a
-            step's time): up to 2 x `check_every` - 1 steps after the alarm; what is fed at
-            once waits for its answer.
+            step's time): up to 2 x `check_every` - 1 steps after the alarm; for what is fed at
+            once, at the first step its answer has come by (the next, in a training loop).
             `monitor` brings the Monitor back into this process and ends the child (the next
             batch starts another). If the child dies, the Watch says so and goes on here: with
             the Monitor as it was if the child had not taken over yet, else from a fresh start.
@@ -187,7 +187,7 @@ class Watch:
         if self.check_every == 1 and not self.auto and self._offload is None and not self.background:
             self._step = step
             self._monitor.update(step, **values)
-        elif not self._feed(step, values):
+        elif not self._feed(step, values) and not self._answered(step):
             return False
         self._step = None
         if self.stop and self.stopped_step is None and self._stopping():
@@ -197,6 +197,18 @@ class Watch:
 
     def _stopping(self) -> bool:
         return self._offload.should_stop if self._offload is not None else self._monitor.should_stop
+
+    def _answered(self, step: int) -> bool:
+        """While the child owes an answer it was asked for, reads it if it came; True if so."""
+        offload = self._offload
+        if offload is None or not offload.asking:
+            return False
+        self._step = step
+        try:
+            return offload.poll()
+        except _process.ProcessGone as e:
+            self._lost(e, [])
+            return True
 
     def _feed(self, step: int, values: dict) -> bool:
         """Holds the step, or feeds what is held (see check_every); True when it fed. Under
@@ -211,7 +223,7 @@ class Watch:
         if not (urgent or step - pending[0][0] + 1 >= self.check_every or waited):
             return False
         self._step = step
-        self._send(wait=urgent)
+        self._send(wait=False, urgent=urgent)
         if self.auto:
             done = time.perf_counter()
             if self._fed_at is not None and done > self._fed_at:
@@ -239,8 +251,9 @@ class Watch:
         self._send(wait=True)
         self._home()
 
-    def _send(self, wait: bool):
-        """Feeds what is held, to the child (started if need be) or to the Monitor here."""
+    def _send(self, wait: bool, urgent: bool = False):
+        """Feeds what is held, to the child (started if need be) or to the Monitor here. With a
+        child: `urgent` asks for its answer (read at the next steps), `wait` waits for it."""
         pending, self._pending = self._pending, []
         if not pending:
             return
@@ -253,7 +266,9 @@ class Watch:
                 self._say("warning", f"crash signals: the monitor runs in the training process ({e})")
         if self._offload is not None:
             try:
-                self._offload.feed(pending, wait)
+                self._offload.feed(pending, ask=urgent)
+                if wait:
+                    self._offload.sync()
             except _process.ProcessGone as e:
                 self._lost(e, pending)
             return

@@ -199,11 +199,11 @@ class Monitor:
         clean = values
         for value in values.values():
             if type(value) is not float:
-                clean = _clean(values)
+                clean = clean_values(values)
                 break
         else:
             if not values.keys() <= _SIGNAL_SET:
-                clean = _clean(values)
+                clean = clean_values(values)
         st = self._state
         if st.max_step is not None and step <= st.max_step:
             if step < st.max_step:
@@ -525,8 +525,9 @@ def _as_step(step) -> int:
     return as_int
 
 
-def _clean(values: dict) -> dict:
-    """The values given to `update`, checked and converted to float, None dropped."""
+def clean_values(values: dict) -> dict:
+    """The values given to `update`, checked and converted to float, None dropped (the TypeError
+    `update` raises for a bad one)."""
     clean = {}
     for name, value in values.items():
         if value is None:
