@@ -23,10 +23,13 @@ AUTO_MAX_WAIT = 1.0
 # next all the time; against its top, only a jump out of its range is urgent).
 URGENT_DECAY = 0.9
 
-# grad_every="auto": the share of the loop's time one measurement (a gradient norm) aims to stay
-# under, against the time since the one before, and the most steps between two.
+# grad_every="auto" and ratio_every="auto": the share of the loop's time one measurement (a
+# gradient norm, an update ratio) aims to stay under, against the time since the one before; the
+# most steps between two gradient norms; the fewest and most between two update ratios (every
+# ~10 steps, the source article's advice, while it is cheap).
 MEASURE_SHARE = 0.0025
 MEASURE_MAX_EVERY = 16
+RATIO_EVERY, RATIO_MAX_EVERY = 10, 80
 
 CheckEvery = Union[int, str]
 Background = Union[bool, str]
@@ -54,28 +57,31 @@ def describe(incident: Incident, stopping_at: int | None = None) -> str:
 
 
 class Cadence:
-    """Every how many steps a callback measures something: N, or "auto": every step while a
-    measurement costs under MEASURE_SHARE of the loop's time since the one before, every 2, 4,
-    ... up to MEASURE_MAX_EVERY steps while it costs more (a gradient norm is a sizeable part of
-    a tiny model's step, and of a big model's too: its cost grows with the weights, as the
-    step's does). Steps that are multiples of `every` are due; halving or doubling it keeps
-    them on the same grid."""
+    """Every how many steps a callback measures something: N, or "auto": every `least` steps
+    while a measurement costs under MEASURE_SHARE of the loop's time since the one before, every
+    2, 4, ... x `least` steps (up to `most`) while it costs more (a gradient norm or a copy of the
+    weights is a sizeable part of a tiny model's step, and of a big model's too: its cost grows
+    with the weights, as the step's does). Steps that are multiples of `every` are due; halving
+    or doubling it keeps them on the same grid. 0: never (where `what` allows it)."""
 
-    def __init__(self, every: CheckEvery, what: str):
+    def __init__(self, every: CheckEvery, what: str, least: int = 1, most: int = MEASURE_MAX_EVERY,
+                 never: bool = False):
         self.auto = every == "auto"
+        self.least, self.most = least, most
         if self.auto:
-            every = 1
+            every = least
         try:
             every = int(every)
         except (TypeError, ValueError):
-            raise ValueError(f'{what} must be a positive integer or "auto", got {every!r}') from None
-        if every < 1:
-            raise ValueError(f'{what} must be a positive integer or "auto", got {every!r}')
+            every = -1
+        if every < (0 if never else 1):
+            allowed = "a non-negative integer" if never else "a positive integer"
+            raise ValueError(f'{what} must be {allowed} or "auto", got {every!r}')
         self.every = every
         self._last: float | None = None  # when the last measurement ended ("auto")
 
     def due(self, step: int) -> bool:
-        return step % self.every == 0
+        return self.every > 0 and step % self.every == 0
 
     def measure(self, fn, *args):
         """fn(*args), timed under "auto" to adapt `every`."""
@@ -83,15 +89,21 @@ class Cadence:
             return fn(*args)
         start = time.perf_counter()
         value = fn(*args)
+        self.took(time.perf_counter() - start)
+        return value
+
+    def took(self, seconds: float) -> None:
+        """A measurement just ended, having cost `seconds` (under "auto": adapts `every`)."""
+        if not self.auto:
+            return
         end = time.perf_counter()
         if self._last is not None and end > self._last:
-            share = (end - start) / (end - self._last)
+            share = seconds / (end - self._last)
             if share > MEASURE_SHARE:
-                self.every = min(2 * self.every, MEASURE_MAX_EVERY)
+                self.every = min(2 * self.every, self.most)
             elif share < MEASURE_SHARE / 4:
-                self.every = max(self.every // 2, 1)
+                self.every = max(self.every // 2, self.least)
         self._last = end
-        return value
 
 
 class Watch:

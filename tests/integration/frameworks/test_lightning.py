@@ -88,7 +88,9 @@ def test_a_healthy_run_trains_to_the_end_untouched(tmp_path):
     assert critical(cb.incidents) == []
     points = cb.monitor.report()["points"]
     assert points["train_loss"] == 200 and points["grad_norm"] == 200 and points["val_loss"] == 4
-    assert points["update_ratio"] == 20
+    # The update ratio every 10 steps ("auto": 20, 40 or 80 while a copy of the weights costs).
+    ratio_steps = [step for step, values in cb.monitor._log if "update_ratio" in values]
+    assert 200 // 80 <= len(ratio_steps) <= 20 and all(step % 10 == 0 for step in ratio_steps)
     # The callback numbers steps as the logger does.
     assert [s for s, _ in logged(tmp_path, "train_loss")] == list(range(200))
 

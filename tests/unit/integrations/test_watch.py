@@ -237,3 +237,25 @@ def test_an_auto_cadence_measures_sparser_while_a_measurement_costs_and_every_st
     assert fixed.every == 10 and fixed.due(20) and not fixed.due(21)
     with pytest.raises(ValueError, match='grad_every must be a positive integer or "auto"'):
         Cadence(0, "grad_every")
+    never = Cadence(0, "ratio_every", never=True)
+    assert not any(never.due(step) for step in range(20))
+    with pytest.raises(ValueError, match='ratio_every must be a non-negative integer or "auto"'):
+        Cadence("often", "ratio_every", never=True)
+
+
+def test_an_auto_cadence_with_a_floor_never_measures_more_often_than_it(monkeypatch):
+    now = [0.0]
+    monkeypatch.setattr(_watch.time, "perf_counter", lambda: now[0])
+    cadence = Cadence("auto", "ratio_every", least=10, most=80)
+    measured = []
+    for step in range(2000):
+        now[0] += 0.1  # slow steps: a measurement is cheap
+        if cadence.due(step):
+            measured.append(step)
+            cadence.took(1e-5)
+    assert cadence.every == 10 and measured[:3] == [0, 10, 20]
+    for step in range(2000, 4000):
+        now[0] += 1e-3  # fast steps: 200 us a copy is 2 % of 10 of them
+        if cadence.due(step):
+            cadence.took(2e-4)
+    assert cadence.every == 80
