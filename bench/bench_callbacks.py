@@ -11,7 +11,8 @@ logging) against the run's wall time per step, warm-up included ("share": of the
 whole fit(), the trainer's setup and teardown included), and against the training
 loop alone ("share of the loop": from the first training step's hook to the last's,
 evaluations included). Each framework runs once to warm up, then --repeats times;
-the medians of those are printed.
+the medians of those are printed, with the CPU time the background Monitor's child process
+spent per step (on another core: the loop does not wait for it).
 --check-every is the callbacks' own option (the Monitor fed that many steps at once, or "auto",
 their default);
 --grad-every the Lightning and Keras callbacks' (the gradient norm measured every that
@@ -29,9 +30,11 @@ import functools
 import logging
 import os
 import platform
+import resource
 import statistics
 import sys
 import tempfile
+import threading
 import time
 import warnings
 
@@ -117,6 +120,17 @@ def keras(out, scale=1, **options):
     return time.perf_counter() - t0, spent[0], int(model.optimizer.iterations.value), loop_share(marks)
 
 
+def children_cpu(wait: bool = False) -> float:
+    """CPU seconds of this process's ended children: the background Monitor's process, once
+    reaped (`wait`: after the reaper thread that waits for it has ended)."""
+    deadline = time.monotonic() + 10
+    while wait and time.monotonic() < deadline and any(
+            t.name == "tb-crash-signals-reaper" for t in threading.enumerate()):
+        time.sleep(0.01)
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=3)
@@ -145,20 +159,24 @@ def main(argv=None):
           f"grad_every={args.grad_every or 'default'}, background={args.background or 'default'}"
           f"{', 10x longer runs' if args.long else ''}")
     print("framework   steps   step (wall)   callback per step   share of fit()   share of the loop   "
-          "(medians of the runs after a warm-up run; loop share min-max)")
+          "the child's CPU per step (background)")
+    print("            (medians of the runs after a warm-up run; loop share min-max)")
     for name, run in (("HuggingFace", hf), ("Lightning", lightning), ("Keras 3", keras)):
         results = []
         # One run more, first, not counted: it pays the imports and first calls of everything
         # (its larger wall time made the smallest "share" of the runs a flattering figure).
         for _ in range(args.repeats + 1):
+            before = children_cpu()
             with tempfile.TemporaryDirectory() as out:
                 wall, spent, steps, loop = run(out, scale, **options)
-            results.append((spent / wall, wall / steps, spent / steps, steps, loop))
+            child = children_cpu(wait=True) - before
+            results.append((spent / wall, wall / steps, spent / steps, steps, loop, child / steps))
         results = results[1:]
-        med = [statistics.median(r[k] for r in results) for k in range(5)]
+        med = [statistics.median(r[k] for r in results) for k in range(6)]
         loops = [r[4] for r in results]
         print(f"{name:<11} {int(med[3]):>5}   {med[1] * 1e3:8.2f} ms   {med[2] * 1e6:10.1f} us       "
-              f"{med[0]:6.2%}          {med[4]:6.2%} ({min(loops):.2%}-{max(loops):.2%})")
+              f"{med[0]:6.2%}          {med[4]:6.2%} ({min(loops):.2%}-{max(loops):.2%})   "
+              f"{med[5] * 1e6:6.1f} us")
 
 if __name__ == "__main__":
     main()
