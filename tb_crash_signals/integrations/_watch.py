@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import math
 import pickle
+import subprocess
 import time
 from typing import Callable, Iterable, Union
 
@@ -272,7 +273,8 @@ class Watch:
         if self.background and self._offload is None:
             try:
                 self._offload = _process.Offload(self._monitor, self._tell)
-            except (OSError, pickle.PicklingError, TypeError, AttributeError) as e:
+            except (OSError, ValueError, TypeError, AttributeError, subprocess.SubprocessError,
+                    pickle.PicklingError) as e:
                 # No process can start, or this Monitor cannot travel: it stays here.
                 self.background = False
                 self._say("warning", f"crash signals: the monitor runs in the training process ({e})")
