@@ -81,7 +81,8 @@ def test_a_healthy_run_trains_to_the_end_untouched(tmp_path):
     assert points["train_loss"] == 7 * 28 and points["val_loss"] == 7
     # The gradient norm at the steps that are multiples of grad_every ("auto": 1 to 16, as it costs).
     grad_steps = [step for step, values in cb.monitor._log if "grad_norm" in values]
-    assert 7 * 28 // 16 <= len(grad_steps) <= 7 * 28 and grad_steps[-1] % cb.grad_every == 0
+    gaps = {b - a for a, b in zip(grad_steps, grad_steps[1:])}
+    assert 7 * 28 // 16 <= len(grad_steps) <= 7 * 28 and gaps <= {1, 2, 4, 8, 16}
     assert history.history["loss"][-1] < history.history["loss"][0]
 
 

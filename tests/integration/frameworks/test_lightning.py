@@ -125,12 +125,13 @@ def test_a_learning_rate_far_too_high_is_stopped_before_nan(tmp_path, caplog):
     assert critical(scanned_incidents(str(tmp_path / "stopped")))[:1] == ours[:1]
     assert ours[0] in critical(scanned_incidents(str(tmp_path / "free")))
 
-    # Fed ten steps at a time, it tells the same story and still stops before the NaN, within ten steps.
+    # Fed ten steps at a time, it tells the same story and still stops before the NaN, within ten
+    # steps of the alarm (the default's "auto" may itself hold a few steps back on a busy machine).
     batched = CrashSignals(check_every=10)
     fit(tmp_path / "batched", batched, peak_lr=PEAK, ramp=RAMP, steps=STEPS)
     print(f"Lightning, check_every=10: stopped at step {batched.stopped_step}")
-    assert batched.stopped_step is not None and cb.stopped_step <= batched.stopped_step < min(
-        nan_step, cb.stopped_step + 10)
+    alarm = ours[0][1]
+    assert batched.stopped_step is not None and alarm <= batched.stopped_step < min(nan_step, alarm + 10)
     assert critical(batched.incidents)[0] == ours[0]
 
 
