@@ -47,7 +47,12 @@ from tb_crash_signals.online.monitor import clean_values
 
 _HEADER = struct.Struct("<Q")
 _PROTOCOL = pickle.HIGHEST_PROTOCOL
-_CHILD = "import sys; from tb_crash_signals.integrations._process import serve; serve(int(sys.argv[1]))"
+# The child's bootstrap: without the working directory `-c` puts first on its path (a file there
+# named like a module would shadow it), with this package's root if its path lacks it (a source
+# checkout the parent put on sys.path), first, so both import the same code.
+_CHILD = ("import sys; sys.path[:] = [p for p in sys.path if p]; root = sys.argv[1]; "
+          "root in sys.path or sys.path.insert(0, root); "
+          "from tb_crash_signals.integrations._process import serve; serve(int(sys.argv[2]))")
 # How long the parent waits for the child's last answers and its Monitor before giving up on it.
 HOME_TIMEOUT = 60.0
 END_TIMEOUT = 5.0
@@ -63,8 +68,9 @@ class ProcessGone(RuntimeError):
 
 
 def available() -> bool:
-    """Whether a child process can run beside this one: POSIX pipes (select) and a second CPU."""
-    if os.name != "posix":
+    """Whether a child process can run beside this one: POSIX pipes (select), a second CPU, and
+    a Python interpreter to run (a frozen application's executable is the application)."""
+    if os.name != "posix" or getattr(sys, "frozen", False) or not sys.executable:
         return False
     try:
         cpus = len(os.sched_getaffinity(0))
@@ -113,14 +119,11 @@ class MonitorProcess:
     messages, reads its frames. Every method raises `ProcessGone` when the child is gone."""
 
     def __init__(self, monitor):
-        env = dict(os.environ)
-        # The package as this process imports it (a source checkout on sys.path, say).
         root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
         wake, self._wake = os.pipe()
         try:
-            self._proc = subprocess.Popen([sys.executable, "-c", _CHILD, str(wake)], stdin=subprocess.PIPE,
-                                          stdout=subprocess.PIPE, env=env, pass_fds=(wake,))
+            self._proc = subprocess.Popen([sys.executable, "-c", _CHILD, root, str(wake)], stdin=subprocess.PIPE,
+                                          stdout=subprocess.PIPE, pass_fds=(wake,))
         except BaseException:
             os.close(self._wake)
             raise

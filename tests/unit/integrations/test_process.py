@@ -150,3 +150,12 @@ def test_auto_runs_in_the_background_only_when_fed_in_batches(monkeypatch):
     assert not Watch(check_every=1).background
     monkeypatch.setattr(_process, "available", lambda: False)
     assert not Watch().background
+
+
+def test_a_module_in_the_working_directory_does_not_shadow_the_childs(tmp_path, monkeypatch):
+    (tmp_path / "numpy.py").write_text("raise SystemExit('a numpy.py in the working directory')\n")
+    monkeypatch.chdir(tmp_path)
+    lines = []
+    watch = Watch(check_every=10, background=True, report=lambda severity, line: lines.append(line))
+    handed_over(watch)
+    assert watch._offload is not None and lines == []
