@@ -13,11 +13,12 @@ sends it what that Monitor was fed since the child's start (the child catches up
 its Monitor then the same as the one here) and feeds the child from then on.
 
 The child speaks when something happened (an incident opened, the stop decision changed, an
-error) or when asked: every ASK_EVERY-th batch and what is fed at once ask, so reading its
-answers costs the loop nothing on most steps, and a child the machine starves of CPU time is
-never more than about 2 x ASK_EVERY batches behind before the loop waits for it. The loop does
-not wait for the answer to what it feeds at once (a round trip costs ~1 ms here): it reads it
-at the next steps, as soon as it came.
+error) or when asked: every ASK_EVERY-th batch and what is fed at once ask, so that a child the
+machine starves of CPU time is never more than about 2 x ASK_EVERY batches behind before the
+loop waits for it. After each frame it adds 1 to a byte both processes map (the tally board),
+which the loop reads at every step: an answer is read at the first step it has come by, and
+looking for one costs a read of memory, not a system call. The loop does not wait for the answer
+to what it feeds at once (a round trip costs ~1 ms here).
 
 The child does not wait on the pipe: it naps (NAP_MIN, doubling up to NAP_MAX while nothing
 comes) and reads what arrived, because a write that wakes a process blocked on the pipe costs
@@ -33,6 +34,7 @@ found something; to "home": ("monitor", pickled Monitor), after which the child 
 
 from __future__ import annotations
 
+import mmap
 import os
 import pickle
 import select
@@ -40,6 +42,7 @@ import signal
 import struct
 import subprocess
 import sys
+import tempfile
 import threading
 import weakref
 
@@ -52,7 +55,7 @@ _PROTOCOL = pickle.HIGHEST_PROTOCOL
 # checkout the parent put on sys.path), first, so both import the same code.
 _CHILD = ("import sys; sys.path[:] = [p for p in sys.path if p]; root = sys.argv[1]; "
           "root in sys.path or sys.path.insert(0, root); "
-          "from tb_crash_signals.integrations._process import serve; serve(int(sys.argv[2]))")
+          "from tb_crash_signals.integrations._process import serve; serve(int(sys.argv[2]), int(sys.argv[3]))")
 # How long the parent waits for the child's last answers and its Monitor before giving up on it.
 HOME_TIMEOUT = 60.0
 END_TIMEOUT = 5.0
@@ -121,14 +124,21 @@ class MonitorProcess:
     def __init__(self, monitor):
         root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         wake, self._wake = os.pipe()
-        try:
-            self._proc = subprocess.Popen([sys.executable, "-c", _CHILD, root, str(wake)], stdin=subprocess.PIPE,
-                                          stdout=subprocess.PIPE, pass_fds=(wake,))
-        except BaseException:
-            os.close(self._wake)
-            raise
-        finally:
-            os.close(wake)
+        # The tally board: one byte the child adds 1 to (mod 256) after each frame it writes, so
+        # the loop learns an answer came by reading memory, not by a system call.
+        with tempfile.TemporaryFile() as board:
+            os.ftruncate(board.fileno(), 1)
+            self._board = mmap.mmap(board.fileno(), 1)
+            try:
+                self._proc = subprocess.Popen(
+                    [sys.executable, "-c", _CHILD, root, str(wake), str(board.fileno())],
+                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, pass_fds=(wake, board.fileno()))
+            except BaseException:
+                os.close(self._wake)
+                raise
+            finally:
+                os.close(wake)
+        self._seen = 0  # frames read (mod 256)
         self._to, self._from = self._proc.stdin.fileno(), self._proc.stdout.fileno()
         # A parent dropped mid-training (an exception in the loop) still ends its child.
         self._end = weakref.finalize(self, _end, self._proc, self._wake)
@@ -145,8 +155,12 @@ class MonitorProcess:
             raise ProcessGone(self._gone_why()) from e
 
     def ready(self) -> bool:
-        """Whether a frame can be read without waiting."""
+        """Whether a frame, or the end of the pipe, can be read without waiting (a system call)."""
         return bool(select.select([self._from], [], [], 0)[0])
+
+    def told(self) -> bool:
+        """Whether the child wrote a frame not read yet (a read of memory)."""
+        return self._board[0] != self._seen
 
     def wake(self) -> None:
         """Ends the child's nap: the parent is about to wait for its answer."""
@@ -168,6 +182,7 @@ class MonitorProcess:
             raise ProcessGone(self._gone_why()) from e
         if message is None:
             raise ProcessGone(self._gone_why())
+        self._seen = (self._seen + 1) & 255
         return message
 
     def close(self) -> None:
@@ -233,14 +248,10 @@ class Offload:
                 self._asked += asked
         self._read(wait_over=1)
 
-    @property
-    def asking(self) -> bool:
-        """Whether an answer asked for has not been read yet."""
-        return self._asked > 0
-
     def poll(self) -> bool:
-        """Reads the answers that came, waiting for none; True if any did."""
-        if not self._process.ready():
+        """Reads the answers that came, waiting for none; True if any did. Cheap enough for
+        every step (`MonitorProcess.told`)."""
+        if self._journal is not None or not self._process.told():  # (its "ready" is read by feed)
             return False
         self._read(wait_over=self._asked)
         return True
@@ -260,9 +271,9 @@ class Offload:
         """Reads the child's frames: waits while more than `wait_over` asked answers are
         outstanding, then reads those that came."""
         process = self._process
-        if self._asked > wait_over and not process.ready():
+        if self._asked > wait_over and not process.told():
             process.wake()
-        while self._asked > wait_over or process.ready():
+        while self._asked > wait_over or process.told():
             self._handle(process.read())
 
     def _handle(self, message) -> None:
@@ -294,11 +305,13 @@ class Offload:
         self._process.close()
 
 
-def _write_error(fd: int, error: Exception, asked: bool) -> None:
+def _error(error: Exception, asked: bool) -> tuple:
+    """The answer that carries an exception: itself if it pickles, else its repr."""
     try:
-        _write(fd, ("error", error, asked))
-    except (pickle.PicklingError, TypeError, AttributeError):  # an exception that does not pickle
-        _write(fd, ("error", RuntimeError(repr(error)), asked))
+        pickle.dumps(error, protocol=_PROTOCOL)
+    except Exception:  # an exception that does not pickle, whatever its pickling raises
+        error = RuntimeError(repr(error))
+    return ("error", error, asked)
 
 
 def _end(proc: subprocess.Popen, wake: int) -> None:
@@ -326,11 +339,12 @@ def _reap(proc: subprocess.Popen) -> None:
         proc.wait()
 
 
-def serve(wake: int) -> None:
-    """The child: a Monitor fed frames from stdin, answering on stdout, napping on the `wake`
-    pipe (see the module); ends quietly when the parent closes its end."""
+def serve(wake: int, board: int) -> None:
+    """The child: a Monitor fed frames from stdin, answering on stdout and tallying its answers
+    on the `board` file, napping on the `wake` pipe (see the module); ends quietly when the
+    parent closes its end."""
     try:
-        _serve(wake)
+        _serve(wake, mmap.mmap(board, 1))
     except (BrokenPipeError, EOFError):
         pass
 
@@ -363,11 +377,15 @@ def _frames(fd: int, wake: int):
             del buffer[:end]
 
 
-def _serve(wake: int) -> None:
+def _serve(wake: int, board: mmap.mmap) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     out = os.dup(1)
     os.dup2(2, 1)  # anything printed goes to stderr, never into the answers
     monitor, opened = None, []
+
+    def tell(message):
+        _write(out, message)
+        board[0] = (board[0] + 1) & 255  # after the frame: the parent reads it whole
 
     def on_incident(incident):
         opened.append((incident, monitor.should_stop))
@@ -376,7 +394,7 @@ def _serve(wake: int) -> None:
         kind = message[0]
         if kind == "start":
             monitor = pickle.loads(message[1])
-            _write(out, ("ready",))
+            tell(("ready",))
         elif kind == "catch up":
             # What the parent's Monitor was fed, and reported, while this one started.
             monitor.on_incident = lambda incident: None
@@ -391,11 +409,11 @@ def _serve(wake: int) -> None:
                 for step, values in message[1]:
                     monitor.update(step, **values)
             except Exception as e:  # the parent raises it where the step was given
-                _write_error(out, e, asked)
+                tell(_error(e, asked))
                 continue
             if asked or opened or monitor.should_stop != was:
-                _write(out, ("fed", list(opened), monitor.should_stop, asked))
+                tell(("fed", list(opened), monitor.should_stop, asked))
         elif kind == "home":
             monitor.on_incident = None
-            _write(out, ("monitor", pickle.dumps(monitor, protocol=_PROTOCOL)))
+            tell(("monitor", pickle.dumps(monitor, protocol=_PROTOCOL)))
             return

@@ -128,10 +128,9 @@ class Watch:
             batches above, so its rules run on another core while the loop trains. "auto" (the
             default): when the Monitor is fed in batches (`check_every` "auto" or over 1), on
             POSIX with two CPUs or more. Until the child has started (a few hundred
-            milliseconds) the Monitor here is fed as without it. A stop then comes when the
-            child's answer is read, with the next batch (the child handles one in well under a
-            step's time): up to 2 x `check_every` - 1 steps after the alarm; for what is fed at
-            once, at the first step its answer has come by (the next, in a training loop).
+            milliseconds) the Monitor here is fed as without it. A stop then comes at the first
+            step the child's answer has come by (the child handles a batch in well under a
+            step's time): up to `check_every` steps after the alarm in a training loop.
             `monitor` brings the Monitor back into this process and ends the child (the next
             batch starts another). If the child dies, the Watch says so and goes on here: with
             the Monitor as it was if the child had not taken over yet, else from a fresh start.
@@ -212,9 +211,9 @@ class Watch:
         return self._offload.should_stop if self._offload is not None else self._monitor.should_stop
 
     def _answered(self, step: int) -> bool:
-        """While the child owes an answer it was asked for, reads it if it came; True if so."""
+        """Reads what the child told since the last feed, if anything; True if so."""
         offload = self._offload
-        if offload is None or not offload.asking:
+        if offload is None:
             return False
         self._step = step
         try:

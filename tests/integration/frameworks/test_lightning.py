@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 
 import pytest
 
@@ -60,7 +61,7 @@ def loaders(seed=0):
             torch.utils.data.DataLoader(val, batch_size=128))
 
 
-def fit(out, callback, peak_lr, ramp, steps, val_every=50, log_every=1):
+def fit(out, callback, peak_lr, ramp, steps, val_every=50, log_every=1, module=None):
     torch.manual_seed(0)
     trainer = lightning.Trainer(
         accelerator="cpu", devices=1, max_steps=steps, log_every_n_steps=log_every, val_check_interval=val_every,
@@ -69,7 +70,7 @@ def fit(out, callback, peak_lr, ramp, steps, val_every=50, log_every=1):
         enable_progress_bar=False, enable_model_summary=False,
     )
     train, val = loaders()
-    trainer.fit(TinyRegressor(peak_lr, ramp), train, val)
+    trainer.fit((module or TinyRegressor)(peak_lr, ramp), train, val)
     return trainer
 
 
@@ -136,6 +137,51 @@ def test_a_learning_rate_far_too_high_is_stopped_before_nan(tmp_path, caplog):
 
 
 PEAK, RAMP, STEPS = 3.0, 200, 120
+
+
+class SlowRegressor(TinyRegressor):
+    """Two milliseconds more a step: the background Monitor's child process starts (a few hundred
+    milliseconds) and takes over long before the run diverges."""
+
+    def training_step(self, batch, batch_idx):
+        time.sleep(0.002)
+        return super().training_step(batch, batch_idx)
+
+
+class WhereDecided(CrashSignals):
+    """Records whether the Monitor ran in its child process when the stop was decided."""
+
+    in_child = None
+
+    def on_train_batch_end(self, trainer, *args):
+        super().on_train_batch_end(trainer, *args)
+        if self.stopped_step is not None and self.in_child is None:
+            offload = self._watch._offload
+            self.in_child = offload is not None and offload.handed_over
+
+
+SLOW_RAMP, SLOW_STEPS = 1000, 300
+
+
+def test_with_its_monitor_in_a_child_process_a_diverging_run_is_stopped_before_nan(tmp_path):
+    free = CrashSignals(stop=False, background=False)
+    fit(tmp_path / "free", free, peak_lr=PEAK, ramp=SLOW_RAMP, steps=SLOW_STEPS)
+    nan_step = first_nonfinite(logged(tmp_path / "free", "train_loss"))
+    assert nan_step is not None, "without the callback this run turns NaN"
+
+    cb = WhereDecided(background=True)
+    fit(tmp_path / "stopped", cb, peak_lr=PEAK, ramp=SLOW_RAMP, steps=SLOW_STEPS, module=SlowRegressor)
+    print(f"\nLightning, Monitor in a child process: stopped at step {cb.stopped_step}; NaN at step {nan_step}")
+    assert cb.in_child  # the child's answer stopped it
+    assert cb.stopped_step is not None and cb.stopped_step < nan_step
+    ours = critical(cb.incidents)
+    assert ours and ours[0][0] == "divergence"
+    alarm = ours[0][1]
+    assert alarm <= cb.stopped_step < alarm + 2 * 16  # with the next batch, at the latest
+    assert critical(scanned_incidents(str(tmp_path / "stopped")))[:1] == ours[:1]
+    assert ours[0] in critical(scanned_incidents(str(tmp_path / "free")))
+    assert cb._watch._offload is None  # the Monitor came back when training ended
+    assert cb.monitor.report()["points"]["train_loss"] == cb.stopped_step + 1
 
 
 DDP_SCRIPT = '''

@@ -45,7 +45,7 @@ def ended(pid, timeout=10.0) -> bool:
     return False
 
 
-def test_in_the_background_it_finds_the_same_story_and_stops_after_the_next_batch():
+def test_in_the_background_it_finds_the_same_story_and_stops_once_the_answer_came():
     lines = []
     watch = Watch(check_every=10, background=True, report=lambda severity, line: lines.append(line))
     start = handed_over(watch)
