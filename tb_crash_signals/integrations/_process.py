@@ -159,8 +159,10 @@ class MonitorProcess:
         return bool(select.select([self._from], [], [], 0)[0])
 
     def told(self) -> bool:
-        """Whether the child wrote a frame not read yet (a read of memory)."""
-        return self._board[0] != self._seen
+        """Whether the child wrote a frame not read yet (a read of memory). The tally may also
+        trail the frames read by one: the child adds to it after its write, which the parent
+        may read first."""
+        return 0 < (self._board[0] - self._seen) & 255 < 128
 
     def wake(self) -> None:
         """Ends the child's nap: the parent is about to wait for its answer."""
@@ -234,7 +236,7 @@ class Offload:
                 self._journal.extend(batch)
                 self.should_stop = self.local.should_stop
                 return
-            process.send(("catch up", self._journal))
+            process.send(("catch up", [(step, clean_values(values)) for step, values in self._journal]))
             self._journal = None
         self._batches += 1
         asked = ask or self._batches % ASK_EVERY == 0

@@ -159,3 +159,25 @@ def test_a_module_in_the_working_directory_does_not_shadow_the_childs(tmp_path, 
     watch = Watch(check_every=10, background=True, report=lambda severity, line: lines.append(line))
     handed_over(watch)
     assert watch._offload is not None and lines == []
+
+
+def test_the_tally_board_tells_of_frames_ahead_of_those_read_only():
+    watch = Watch(check_every=10, background=True)
+    handed_over(watch)
+    process = watch._offload._process
+    watch._offload.sync()
+    seen = process._seen
+    board = process._board
+    try:
+        board[0] = (seen - 1) & 255  # the child has written a frame the parent read before its tally
+        assert not process.told()
+        board[0] = seen
+        assert not process.told()
+        board[0] = (seen + 1) & 255
+        assert process.told()
+        process._seen, board[0] = 255, 0  # across the wrap
+        assert process.told()
+    finally:
+        process._seen = board[0] = seen
+    watch.flush()
+    assert watch._offload is None
