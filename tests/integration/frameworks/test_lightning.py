@@ -139,12 +139,18 @@ def test_a_learning_rate_far_too_high_is_stopped_before_nan(tmp_path, caplog):
 PEAK, RAMP, STEPS = 3.0, 200, 120
 
 
-class SlowRegressor(TinyRegressor):
-    """Two milliseconds more a step: the background Monitor's child process starts (a few hundred
-    milliseconds) and takes over long before the run diverges."""
+class WaitsForTheChild(TinyRegressor):
+    """At step 60 (long before the run diverges) waits until the background Monitor's child
+    process has started, whatever the machine's load, so that it has taken over when the alarm
+    comes."""
 
     def training_step(self, batch, batch_idx):
-        time.sleep(0.002)
+        if self.global_step == 60:
+            watch = next(c for c in self.trainer.callbacks if isinstance(c, CrashSignals))._watch
+            deadline = time.monotonic() + 60
+            while not (watch._offload is not None and watch._offload._process.ready()):
+                assert time.monotonic() < deadline, "the child did not start in 60 s"
+                time.sleep(0.01)
         return super().training_step(batch, batch_idx)
 
 
@@ -170,7 +176,7 @@ def test_with_its_monitor_in_a_child_process_a_diverging_run_is_stopped_before_n
     assert nan_step is not None, "without the callback this run turns NaN"
 
     cb = WhereDecided(background=True)
-    fit(tmp_path / "stopped", cb, peak_lr=PEAK, ramp=SLOW_RAMP, steps=SLOW_STEPS, module=SlowRegressor)
+    fit(tmp_path / "stopped", cb, peak_lr=PEAK, ramp=SLOW_RAMP, steps=SLOW_STEPS, module=WaitsForTheChild)
     print(f"\nLightning, Monitor in a child process: stopped at step {cb.stopped_step}; NaN at step {nan_step}")
     assert cb.in_child  # the child's answer stopped it
     assert cb.stopped_step is not None and cb.stopped_step < nan_step
