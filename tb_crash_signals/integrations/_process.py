@@ -58,7 +58,9 @@ _CHILD = ("import sys; sys.path[:] = [p for p in sys.path if p]; root = sys.argv
           "from tb_crash_signals.integrations._process import serve; serve(int(sys.argv[2]), int(sys.argv[3]))")
 # How long the parent waits for the child's last answers and its Monitor before giving up on it.
 HOME_TIMEOUT = 60.0
+# How long a child told to end may take to exit before it is killed.
 END_TIMEOUT = 5.0
+# The child's naps between looks at its pipe (see the module).
 NAP_MIN, NAP_MAX = 0.001, 0.02
 # Every this many batches, one asks for an answer; the loop waits for it only when it has sent
 # the next that asks (the child handles a batch in well under a step's time: only a machine

@@ -368,3 +368,20 @@ class Watching:
         """The incidents it reported, in the order they opened."""
         self._watch.flush()
         return self._watch.reported
+
+
+class Cadenced:
+    """What the Lightning and Keras callbacks expose of their measuring cadences."""
+
+    _grad: Cadence
+    _ratio_cadence: Cadence
+
+    @property
+    def grad_every(self) -> int:
+        """Every how many steps the gradient norm is measured now (see `grad_every`)."""
+        return self._grad.every
+
+    @property
+    def ratio_every(self) -> int:
+        """Every how many steps the update ratio is measured now (see `ratio_every`; 0 never)."""
+        return self._ratio_cadence.every

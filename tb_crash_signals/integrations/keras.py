@@ -33,6 +33,7 @@ from tb_crash_signals.integrations._watch import (
     RATIO_MAX_EVERY,
     Background,
     Cadence,
+    Cadenced,
     CheckEvery,
     Watch,
     Watching,
@@ -72,7 +73,7 @@ def _print(line: str):
         io_utils.print_msg(line)
 
 
-class CrashSignals(Watching, _keras.callbacks.Callback):
+class CrashSignals(Watching, Cadenced, _keras.callbacks.Callback):
     """Watches `model.fit` for the signals of a crash; stops it on a critical incident.
 
     Args:
@@ -127,16 +128,6 @@ class CrashSignals(Watching, _keras.callbacks.Callback):
         self._iteration_scalar = None  # the optimizer's iteration count as a backend scalar
         self._last_iteration: int | None = None
         self.last: dict = {}
-
-    @property
-    def grad_every(self) -> int:
-        """Every how many steps the gradient norm is measured now (see `grad_every`)."""
-        return self._grad.every
-
-    @property
-    def ratio_every(self) -> int:
-        """Every how many steps the update ratio is measured now (see `ratio_every`; 0 never)."""
-        return self._ratio_cadence.every
 
     def _iterations(self) -> int:
         # The variable's backend scalar, kept: reading it through the variable costs ~10x more

@@ -36,6 +36,7 @@ from tb_crash_signals.integrations._watch import (
     RATIO_MAX_EVERY,
     Background,
     Cadence,
+    Cadenced,
     CheckEvery,
     Watch,
     Watching,
@@ -74,7 +75,7 @@ def _loss_of(outputs):
         return None
 
 
-class CrashSignals(Watching, _pl.Callback):
+class CrashSignals(Watching, Cadenced, _pl.Callback):
     """Watches a Lightning training for the signals of a crash; stops it on a critical incident.
 
     Args:
@@ -123,16 +124,6 @@ class CrashSignals(Watching, _pl.Callback):
         self._stopped_step: int | None = None
         self._params: list | None = None
         self._params_of = None
-
-    @property
-    def grad_every(self) -> int:
-        """Every how many steps the gradient norm is measured now (see `grad_every`)."""
-        return self._grad.every
-
-    @property
-    def ratio_every(self) -> int:
-        """Every how many steps the update ratio is measured now (see `ratio_every`; 0 never)."""
-        return self._ratio_cadence.every
 
     @property
     def stopped_step(self) -> int | None:
