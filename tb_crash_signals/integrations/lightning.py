@@ -100,8 +100,8 @@ class CrashSignals(Watching, Cadenced, _pl.Callback):
             at once (`Watch`).
         background: "auto" (the default) runs the Monitor in a child process when it is fed in
             batches, on POSIX with two CPUs or more, so its rules run beside the loop, not in
-            it; a stop then comes with the next batch after the alarm. True or False to choose
-            (`Watch`).
+            it; a stop then comes at the first step the child's answer has come by (a few steps
+            after the batch that holds the alarm). True or False to choose (`Watch`).
 
     Attributes:
         monitor: the `Monitor` fed on rank zero.
