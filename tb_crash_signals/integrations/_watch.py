@@ -69,16 +69,14 @@ class Cadence:
                  never: bool = False):
         self.auto = every == "auto"
         self.least, self.most = least, most
-        if self.auto:
-            every = least
         try:
-            every = int(every)
+            n = least if self.auto else int(every)
         except (TypeError, ValueError):
-            every = -1
-        if every < (0 if never else 1):
+            n = -1
+        if n < (0 if never else 1):
             allowed = "a non-negative integer" if never else "a positive integer"
             raise ValueError(f'{what} must be {allowed} or "auto", got {every!r}')
-        self.every = every
+        self.every = n
         self._last: float | None = None  # when the last measurement ended ("auto")
 
     def due(self, step: int) -> bool:
@@ -196,7 +194,7 @@ class Watch:
         values = {k: v for k, v in values.items() if v is not None}
         if not values:
             return False
-        if self.check_every == 1 and not self.auto and self._offload is None and not self.background:
+        if self.check_every == 1 and not self.auto and not self.background:  # (no child then)
             self._step = step
             self._monitor.update(step, **values)
         elif not self._feed(step, values) and not self._answered(step):
