@@ -148,7 +148,10 @@ class WaitsForTheChild(TinyRegressor):
         if self.global_step == 60:
             watch = next(c for c in self.trainer.callbacks if isinstance(c, CrashSignals))._watch
             deadline = time.monotonic() + 60
-            while not (watch._offload is not None and watch._offload._process.ready()):
+            # Started: its "ready" waits to be read, or was read at a batch already (on a busy
+            # machine a step may take long enough for that).
+            while not (watch._offload is not None
+                       and (watch._offload.handed_over or watch._offload._process.ready())):
                 assert time.monotonic() < deadline, "the child did not start in 60 s"
                 time.sleep(0.01)
         return super().training_step(batch, batch_idx)
