@@ -27,6 +27,7 @@ _SMALL_CHUNK = 1 << 13
 
 # A normal distribution's standard deviation is 1.4826 x its median absolute deviation.
 MAD_TO_SIGMA = 1.4826
+LN10 = math.log(10.0)
 
 # Per-thread memo of intermediate arrays, active inside memo().
 _MEMO = threading.local()
@@ -435,6 +436,17 @@ def _smoothed_level(values: np.ndarray, k: int) -> np.ndarray:
     if first > 0 and values.shape[0] >= k:
         out[k - 1 : first + k - 1] = np.nan
     return out
+
+
+# The interquartile range of a normal distribution, in standard deviations.
+QUARTILES_PER_SIGMA = 1.3489795003921634
+
+
+def jitter_decades(jitter):
+    """How many decades apart the quartiles of white noise lie whose natural-log standard
+    deviation is `jitter` (a float or an array; NaN stays NaN): noise_decades read around a
+    series' own trend, which its quartiles count as noise."""
+    return QUARTILES_PER_SIGMA * jitter / LN10
 
 
 def noise_decades(window) -> float:

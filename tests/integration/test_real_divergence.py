@@ -1,9 +1,9 @@
 """Real PyTorch runs whose learning-rate warm-up overshoots: one story with a lead, not dozens.
 
-Tiny MLPs trained on CPU with SGD + momentum under a warm-up to a learning rate far past the
-stable one, logged every step with `torch.utils.tensorboard.SummaryWriter`. The classifier's loss
-improves, then climbs back to chance level and stays there; the regressor's falls two decades,
-climbs back 3-10x its best as the rate keeps rising, and overflows to Inf.
+Tiny MLPs trained on CPU with SGD + momentum (or Adam) under a warm-up to a learning rate far past
+the stable one, logged with `torch.utils.tensorboard.SummaryWriter` every step (or every 10). The
+classifier's loss improves, then climbs back to chance level and stays there; the regressor's falls
+two decades, climbs back 3-10x its best as the rate keeps rising, and overflows to Inf.
 """
 
 from __future__ import annotations
@@ -63,5 +63,25 @@ def test_a_regression_whose_warmup_overshoots_is_told_climbing_before_it_overflo
     assert incident["kind"] == "divergence"
     assert incident["lead_steps"] >= 10, incident
     assert incident["first_alarm_step"] <= first_inf - 20, (incident, first_inf)
+    codes = {run["episodes"][i]["code"] for i in incident["episodes"]}
+    assert "CS202" in codes, codes
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [1, 4])
+def test_a_warmup_overshoot_logged_every_10_steps_is_told_before_its_crash(tmp_path, seed):
+    # Adam under a quadratic warm-up to 0.3, logged every 10 steps, as most loops do: the loss
+    # falls two decades in its first points, then climbs back 10-30x its best. The windows its
+    # noise is read over (50 and 200 points: 500 and 2000 steps) hold that fall and the climb;
+    # read around the trend, the climb is told before the run has lost what it learnt.
+    train_regression(tmp_path / "adam-overshoot", seed, features=16, samples=2048,
+                     lr_at=lambda step: 0.3 * min(1.0, (step + 1) / 700) ** 2, steps=800, batch=32,
+                     adam=True, every=10)
+    (run,) = scan_logdir(str(tmp_path))["runs"]
+    critical = [i for i in run["incidents"] if i["severity"] == "critical"]
+    assert len(critical) == 1, [i["headline"] for i in run["incidents"]]
+    (incident,) = critical
+    assert incident["kind"] == "divergence"
+    assert incident["crash_step"] is not None and incident["lead_steps"] >= 30, incident
     codes = {run["episodes"][i]["code"] for i in incident["episodes"]}
     assert "CS202" in codes, codes

@@ -7,14 +7,19 @@ from typing import Callable
 
 
 def train_logged(logdir, model, x, y, loss_fn, lr_at: Callable[[int], float], steps: int, batch: int,
-                 tags=("Loss/train", "Grad/norm", "LR"), stop_after_nonfinite: int | None = None) -> int | None:
-    """Trains `model` with SGD + momentum 0.9 on minibatches of (x, y) at the learning rate
-    `lr_at(step)`, logging the loss, the global grad norm and the LR under `tags`; returns the
-    first step whose loss was NaN/Inf (None if none), stopping `stop_after_nonfinite` steps later."""
+                 tags=("Loss/train", "Grad/norm", "LR"), stop_after_nonfinite: int | None = None,
+                 adam: bool = False, every: int = 1) -> int | None:
+    """Trains `model` with SGD + momentum 0.9 (or Adam) on minibatches of (x, y) at the learning
+    rate `lr_at(step)`, logging the loss, the global grad norm and the LR under `tags` every
+    `every` steps; returns the first step whose loss was NaN/Inf (None if none), stopping
+    `stop_after_nonfinite` steps later."""
     import torch
     from torch.utils.tensorboard import SummaryWriter
 
-    opt = torch.optim.SGD(model.parameters(), lr=lr_at(0), momentum=0.9)
+    if adam:
+        opt = torch.optim.Adam(model.parameters(), lr=lr_at(0))
+    else:
+        opt = torch.optim.SGD(model.parameters(), lr=lr_at(0), momentum=0.9)
     first_nonfinite = None
     loss_tag, grad_tag, lr_tag = tags
     with SummaryWriter(str(logdir)) as w:
@@ -28,9 +33,10 @@ def train_logged(logdir, model, x, y, loss_fn, lr_at: Callable[[int], float], st
             loss.backward()
             gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), math.inf)
             opt.step()
-            w.add_scalar(loss_tag, loss.item(), step)
-            w.add_scalar(grad_tag, gnorm.item(), step)
-            w.add_scalar(lr_tag, lr, step)
+            if step % every == 0:
+                w.add_scalar(loss_tag, loss.item(), step)
+                w.add_scalar(grad_tag, gnorm.item(), step)
+                w.add_scalar(lr_tag, lr, step)
             if not math.isfinite(loss.item()):
                 if first_nonfinite is None:
                     first_nonfinite = step
@@ -40,7 +46,8 @@ def train_logged(logdir, model, x, y, loss_fn, lr_at: Callable[[int], float], st
 
 
 def train_regression(logdir, seed: int, features: int, samples: int, lr_at: Callable[[int], float], steps: int,
-                     batch: int, stop_after_nonfinite: int | None = None) -> int | None:
+                     batch: int, stop_after_nonfinite: int | None = None, adam: bool = False,
+                     every: int = 1) -> int | None:
     """train_logged of a Tanh MLP (two hidden layers of 64) regressing half the sum of a quarter of
     `features` standard-normal inputs, plus noise: its MSE falls two decades, from ~features / 16
     to ~0.01. Seeds torch with `seed` first; returns the first non-finite step, as train_logged."""
@@ -53,7 +60,7 @@ def train_regression(logdir, seed: int, features: int, samples: int, lr_at: Call
     model = torch.nn.Sequential(torch.nn.Linear(features, 64), torch.nn.Tanh(), torch.nn.Linear(64, 64),
                                 torch.nn.Tanh(), torch.nn.Linear(64, 1))
     return train_logged(logdir, model, x, y, torch.nn.functional.mse_loss, lr_at, steps, batch=batch,
-                        stop_after_nonfinite=stop_after_nonfinite)
+                        stop_after_nonfinite=stop_after_nonfinite, adam=adam, every=every)
 
 
 def train_classifier(logdir, seed: int, batch: int, lr: float, steps: int) -> None:

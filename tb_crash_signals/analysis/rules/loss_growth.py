@@ -33,6 +33,7 @@ from tb_crash_signals.analysis.stats import (
     finite_peak,
     initial_level,
     jitter_at,
+    jitter_decades,
     linear_fit,
     log_spread_at,
     noise_gate_at,
@@ -87,6 +88,13 @@ class LossGrowthParams:
     spread_window: int = spread_window_param()
     noise_window: int = noise_window_param()
     max_noise: float = max_noise_param("alarm")
+    spread_jitter: float = param(
+        1.5, "the loss's noise is read around its own trend: its log spread over `spread_window` points "
+        "counts at most this multiple of its `jitter` there, and the noise gate holds only where that "
+        "jitter, as decades between quartiles over `noise_window` points, reaches `max_noise` too. Logged "
+        "every 10 steps, 50 points span the run's fall and its climb, whose spread is the trend's, not "
+        "noise; 0: the spread and the quartiles alone", at_least=0.0,
+    )
     grad_smooth: int = param(9, "trailing grad-norm points whose median is its level", at_least=1)
     grad_warmup: int = param(20, "grad-norm points before its level's minimum is tracked (its early transient)")
     grad_rise: float = param(2.0, "the grad norm climbs when its level is this multiple of that minimum ...")
@@ -155,6 +163,16 @@ def early_spread_noise(i, values, p: LossGrowthParams):
         # out of its jitter taken `early_noisy` x.
         return p.early_noisy * spread, 0.0
     return spread, math.inf
+
+
+def _around_trend(v, ends, spreads, noises, p: LossGrowthParams):
+    """The spreads and noise gates at `ends` read around the loss's trend (see `spread_jitter`)."""
+    spreads = np.fmin(spreads, p.spread_jitter * jitter_at(v, ends, p.spread_window))
+    gated = np.flatnonzero(noises >= p.max_noise)
+    if gated.size:
+        held = jitter_decades(jitter_at(v, ends[gated], p.noise_window)) >= p.max_noise
+        noises[gated] = np.where(held, noises[gated], np.nan)
+    return spreads, noises
 
 
 def climbing(level, before, slow, slow_before, best, init, spread, noise, grad_rising, lr_rising,
@@ -471,8 +489,9 @@ class LossGrowthStream(Stream):
         self.start = min(p.min_points, p.early_points)
         self.noise = recent_logs(ch, p.noise_window, np.log10)  # of the points before
         self.spread = recent_logs(ch, p.spread_window, np.log)
+        self.noise_jitter = recent_logs(ch, p.noise_window, np.log)  # the gate's, around the trend
         # Kept by the stream itself, if at all.
-        self.own = [r.values for r in (self.noise, self.spread) if hasattr(r, "values")]
+        self.own = [r.values for r in (self.noise, self.spread, self.noise_jitter) if hasattr(r, "values")]
         # The fit's steps: the channel's recent ones, unless it keeps fewer than fit_window.
         self.steps = ch.steps if p.fit_window <= ch.steps.maxlen else collections.deque(maxlen=p.fit_window)
         self.own_steps = self.steps is not ch.steps
@@ -515,6 +534,17 @@ class LossGrowthStream(Stream):
         if self.signal == "lr" and self.check == self._note_jump:
             return Quiet(prev_factor=self.p.lr_jump)
         return None
+
+    def _around_trend(self, spread, noise):
+        """The batch rule's _around_trend at this point: np.fmin's choice, and the gate held only
+        where the jitter of the gate's window reaches it too (read only then)."""
+        p = self.p
+        bound = p.spread_jitter * self.spread.jitter()
+        if bound < spread or spread != spread:
+            spread = bound
+        if noise >= p.max_noise and not jitter_decades(self.noise_jitter.jitter()) >= p.max_noise:
+            noise = math.nan
+        return spread, noise
 
     def _note_best(self):
         """The best level fell at this loss point: the learning rate's last point, at or before it."""
@@ -594,6 +624,8 @@ class LossGrowthStream(Stream):
                         spread, noise = early_spread_noise(i, self.values, p)
                     else:
                         spread, noise = self.spread.log_spread(), self.noise.noise_decades()
+                        if p.spread_jitter > 0:
+                            spread, noise = self._around_trend(spread, noise)
                     if smooth:
                         spread = jit
                     how = climbing(told, before, b, slow_before, top_best, init, spread, noise, rising, lr_rising,
@@ -655,7 +687,9 @@ def loss_growth(data, p: LossGrowthParams, since=None):
     `early_jitter`: averaged or epoch losses) is judged on its fast level (the
     median of `fast` points), against the lower of its best level and the
     level's lowest, with that jitter as its noise: a 7-point median lags a
-    smooth climb by most of the lead it could give.
+    smooth climb by most of the lead it could give. The noise is read around
+    the loss's own trend (`spread_jitter`): a run logged every 10 steps holds
+    its fall and its climb within the windows, whose spread is no noise.
     """
     s = data.get("train_loss")
     start = min(p.min_points, p.early_points)
@@ -726,8 +760,12 @@ def loss_growth(data, p: LossGrowthParams, since=None):
     last = -2
     # The noise estimates of the candidates past min_points, at once (the same numbers).
     late = cand[cand >= p.min_points]
-    spreads = dict(zip(late.tolist(), log_spread_at(v, late, p.spread_window).tolist()))
-    noises = dict(zip(late.tolist(), noise_gate_at(v, late, p.noise_window, p.max_noise).tolist()))
+    spread_at = log_spread_at(v, late, p.spread_window)
+    noise_at = noise_gate_at(v, late, p.noise_window, p.max_noise)
+    if p.spread_jitter > 0:
+        spread_at, noise_at = _around_trend(v, late, spread_at, noise_at, p)
+    spreads = dict(zip(late.tolist(), spread_at.tolist()))
+    noises = dict(zip(late.tolist(), noise_at.tolist()))
     for i, grad_up, lr_up, fast_i, jit in zip(cand.tolist(), rising.tolist(), lr_rising.tolist(),
                                               smooth.tolist(), jitters.tolist()):
         if i < p.min_points:
