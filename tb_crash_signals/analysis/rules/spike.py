@@ -19,16 +19,18 @@ from tb_crash_signals.analysis.rules.base import (
 )
 from tb_crash_signals.analysis.signals import SIGNAL_LABELS
 from tb_crash_signals.analysis.stats import (
+    best_levels,
     finite_anchor,
     initial_level,
     noise_decades,
     trailing_max,
     trailing_median_mad_at,
 )
-from tb_crash_signals.analysis.streaming import Quiet, Stream, StreamHit, tail_median
+from tb_crash_signals.analysis.streaming import Quiet, Stream, StreamHit, shared_level, tail_median
 
 _RECOVERY_LIMIT = 200  # points after a spike in which its recovery is looked for
 _FAST = 5  # a recovery within this many points is fast
+BEST_SMOOTH = 31  # points whose median, at its lowest so far, is the loss's best level (as CS202's)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,6 +45,12 @@ class SpikeParams:
         0.05, "... and above the median by at least this share of the run's initial level (the median "
         "of its first 10 points), so a jump between two losses near zero is no spike"
     )
+    min_undo: float = param(
+        0.2, "... and by at least this share of the progress the run has made (its initial level minus "
+        "its best level, the lowest median of 31 points): a single tiny batch near the noise floor "
+        "reaches 5-10x its median (a regression's 0.1 on a median of 0.015, having started at 1.0); a "
+        "spike that matters throws back a good part of what the run learnt; 0: never", at_least=0.0,
+    )
     noise_window: int = noise_window_param(from_recent=True)
     max_noise: float = max_noise_param("spike")
     cooldown: int = param(10, "quiet points after which a new episode starts")
@@ -52,14 +60,18 @@ class SpikeParams:
 class GradSpikeParams(SpikeParams):
     min_ratio: float = param(5.0, "the grad norm must be at least this multiple of its baseline median", above=0.0)
     min_rise: float = param(0.0, "unused for the grad norm (it has no initial level to speak of)")
+    min_undo: float = param(0.0, "unused for the grad norm (it makes no progress to undo)")
 
 
-def is_spike(x, med, top, init, noise, p: SpikeParams) -> bool:
+def is_spike(x, med, top, init, noise, p: SpikeParams, best=math.nan) -> bool:
     """The decision at a point x against the median and max of the window before it, the run's
-    initial level and the noise of the longer window (shared by the batch rule and its stream)."""
+    initial and best levels and the noise of the longer window (shared by the batch rule and its
+    stream)."""
     if not (math.isfinite(x) and med > 0 and x >= p.min_ratio * med and x >= p.envelope * top):
         return False
     if p.min_rise > 0 and not (x - med >= p.min_rise * init):
+        return False
+    if p.min_undo > 0 and init > best and not (x - med >= p.min_undo * (init - best)):
         return False
     return not noise >= p.max_noise
 
@@ -87,12 +99,14 @@ def _spike_index(values, p: SpikeParams, i0: int):
         return cand, np.zeros(0)
     med, _ = trailing_median_mad_at(x, p.window, p.min_points, cand, mad=False)
     init, known_after = initial_level(values)
+    best = best_levels(values, BEST_SMOOTH) if p.min_undo > 0 else None
     keep = []
     for j, i in enumerate(cand.tolist()):
         g = i + c0
         noise = noise_decades(values[max(g - p.noise_window, 0) : g])
         level = init if g > known_after else math.nan
-        if is_spike(float(x[i]), float(med[j]), float(top[i - r0]), level, noise, p):
+        low = math.nan if best is None else float(best[g])
+        if is_spike(float(x[i]), float(med[j]), float(top[i - r0]), level, noise, p, low):
             keep.append(j)
     keep = np.asarray(keep, dtype=np.int64)
     return cand[keep] + c0, med[keep]
@@ -178,6 +192,8 @@ class _SpikeStream(Stream):
         self.channel = ch = channels[signal]
         self.window = ch.window
         self.median = tail_median(ch, p.window)  # of the points before
+        # The best level, pushed by the monitor at every point (so the screen may skip this stream).
+        self.best = shared_level(ch, BEST_SMOOTH, best=True) if p.min_undo > 0 else None
 
     def quiet(self):
         # Not a candidate (x >= envelope x the window's max >= envelope x the last point), or
@@ -198,7 +214,8 @@ class _SpikeStream(Stream):
             return None
         med = self.median.before(i, i, p.min_points)
         # The noise (a numpy pass over noise_window points) is is_spike's last test: only then.
-        if not is_spike(v, med, top, self.channel.initial.value, math.nan, p):
+        best = math.nan if self.best is None else self.best.low
+        if not is_spike(v, med, top, self.channel.initial.value, math.nan, p, best):
             return None
         values = self.channel.values  # the raw recent points, this one last
         before = list(islice(values, max(len(values) - 1 - p.noise_window, 0), len(values) - 1))
@@ -228,9 +245,10 @@ def loss_spike(data, p: SpikeParams, since=None):
     Condition: the loss is at least `min_ratio` x the median of the previous
     `window` points and `envelope` x their largest (out of the local noise,
     so a heavy-tailed small-batch loss does not spike on its ordinary jumps),
-    rises above that median by `min_rise` of the run's initial level, and the
-    series is not pure noise at this scale (the quartiles of its last
-    `noise_window` points less than `max_noise` decades apart). The median
+    rises above that median by `min_rise` of the run's initial level and by
+    `min_undo` of the progress the run has made, and the series is not pure
+    noise at this scale (the quartiles of its last `noise_window` points less
+    than `max_noise` decades apart). The median
     baseline is robust: a spike does not inflate its own baseline. The
     message classifies the recovery as fast (< 5 points), slow, or none.
     """

@@ -253,6 +253,23 @@ def test_loss_spike_is_robust_and_classifies_recovery():
     assert "CS112" not in codes(analyze(train_loss=healthy_loss(1000)))
 
 
+def test_a_loss_spike_must_throw_back_a_share_of_what_the_run_learnt():
+    # A batch-8 regression at its noise floor: its MSE fell from 1.0 to ~0.015, and single batches
+    # reach 7x that median (0.1): far out of their local range, yet a tenth of what the run learnt.
+    # A batch that throws it back to 0.4, two fifths of the way to its start, is a spike.
+    t = np.arange(1500)
+    loss = (0.015 + np.exp(-t / 60.0)) * np.exp(0.25 * np.random.default_rng(5).standard_normal(1500))
+    for i in (700, 950, 1200):
+        loss[i] = 0.1
+    assert starts_both("CS112", train_loss=loss) == ([], [])
+    loss[1400] = 0.4
+    batch, online = starts_both("CS112", train_loss=loss)
+    assert batch == online == [1400]
+    # The condition is `min_undo`'s: without it the batches at the floor are spikes too.
+    every = Config(params={"CS112": dataclasses.replace(RULES["CS112"].default_params(), min_undo=0.0)})
+    assert starts_both("CS112", every, train_loss=loss)[0] == [700, 950, 1200, 1400]
+
+
 def test_loss_divergence_needs_the_progress_lost_and_kept_lost():
     loss = healthy_loss(800)
     loss[600:] = 3.0  # back above where it started, and staying there
