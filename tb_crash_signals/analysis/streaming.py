@@ -40,7 +40,7 @@ import numpy as np
 
 from tb_crash_signals.analysis import stats as _stats
 from tb_crash_signals.analysis.signals import SIGNALS
-from tb_crash_signals.analysis.stats import MAD_TO_SIGMA, median_sorted, percentile_sorted
+from tb_crash_signals.analysis.stats import MAD_TO_SIGMA, mad_sorted, percentile_sorted
 from tb_crash_signals.ingest.series import Series
 
 _isfinite = math.isfinite
@@ -682,8 +682,7 @@ class RecentLogs:
             if len(xs) < 10:
                 self.result = _nan
             else:
-                m = median_sorted(xs)
-                self.result = MAD_TO_SIGMA * median_sorted(sorted([abs(x - m) for x in xs]))
+                self.result = MAD_TO_SIGMA * mad_sorted(xs)
         return self.result
 
 
