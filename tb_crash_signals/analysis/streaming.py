@@ -526,7 +526,8 @@ class Levels:
         # Every level's window is the last k points of the same forward-filled series.
         self.window = collections.deque(longest.window, maxlen=longest.k)
         self.last = longest.last
-        self.head = []  # the window is empty when a level is still growing (see push)
+        # Shared at the first finite point (nothing held yet) or once every level is full (none grows).
+        self.head = []
         for level in self.levels:
             level.window = None  # superseded by the shared one (smaller snapshots)
         self._sort_by_fill()

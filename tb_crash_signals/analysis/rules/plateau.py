@@ -327,7 +327,7 @@ class PlateauStream(Stream):
         if i <= self.max_warmup:
             self._warm_up(i)
         best = self.level.low
-        if not best == self.best:  # AsOf.push's own test, without its call: the best falls at few points
+        if not best == self.best:  # AsOf.push's own test first, without its call (as CS303 does)
             self.best = best
             self.bests.push(i, best)
         # The usual point of a run that learns: its learning rate not gone and its level well under
