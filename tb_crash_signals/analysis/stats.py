@@ -564,9 +564,7 @@ def log_spread(window) -> float:
     lg = _positive_logs(window, np.log)
     if lg is None:
         return float("nan")
-    m = median_sorted(lg)
-    deviations = sorted(abs(x - m) for x in lg)
-    return MAD_TO_SIGMA * median_sorted(deviations)
+    return MAD_TO_SIGMA * mad_sorted(lg)
 
 
 _nan_float, _SQRT6 = float("nan"), math.sqrt(6.0)

@@ -40,7 +40,7 @@ import numpy as np
 
 from tb_crash_signals.analysis import stats as _stats
 from tb_crash_signals.analysis.signals import SIGNALS
-from tb_crash_signals.analysis.stats import MAD_TO_SIGMA, median_sorted, percentile_sorted
+from tb_crash_signals.analysis.stats import MAD_TO_SIGMA, mad_sorted, percentile_sorted
 from tb_crash_signals.ingest.series import Series
 
 _isfinite = math.isfinite
@@ -441,11 +441,13 @@ class Levels:
     """A channel's shared Levels, pushed together. They share one window of the last points,
     the longest level's, and one push updates them all in place, as each would: a point enters
     every sorted list and the point k back leaves that of the level of k, once its window is
-    full (`fast`); until then (`growing`) it only enters. A series that starts with non-finite
+    full (`fast`); until then (`growing`) it only enters. The growing levels all hold every
+    point so far, so they share one sorted list of them (`head`) and one median, and a level
+    takes its own copy of that list when its window fills. A series that starts with non-finite
     points (a NaN forward-filled) is pushed level by level instead, until every window is full
     and finite, as it stays."""
 
-    __slots__ = ("levels", "window", "last", "fast", "growing", "filling")
+    __slots__ = ("levels", "window", "last", "fast", "growing", "head", "filling")
 
     def __init__(self):
         self.levels = []
@@ -453,6 +455,7 @@ class Levels:
         self.last = _nan
         self.fast = ()  # (level, k, its sorted list, mid, odd) for each level whose window is full
         self.growing = ()  # the levels whose window is not full yet, shortest first (their points all finite)
+        self.head = None  # while some are: every point so far, sorted (their sorted list)
         self.filling = 0  # level by level: pushes left before every window can be full (the longest k)
 
     def add(self, level: Level):
@@ -493,11 +496,12 @@ class Levels:
             # Level.push of the growing levels, which hold every point so far: x is the n-th.
             # Inline, not a method: at every point of a short run.
             n = len(window)
+            xs = self.head
+            _insort(xs, x)
             mid = n // 2
+            b = xs[mid] if n % 2 else (xs[mid - 1] + xs[mid]) / 2.0
             for level in growing:
-                xs = level.sorted
-                _insort(xs, x)
-                b = level.value = xs[mid] if n % 2 else (xs[mid - 1] + xs[mid]) / 2.0
+                level.value = b
                 if not b >= level.low and n >= level.low_from:
                     level.low = b
                     if level.on_low is not None:
@@ -522,6 +526,8 @@ class Levels:
         # Every level's window is the last k points of the same forward-filled series.
         self.window = collections.deque(longest.window, maxlen=longest.k)
         self.last = longest.last
+        # Shared at the first finite point (nothing held yet) or once every level is full (none grows).
+        self.head = []
         for level in self.levels:
             level.window = None  # superseded by the shared one (smaller snapshots)
         self._sort_by_fill()
@@ -529,10 +535,15 @@ class Levels:
     def _sort_by_fill(self):
         """Moves the levels whose window the shared one fills to `fast`."""
         n = len(self.window)
+        for level in self.growing:
+            if level.k <= n:  # from now on its points leave as well as enter: its own sorted list
+                level.sorted = self.head.copy()
         # Comprehensions, not generators (a call per item): it runs each time a level fills up.
         self.fast = tuple([(level, level.k, level.sorted, level.mid, level.odd)
                            for level in self.levels if level.k <= n])
         self.growing = tuple(sorted([level for level in self.levels if level.k > n], key=_by_k))
+        if not self.growing:
+            self.head = None
 
 
 def shared_level(channel, k: int, history: int = 0, best: bool = False) -> Level:
@@ -682,8 +693,7 @@ class RecentLogs:
             if len(xs) < 10:
                 self.result = _nan
             else:
-                m = median_sorted(xs)
-                self.result = MAD_TO_SIGMA * median_sorted(sorted([abs(x - m) for x in xs]))
+                self.result = MAD_TO_SIGMA * mad_sorted(xs)
         return self.result
 
 

@@ -204,6 +204,11 @@ class LossDivergenceStream(Stream):
         return self.noise.noise_decades()  # of the points before the current one
 
     def check(self, i, step, v):
+        if i < self.start:
+            # Nothing is elevated before `start`: the run and `inside` stay at their start (0, False).
+            for own in self.own:
+                own.append(v)
+            return None
         p = self.p
         level = self.level.value
         best = self.best_level.low

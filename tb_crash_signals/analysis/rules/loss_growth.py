@@ -563,6 +563,12 @@ class LossGrowthStream(Stream):
             self.jump.note(i, v, self.lr_values[-2], self.p)
 
     def check(self, i, step, v):
+        if i < self.start - 1 and not self.own_steps:
+            # No candidate before `start`: the run counts stay at 0, and `under` is read from the
+            # point before `start` on, which is checked in full.
+            for own in self.own:
+                own.append(v)
+            return None
         p = self.p
         level = self.level.value
         fast = self.fast.value

@@ -281,6 +281,9 @@ class PlateauStream(Stream):
         self.rel = p.rel_improvement
         self.patience = Patience(p)
         self.cap = self.patience.cap
+        # The first point whose stall cannot begin within `early_points`: before it, the head's
+        # logs are kept whatever the initial level, without reading the patience.
+        self.head_from = self.patience.first_start(p.early_points)
         # The screen in check needs a patience of at least 1: from the first point with min_patience
         # >= 1 (else after the warm-up, where the patience has grown, as the defaults have it).
         self.screen_from = 0 if min(p.min_patience, self.cap) >= 1 else self.max_warmup + 1
@@ -288,6 +291,7 @@ class PlateauStream(Stream):
         # max_finite: -inf before any) as of each from its fall on: both monotone, kept where they
         # changed.
         self.bests = AsOf(self.cap)
+        self.best = math.nan  # the last value pushed to bests (NaN: none yet)
         self.peaks = AsOf(self.cap)
         # Whether the learning rate is gone (`lr_floor`) as of each of those points, and at the last.
         self.gone = AsOf(self.cap)
@@ -300,8 +304,7 @@ class PlateauStream(Stream):
 
     def check(self, i, step, v):
         if self.head_logs is not None:
-            began = i - self.patience.at(i)
-            if began >= self.initial.known and began >= self.early_points:
+            if i >= self.head_from and i - self.patience.at(i) >= self.initial.known:
                 self.head_logs = None  # i - patience never decreases: no later stall began that early
             elif i < _HEAD and 0.0 < v < math.inf:
                 self.head_logs.append(float(np.log(v)))  # numpy's log, as the batch rule's jitter takes it
@@ -323,7 +326,10 @@ class PlateauStream(Stream):
             init = self.start
         if i <= self.max_warmup:
             self._warm_up(i)
-        self.bests.push(i, self.level.low)
+        best = self.level.low
+        if not best == self.best:  # AsOf.push's own test first, without its call (as CS303 does)
+            self.best = best
+            self.bests.push(i, best)
         # The usual point of a run that learns: its learning rate not gone and its level well under
         # `stuck` x the initial one, it cannot fire; nor while its learning rate has not climbed back
         # above its peak when it fell (which the peak as of the stall's start is at least), the stall
@@ -408,6 +414,19 @@ class Patience:
             return self.cap
         grown = int(self.fraction * (i + 1))  # floor, for i >= 0
         return min(grown if grown > self.least else self.least, self.cap)
+
+    def first_start(self, j):
+        """The first point i whose stall starts at j or later (i - at(i) >= j). i - at(i) never
+        decreases (the patience grows by at most one a point, the fraction being at most 1),
+        so a bisection finds it; i = j + cap is one."""
+        lo, hi = max(j, 0), max(j, 0) + self.cap
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if mid - self.at(mid) >= j:
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
 
 
 class AsOf:
