@@ -59,6 +59,11 @@ class BlowupParams:
     )
     climb_rise: float = param(1.5, "see `climb`")
     climb_big: float = param(10.0, "see `climb`")
+    climb_from: float = param(
+        3.0, "... the point before the crash already at least this multiple of that median: a climb out "
+        "of the loss's range, not a noisy per-step loss's rise from a low batch through an ordinary one "
+        "to an outlier", at_least=0.0,
+    )
     lr_factor: float = param(5.0, "a learning-rate jump is a rise by more than this multiple in one logged point")
     lr_lag: int = param(
         3, "the jump is one of the last this-many learning-rate points at or before the loss's step (at "
@@ -112,7 +117,7 @@ def blowup_kind(x, med, top, lr_ratio, init, before, p: BlowupParams) -> str | N
         return "big"
     if lr_ratio > 0 and x >= p.after_lr * med and x >= p.envelope * top:
         return "lr"
-    if p.climb > 0 and x >= p.climb_big * med and climbed(before, x, p):
+    if p.climb > 0 and x >= p.climb_big * med and climbed(before, x, p) and before[-1] >= p.climb_from * med:
         return "climb"
     return None
 
@@ -227,7 +232,8 @@ def loss_blowup(data, p: BlowupParams, since=None):
     their largest while one of the last `lr_lag` learning-rate points rose
     more than `lr_factor` x the one before it (a scheduler restart that
     throws the run off), or at least `climb_big` (10) x that median with
-    each of its last `climb` (2) points `climb_rise` (1.5) x the one before
+    each of its last `climb` (2) points `climb_rise` (1.5) x the one before,
+    the last of them `climb_from` (3) x the median already
     (an explosion over a few logged points: an epoch-level run whose loss
     goes 2.9, 3.4, 11, 31, 80 has crashed at 31). Under any absolute
     threshold: the loss of a small model that explodes from 0.003 to 1.0 is

@@ -106,6 +106,21 @@ def test_loss_blowup_in_one_point_or_multiplying_over_a_few():
     assert "CS114" not in codes(analyze(train_loss=climbing, config=off))
 
 
+def test_a_noisy_per_step_loss_rising_from_a_low_batch_to_an_outlier_is_no_climb():
+    # A batch-64 classifier near convergence: its per-step loss wanders 0.01-0.2 around 0.04. One
+    # low batch, an average one and an outlier (0.034, 0.074, 0.6: 1.5x and more each, 12x the
+    # median) look like a climb that multiplied at every point, but the middle one is within the
+    # loss's range (1.5x its median; `climb_from` 3x): the loss had been there often.
+    rng = np.random.default_rng(11)
+    loss = 0.04 * np.exp(0.7 * rng.standard_normal(300))
+    loss[240] = 0.19
+    loss[297:300] = [0.0343, 0.074, 0.6]
+    batch, online = starts_both("CS114", train_loss=np.append(loss, 0.04))
+    assert batch == online == []
+    loose = Config(params={"CS114": dataclasses.replace(RULES["CS114"].default_params(), climb_from=0.0)})
+    assert starts_both("CS114", loose, train_loss=np.append(loss, 0.04))[0] == [299]
+
+
 def test_the_train_and_validation_losses_jumping_together_are_a_crash():
     # An epoch-level run (no grad norm): train loss 26x and validation loss 110x at epoch 19.
     rng = np.random.default_rng(5)
