@@ -1,0 +1,215 @@
+"""Real PyTorch trainings outside the corpus's scenarios, logged as most loops log them.
+
+    python bench/detection/torch_runs.py generate OUT --family schedules|overshoots [--seed0 N]
+    python bench/detection/torch_runs.py score OUT [OUT ...]
+
+Small MLPs (a 3-class classifier and a regressor, two hidden layers of 64) trained on CPU with
+torch's own optimisers and schedulers, logged with `torch.utils.tensorboard.SummaryWriter`:
+
+- **schedules**: SGD + momentum 0.9 (0.05) or Adam (1e-3) under a constant rate, warm-up +
+  cosine, step decay (÷10 every 1000 steps) or one-cycle (4x the base at its peak), logged every
+  1, 10 or 50 steps, batches of 8 or 64; 3000 steps, a validation loss every 250. Meant healthy;
+  the larger SGD rates on batches of 8 are not, and the labels say so.
+- **overshoots**: a linear or quadratic warm-up over 700 of 800 steps to a rate far past the
+  stable one (SGD 3.0 / 0.5, Adam 0.3), logged every step or every 10.
+
+Each run is labelled from its recorded scalars by `labels.compute_labels`, as the corpus's runs
+are (`labels.json` in OUT). `score` scans OUT with the defaults and prints, per family: the
+non-diverged runs' warnings per 10k steps (episodes, and incidents) and criticals, and the
+diverged runs critical at or before the labels' crash with their lead, by logging interval.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import itertools
+import json
+import math
+import os
+import statistics
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", ".."))
+sys.path.insert(0, HERE)
+
+import labels
+
+STEPS = {"schedules": 3000, "overshoots": 800}
+_TAGS = {"train_loss": "train/loss", "grad_norm": "train/grad_norm", "lr": "train/lr", "val_loss": "val/loss"}
+
+
+def _data(torch, kind: str, seed: int):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(4096, 16, generator=g)
+    if kind == "reg":
+        return x, x[:, :4].sum(1, keepdim=True) * 0.5 + 0.1 * torch.randn(4096, 1, generator=g)
+    return x, (x[:, :4].sum(1) > 0).long() + (x[:, 4] > 0.5).long()
+
+
+def _model(torch, kind: str):
+    act = torch.nn.Tanh if kind == "reg" else torch.nn.ReLU
+    return torch.nn.Sequential(torch.nn.Linear(16, 64), act(), torch.nn.Linear(64, 64), act(),
+                               torch.nn.Linear(64, 1 if kind == "reg" else 3))
+
+
+def _plans(family: str):
+    if family == "schedules":
+        for kind, opt, sched, every, batch in itertools.product(
+                ("cls", "reg"), ("sgd", "adam"), ("const", "cosine", "step", "onecycle"), (1, 10, 50), (8, 64)):
+            yield f"{kind}_{opt}_{sched}_e{every}_b{batch}", kind, opt, sched, every, batch
+    else:
+        for kind, opt, sched, every in itertools.product(("cls", "reg"), ("sgd", "adam"), ("lin", "quad"), (1, 10)):
+            yield f"{kind}_{opt}_{sched}_e{every}", kind, opt, sched, every, 32
+
+
+def _train(torch, path: str, family: str, kind: str, opt_name: str, sched: str, every: int, batch: int, seed: int):
+    from torch.utils.tensorboard import SummaryWriter
+
+    torch.manual_seed(seed)
+    torch.set_num_threads(1)
+    x, y = _data(torch, kind, seed)
+    model = _model(torch, kind)
+    loss_fn = torch.nn.functional.mse_loss if kind == "reg" else torch.nn.functional.cross_entropy
+    steps = STEPS[family]
+    if family == "schedules":
+        base = 0.05 if opt_name == "sgd" else 1e-3
+    else:
+        base = {("cls", "sgd"): 3.0, ("reg", "sgd"): 0.5}.get((kind, opt_name), 0.3)
+    opt = (torch.optim.SGD(model.parameters(), lr=base, momentum=0.9) if opt_name == "sgd"
+           else torch.optim.Adam(model.parameters(), lr=base))
+    if sched == "cosine":
+        scheduler = torch.optim.lr_scheduler.LambdaLR(
+            opt, lambda s: min(1.0, (s + 1) / 200) * 0.5 * (1 + math.cos(math.pi * min(1.0, s / steps))))
+    elif sched == "step":
+        scheduler = torch.optim.lr_scheduler.StepLR(opt, 1000, 0.1)
+    elif sched == "onecycle":
+        scheduler = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=4 * base, total_steps=steps)
+    elif sched in ("lin", "quad"):
+        power = 1 if sched == "lin" else 2
+        scheduler = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 700) ** power)
+    else:
+        scheduler = None
+    bad_since = None
+    with SummaryWriter(path) as w:
+        for step in range(steps):
+            idx = torch.randint(0, x.shape[0], (batch,))
+            loss = loss_fn(model(x[idx]), y[idx])
+            opt.zero_grad()
+            loss.backward()
+            norm = torch.nn.utils.clip_grad_norm_(model.parameters(), math.inf)
+            lr = opt.param_groups[0]["lr"]
+            opt.step()
+            if scheduler is not None:
+                scheduler.step()
+            value = loss.item()
+            if step % every == 0:
+                w.add_scalar(_TAGS["train_loss"], value, step)
+                w.add_scalar(_TAGS["grad_norm"], norm.item(), step)
+                w.add_scalar(_TAGS["lr"], lr, step)
+            if family == "schedules" and step % 250 == 249:
+                with torch.no_grad():
+                    w.add_scalar(_TAGS["val_loss"], loss_fn(model(x[:512]), y[:512]).item(), step)
+            if not math.isfinite(value):
+                bad_since = step if bad_since is None else bad_since
+                if step > bad_since + 20 * every:  # 20 logged points of the crash, then stop
+                    break
+
+
+def _recorded(path: str) -> dict:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(path, size_guidance={"scalars": 0})
+    acc.Reload()
+    have = set(acc.Tags()["scalars"])
+    return {sig: [(e.step, e.value) for e in acc.Scalars(tag)] for sig, tag in _TAGS.items() if tag in have}
+
+
+def generate(out: str, family: str, seed0: int) -> None:
+    import torch
+
+    os.makedirs(out, exist_ok=True)
+    found = {}
+    for i, (name, *plan) in enumerate(_plans(family)):
+        path = os.path.join(out, name)
+        _train(torch, path, family, *plan, seed=seed0 + i)
+        lab = labels.compute_labels(_recorded(path))
+        found[name] = {"family": family, "every": plan[3], **{k: lab[k] for k in (
+            "category", "crash_step", "precursor", "spike_steps", "overfit_onset", "plateau_start",
+            "stagnation_start")}}
+        print(f"{name}: {lab['category']}", flush=True)
+    with open(os.path.join(out, "labels.json"), "w") as f:
+        json.dump(found, f, indent=1)
+
+
+def score(dirs: list[str]) -> None:
+    from tb_crash_signals import scan_logdir
+
+    quiet = collections.Counter()
+    codes = collections.Counter()
+    criticals, diverged = [], collections.defaultdict(list)
+    for d in dirs:
+        with open(os.path.join(d, "labels.json")) as f:
+            labs = json.load(f)
+        for run in scan_logdir(d)["runs"]:
+            lab = labs.get(run["run"])
+            if lab is None:
+                continue
+            fam = lab["family"]
+            if lab["category"] != "diverged":
+                quiet[fam, "runs"] += 1
+                quiet[fam, "steps"] += STEPS[fam]
+                for e in run["episodes"]:
+                    if e["severity"] == "warning":
+                        quiet[fam, "warnings"] += 1
+                        codes[e["code"]] += 1
+                    elif e["severity"] == "critical":
+                        criticals.append(f"{os.path.basename(d)}/{run['run']}: {e['code']} at {e['start_step']}")
+                quiet[fam, "incidents"] += sum(i["severity"] == "warning" for i in run["incidents"])
+                continue
+            crash = lab["crash_step"]
+            told = [i for i in run["incidents"]
+                    if i["severity"] == "critical" and i.get("first_alarm_step") is not None]
+            first = min((i["first_alarm_step"] for i in told), default=None)
+            claimed = max((i["lead_steps"] or 0 for i in told), default=None)
+            diverged[fam, lab["every"]].append((crash, first, claimed))
+    for fam in STEPS:
+        if quiet[fam, "runs"]:
+            per = 1e4 / quiet[fam, "steps"]
+            print(f"{fam}: {quiet[fam, 'runs']} runs not diverged, warnings per 10k steps "
+                  f"{quiet[fam, 'warnings'] * per:.2f} (incidents {quiet[fam, 'incidents'] * per:.2f})")
+    print("  warnings by rule:", dict(codes.most_common()))
+    print("  criticals on runs not diverged:", criticals or "none")
+    for (fam, every), runs in sorted(diverged.items()):
+        leads = [c - f for c, f, _ in runs if f is not None and f <= c]
+        late = [f - c for c, f, _ in runs if f is not None and f > c]
+        claimed = [x for _, _, x in runs if x is not None]
+        print(f"{fam}, logged every {every}: {len(leads)}/{len(runs)} diverged runs critical at or before the "
+              f"labels' crash (lead median {_median(leads)}, under 10: {sum(x < 10 for x in leads)}); the others "
+              f"{_median(late)} steps after it (median), {sum(f is None for _, f, _ in runs)} never; the "
+              f"reports' own lead (first alarm to their crash step) median {_median(claimed)}")
+
+
+def _median(xs):
+    return statistics.median(xs) if xs else "-"
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    g = sub.add_parser("generate", help="train and label one family of runs into OUT")
+    g.add_argument("out")
+    g.add_argument("--family", choices=sorted(STEPS), required=True)
+    g.add_argument("--seed0", type=int, default=0, help="the first run's seed (the runs take seed0, seed0 + 1, ...)")
+    s = sub.add_parser("score", help="scan folders made by `generate` with the defaults and score them")
+    s.add_argument("dirs", nargs="+")
+    a = ap.parse_args(argv)
+    if a.cmd == "generate":
+        generate(a.out, a.family, a.seed0)
+    else:
+        score(a.dirs)
+
+
+if __name__ == "__main__":
+    main()
