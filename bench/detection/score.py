@@ -40,8 +40,9 @@ Corpus measures (labels: `labels.py`; "alarm" = an incident, or an episode):
   starting within +-2 steps; precision = spike-family episodes (outside the
   200 steps before a crash, and after it) within +-2 steps of a labelled
   spike (targets 0.8 and 0.8).
-- overfit: runs with an `overfit` episode starting at or after the onset,
-  within 3 evaluations of it (target all).
+- overfit: runs with an `overfit` warning starting at or after the onset,
+  within 3 evaluations of it (target all; a note that the validation loss
+  came back to its best is no warning).
 - plateau / stagnation: runs with a `plateau` or `stagnation` episode going on
   at or after the labelled start (targets 90 %).
 - misconfiguration: update-ratio runs with an `optimizer` episode on the
@@ -53,7 +54,7 @@ Corpus measures (labels: `labels.py`; "alarm" = an incident, or an episode):
 
 Real-log verdicts (`labels.json` of the real-logs folder): diverged -> a
 critical; healthy -> no critical (and warnings per 10k steps); overfit -> an
-`overfit` episode; plateau/no-learning -> a `plateau` or `stagnation` one;
+`overfit` warning; plateau/no-learning -> a `plateau` or `stagnation` one;
 no-signal -> no critical; spikes/instability -> any warning (reported).
 """
 
@@ -379,7 +380,7 @@ def score_corpus(outputs: dict, meta_runs: dict, val_steps: dict | None = None) 
             over["n"] += 1
             onset = lab["overfit_onset"]
             starts = [e["start_step"] for e in eps if e["family"] == "overfit"
-                      and e["start_step"] >= onset]
+                      and e["start_step"] >= onset and e["severity"] != "info"]
             if starts:
                 over["flagged"] += 1
                 d = _n_evals_between(np.asarray(val_steps.get(name, [])), onset, min(starts))
@@ -471,7 +472,8 @@ def _any_critical(out):
 REAL_TARGETS = {
     "diverged": ("critical", _any_critical),
     "healthy": ("no critical", lambda o: not _any_critical(o)),
-    "overfit": ("overfit episode", lambda o: any(e["family"] == "overfit" for e in o["episodes"])),
+    "overfit": ("overfit warning", lambda o: any(e["family"] == "overfit" and e["severity"] != "info"
+                                                 for e in o["episodes"])),
     "plateau/no-learning": ("plateau/stagnation episode", lambda o: any(
         e["family"] in ("plateau", "stagnation") for e in o["episodes"])),
     "no-signal (empty/too short/degenerate)": ("no critical", lambda o: not _any_critical(o)),

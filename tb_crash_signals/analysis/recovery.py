@@ -7,6 +7,10 @@ from them on its own; once the episode closed (its rule quiet for its cooldown) 
 critical followed, and the loss is back under where it started and near its best, the report
 tells it as a warning: the run is not sick, it had a scare.
 
+A validation loss rising from its best while the train loss falls (CS402) is the onset of
+overfitting while it lasts; once it came back to its best after the episode, the rise was the
+validation loss's own wandering, told as a note.
+
 Likewise a loss standing near where it started (CS301's stuck path) is a plateau while it
 lasts; once that episode closed, nothing critical followed and the loss now stands well under
 where it started or where it stalled, it was a slow start (a per-step loss at chance for its
@@ -18,6 +22,8 @@ from __future__ import annotations
 import dataclasses
 import math
 from typing import Callable
+
+import numpy as np
 
 from tb_crash_signals.analysis.episodes import Episode
 from tb_crash_signals.analysis.rules.plateau import STUCK_NOTE
@@ -53,10 +59,13 @@ NOISE_POINTS = 50
 # What the report adds to the messages of the episodes settled here (how incidents tell the climbs apart).
 CAME_BACK = "; the run came back from it"
 SLOW_START = "; then it learnt: a slow start"
+VAL_BACK = "; the validation loss came back under it since (its best now at step {step})"
 # ... and the advice it gives them instead of their rules' own.
 CAME_BACK_ADVICE = ("the run came back on its own; if the climbs recur or grow, lower the learning rate, add "
                     "warm-up or enable gradient clipping")
 SLOW_START_ADVICE = "nothing to do: the loss stood near where it started for a while, then learnt"
+VAL_BACK_ADVICE = ("nothing to do: the validation loss rose for a while, then came back to its best; keep the "
+                   "checkpoint at its best if it rises again")
 
 
 def came_back(e: Episode) -> bool:
@@ -64,7 +73,8 @@ def came_back(e: Episode) -> bool:
     return e.message.endswith(CAME_BACK)
 
 
-def settled(episodes: list[Episode], levels: Callable[[], tuple[float, float, float, float]]) -> list[Episode]:
+def settled(episodes: list[Episode], levels: Callable[[], tuple[float, float, float, float]],
+            val_best_step: int | None = None) -> list[Episode]:
     """The episodes as the run's end tells them.
 
     A closed critical climb (see RECOVERABLE) after which no critical episode starts, not under
@@ -72,9 +82,12 @@ def settled(episodes: list[Episode], levels: Callable[[], tuple[float, float, fl
     BACK x its best level, is a warning the run came back from; a closed stall near the start
     (CS301) after which no critical episode starts, on a loss now at most LEARNT x its initial
     level, DROPPED x its value where the stall was flagged, or DROPPED_CLEARLY x that value out of its
-    noise (CLEAR_Z), is a note: a slow start. `levels()` gives the train loss's level now, its best
-    level, its initial level and its jitter over its last NOISE_POINTS points (NaN if unknown) as of
-    its last point; it is called only if an episode may be settled."""
+    noise (CLEAR_Z), is a note: a slow start; a closed validation rise (CS402) is a note once the
+    validation loss came back to its best after it: `val_best_step`, the last step at which the
+    validation loss was at or under its lowest so far (None without one), is later than the
+    episode's end. `levels()` gives the train loss's level now, its best level, its initial level
+    and its jitter over its last NOISE_POINTS points (NaN if unknown) as of its last point; it is
+    called only if an episode may be settled."""
     later = [e.start_step for e in episodes if e.severity == "critical" and e.code not in RECOVERABLE]
     last_open = max((e.start_step for e in episodes if e.severity == "critical" and e.code in RECOVERABLE and e.open),
                     default=None)
@@ -82,6 +95,11 @@ def settled(episodes: list[Episode], levels: Callable[[], tuple[float, float, fl
     known = None
     out = []
     for e in episodes:
+        if (e.code == "CS402" and e.severity == "warning" and not e.open and val_best_step is not None
+                and val_best_step > e.end_step):
+            out.append(dataclasses.replace(e, severity="info", message=e.message + VAL_BACK.format(step=val_best_step),
+                                           advice=VAL_BACK_ADVICE))
+            continue
         climb = (e.severity == "critical" and e.code in RECOVERABLE
                  and not (last_open is not None and last_open > e.start_step)
                  and not any(c.start_step <= e.end_step and e.start_step <= c.end_step for c in causes))
@@ -96,6 +114,18 @@ def settled(episodes: list[Episode], levels: Callable[[], tuple[float, float, fl
                 e = dataclasses.replace(e, severity="info", message=e.message + SLOW_START, advice=SLOW_START_ADVICE)
         out.append(e)
     return out
+
+
+def last_best_step(steps, values) -> int | None:
+    """The last step at which a validation loss was at or under its lowest so far (None if it has
+    no finite point)."""
+    v = np.asarray(values, dtype=np.float64)
+    finite = np.isfinite(v)
+    if not finite.any():
+        return None
+    low = np.minimum.accumulate(np.where(finite, v, np.inf))
+    at = np.flatnonzero(finite & (v <= low))
+    return int(steps[at[-1]])
 
 
 def _dropped(level: float, stalled_at: float | None, noise: float) -> bool:

@@ -122,6 +122,8 @@ class _State:
                 ch.always_at_rest = [c for c in ch.always if c[0] not in resting]
         # The train loss's level and best level, for the episodes the run's end settles (recovery).
         self.loss_level = shared_level(self.channels["train_loss"], LEVEL_POINTS, best=True)
+        # The validation loss's lowest so far and the last step at or under it (recovery.settled).
+        self.val_low, self.val_best_step = _inf, None
         self.episodes: list[_Record] = []  # in opening order, growing until closed
         self.max_step = None
         self.first_step = None
@@ -269,6 +271,9 @@ class Monitor:
         order = st.orders.get(keys)
         if order is None:
             order = st.orders[keys] = [(ch, ch.name) for ch in st.order if ch.name in values]
+        val = values.get("val_loss")
+        if val is not None and val - val == 0.0 and val <= st.val_low:  # finite, at or under its lowest
+            st.val_low, st.val_best_step = val, step
         for ch, name in order:
             v = values[name]
             i = ch.n
@@ -443,7 +448,7 @@ class Monitor:
             recent = list(train.values)[-NOISE_POINTS:]  # as the batch's v[-NOISE_POINTS:]
             return st.loss_level.value, st.loss_level.low, train.initial.value, stats.jitter(recent)
 
-        return settled(eps, levels)
+        return settled(eps, levels, st.val_best_step)
 
     @property
     def health(self) -> str:

@@ -169,3 +169,41 @@ def test_a_climb_configured_as_a_warning_is_not_told_as_recovered():
 def test_a_warning_climb_stays_as_it_is():
     e = dataclasses.replace(episode("CS202", 100, 120), severity="warning")
     assert settle([e]) == [e]
+
+
+def test_a_validation_rise_it_came_back_from_is_a_note():
+    rise = episode("CS402", 1500, 1800, signal="val_loss")
+    back = settled([rise], lambda: (0.2, 0.2, 1.0, float("nan")), val_best_step=2400)
+    assert [e.severity for e in back] == ["info"]
+    assert "came back under it since (its best now at step 2400)" in back[0].message
+    assert back[0].advice != RULES["CS402"].advice
+    # Not back (its best last reached before the rise), still rising, or no validation loss: as it is.
+    assert settled([rise], lambda: (0.2, 0.2, 1.0, 0.0), val_best_step=1400) == [rise]
+    going = episode("CS402", 1500, 2500, open=True, signal="val_loss")
+    assert settled([going], lambda: (0.2, 0.2, 1.0, 0.0), val_best_step=2400) == [going]
+    assert settled([rise], lambda: (0.2, 0.2, 1.0, 0.0)) == [rise]
+
+
+def test_the_validation_loss_came_back_alike_in_the_batch_report_and_the_monitor():
+    # Train falling; validation at its best 0.5 at step 1400, 16-30 % over it for eight evaluations,
+    # then under it from step 2300 on: the batch report and the monitor's tell the rise as a note
+    # once it closed (its cooldown of 10 evaluations over).
+    import numpy as np
+
+    from support.helpers import analyze, series
+    from tb_crash_signals.online.monitor import Monitor
+
+    steps = np.arange(0, 4000, 100)
+    val = np.concatenate([np.linspace(1.0, 0.5, 15), [0.62, 0.64, 0.63, 0.65, 0.6, 0.61, 0.6, 0.58, 0.49],
+                          np.linspace(0.48, 0.44, 16)])
+    train = np.linspace(1.0, 0.05, 4000)
+    batch = [e for e in analyze(train_loss=train, val_loss=series(val, steps)).episodes if e.code == "CS402"]
+    m = Monitor()
+    for step in range(4000):
+        values = {"train_loss": float(train[step])}
+        if step % 100 == 0:
+            values["val_loss"] = float(val[step // 100])
+        m.update(step, **values)
+    online = [e for e in m.episodes() if e.code == "CS402"]
+    assert [(e.severity, e.message) for e in batch] == [(e.severity, e.message) for e in online]
+    assert batch and all(e.severity == "info" and "its best now at step 3900" in e.message for e in batch)
