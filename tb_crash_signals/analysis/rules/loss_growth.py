@@ -90,10 +90,15 @@ class LossGrowthParams:
     max_noise: float = max_noise_param("alarm")
     spread_jitter: float = param(
         1.5, "the loss's noise is read around its own trend: its log spread over `spread_window` points "
-        "counts at most this multiple of its `jitter` there, and the noise gate holds only where that "
-        "jitter, as decades between quartiles over `noise_window` points, reaches `max_noise` too. Logged "
-        "every 10 steps, 50 points span the run's fall and its climb, whose spread is the trend's, not "
-        "noise; 0: the spread and the quartiles alone", at_least=0.0,
+        "counts at most this multiple of its `jitter` there (logged every 10 steps, 50 points span the "
+        "run's fall and its climb, whose spread is the trend's, not noise); 0: the spread alone",
+        at_least=0.0,
+    )
+    trend_noise: float = param(
+        0.3, "... and the noise gate does not hold where that jitter over `noise_window` points, as decades "
+        "between quartiles, is under this: quartiles `max_noise` apart whose point-to-point noise spans "
+        "far fewer decades hold a trend (the run's fall and its climb), not a tiny batch's noise; 0: the "
+        "quartiles alone", at_least=0.0,
     )
     grad_smooth: int = param(9, "trailing grad-norm points whose median is its level", at_least=1)
     grad_warmup: int = param(20, "grad-norm points before its level's minimum is tracked (its early transient)")
@@ -166,11 +171,13 @@ def early_spread_noise(i, values, p: LossGrowthParams):
 
 
 def _around_trend(v, ends, spreads, noises, p: LossGrowthParams):
-    """The spreads and noise gates at `ends` read around the loss's trend (see `spread_jitter`)."""
-    spreads = np.fmin(spreads, p.spread_jitter * jitter_at(v, ends, p.spread_window))
-    gated = np.flatnonzero(noises >= p.max_noise)
-    if gated.size:
-        held = jitter_decades(jitter_at(v, ends[gated], p.noise_window)) >= p.max_noise
+    """The spreads and noise gates at `ends` read around the loss's trend (see `spread_jitter` and
+    `trend_noise`)."""
+    if p.spread_jitter > 0:
+        spreads = np.fmin(spreads, p.spread_jitter * jitter_at(v, ends, p.spread_window))
+    gated = np.flatnonzero(noises >= p.max_noise) if p.trend_noise > 0 else ()
+    if len(gated):
+        held = jitter_decades(jitter_at(v, ends[gated], p.noise_window)) >= p.trend_noise
         noises[gated] = np.where(held, noises[gated], np.nan)
     return spreads, noises
 
@@ -536,13 +543,15 @@ class LossGrowthStream(Stream):
         return None
 
     def _around_trend(self, spread, noise):
-        """The batch rule's _around_trend at this point: np.fmin's choice, and the gate held only
-        where the jitter of the gate's window reaches it too (read only then)."""
+        """The batch rule's _around_trend at this point: np.fmin's choice, and the gate lifted where
+        the jitter of its window spans under `trend_noise` (read only where the gate holds)."""
         p = self.p
-        bound = p.spread_jitter * self.spread.jitter()
-        if bound < spread or spread != spread:
-            spread = bound
-        if noise >= p.max_noise and not jitter_decades(self.noise_jitter.jitter()) >= p.max_noise:
+        if p.spread_jitter > 0:
+            bound = p.spread_jitter * self.spread.jitter()
+            if bound < spread or spread != spread:
+                spread = bound
+        if (p.trend_noise > 0 and noise >= p.max_noise
+                and not jitter_decades(self.noise_jitter.jitter()) >= p.trend_noise):
             noise = math.nan
         return spread, noise
 
@@ -630,7 +639,7 @@ class LossGrowthStream(Stream):
                         spread, noise = early_spread_noise(i, self.values, p)
                     else:
                         spread, noise = self.spread.log_spread(), self.noise.noise_decades()
-                        if p.spread_jitter > 0:
+                        if p.spread_jitter > 0 or p.trend_noise > 0:
                             spread, noise = self._around_trend(spread, noise)
                     if smooth:
                         spread = jit
@@ -768,7 +777,7 @@ def loss_growth(data, p: LossGrowthParams, since=None):
     late = cand[cand >= p.min_points]
     spread_at = log_spread_at(v, late, p.spread_window)
     noise_at = noise_gate_at(v, late, p.noise_window, p.max_noise)
-    if p.spread_jitter > 0:
+    if p.spread_jitter > 0 or p.trend_noise > 0:
         spread_at, noise_at = _around_trend(v, late, spread_at, noise_at, p)
     spreads = dict(zip(late.tolist(), spread_at.tolist()))
     noises = dict(zip(late.tolist(), noise_at.tolist()))
