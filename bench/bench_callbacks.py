@@ -49,7 +49,7 @@ warnings.filterwarnings("ignore")
 LIGHTNING_LOG_EVERY = 50
 HOOKS = ("on_log", "on_before_optimizer_step", "on_train_batch_begin", "on_train_batch_end",
          "on_validation_end", "on_epoch_begin", "on_epoch_end", "on_train_epoch_start", "on_train_begin",
-         "on_train_end")
+         "on_train_end", "on_fit_start", "on_fit_end")
 
 
 def timed(callback, step_hook):

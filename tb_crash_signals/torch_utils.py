@@ -17,6 +17,16 @@ import math
 _FLAT_NORM_MAX = 1 << 20
 
 
+def _flat(tensors):
+    """The tensors' elements in one flat tensor: torch.cat of their flattened views, in one call
+    into torch rather than one per tensor (DDP's bucketing helper; cat where it is missing). Of
+    a single tensor, its flat view, not a copy."""
+    import torch
+
+    flatten = getattr(torch._utils, "_flatten_dense_tensors", None)
+    return flatten(tensors) if flatten is not None else torch.cat([t.reshape(-1) for t in tensors])
+
+
 def _parameters(model_or_params):
     params = model_or_params.parameters() if hasattr(model_or_params, "parameters") else model_or_params
     return [p for p in params if p is not None]
@@ -42,7 +52,7 @@ def global_grad_norm(model_or_params, norm_type: float = 2.0) -> float:
     if same_kind and norm_type == 2.0 and sum(g.numel() for g in grads) <= _FLAT_NORM_MAX:
         # A small model's gradients, copied into one flat tensor: three tensor operations, where
         # the per-tensor norms cost one more and a stack, ~3x the time on a tiny model.
-        return torch.linalg.vector_norm(torch.cat([g.reshape(-1) for g in grads])).item()
+        return torch.linalg.vector_norm(_flat(grads)).item()
     foreach_norm = getattr(torch, "_foreach_norm", None)
     # One call for every tensor's norm (what clip_grad_norm_ uses), not one per tensor; item()
     # rather than float(), which goes through Python first.
@@ -67,13 +77,15 @@ class update_ratio:
     def __enter__(self):
         # One flat copy when the parameters share a dtype and a device (the usual case): three
         # tensor operations then, where one per parameter costs more on a small model.
-        kinds = {(p.dtype, p.device) for p in self.params}
-        if len(kinds) == 1:
-            import torch
+        import torch
 
-            self.before = torch.cat([p.detach().reshape(-1) for p in self.params])
-        else:
-            self.before = [p.detach().clone() for p in self.params]
+        kinds = {(p.dtype, p.device) for p in self.params}
+        with torch.no_grad():  # (a copy, no graph: cheaper than a detach() per parameter)
+            if len(kinds) == 1:
+                flat = _flat(self.params)
+                self.before = flat.clone() if len(self.params) == 1 else flat  # (one: a view of it)
+            else:
+                self.before = [p.detach().clone() for p in self.params]
         return self
 
     def __exit__(self, *exc):
@@ -82,7 +94,7 @@ class update_ratio:
         if exc[0] is None:
             with torch.no_grad():
                 if isinstance(self.before, torch.Tensor):
-                    after = torch.cat([p.detach().reshape(-1) for p in self.params])
+                    after = _flat(self.params)
                     delta = float(torch.linalg.vector_norm(after - self.before))
                     base = float(torch.linalg.vector_norm(self.before))
                 else:

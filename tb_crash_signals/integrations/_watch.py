@@ -7,12 +7,13 @@ import math
 import pickle
 import subprocess
 import time
+from math import isfinite
 from typing import Callable, Iterable, Union
 
 from tb_crash_signals.analysis.incidents import Incident
 from tb_crash_signals.analysis.rules import RULES
 from tb_crash_signals.integrations import _process
-from tb_crash_signals.online.monitor import Monitor
+from tb_crash_signals.online.monitor import _SIGNAL_SET, Monitor
 
 # check_every="auto": the share of the loop's time the Monitor's feeds aim to stay under, the
 # most steps a feed holds back, and the longest a step waits (a loop that slowed down).
@@ -161,7 +162,10 @@ class Watch:
         self._held_since = 0.0  # when the oldest step not fed yet came ("auto")
         self._fed_at: float | None = None  # when the last feed ended ("auto")
         self._pending: list[tuple[int, dict]] = []
-        self._top: dict[str, float] = {}  # the train loss's and grad norm's recent tops (URGENT_DECAY)
+        # The train loss's and grad norm's recent tops (URGENT_DECAY), None until given.
+        self._top: dict[str, float | None] = {"train_loss": None, "grad_norm": None}
+        # Whether a step held holds a value the child's pipe must check (`_checked`).
+        self._raw_held = False
         self._grad_threshold = float(getattr(self._monitor.config.params_for("CS101"), "threshold", math.inf))
         if background not in (True, False, "auto"):
             raise ValueError(f'background must be True, False or "auto", got {background!r}')
@@ -191,14 +195,36 @@ class Watch:
 
     def update(self, step: int, **values) -> bool:
         """Feeds one step; True when training should stop now (the first time only)."""
-        values = {k: v for k, v in values.items() if v is not None}
-        if not values:
-            return False
+        return self.give(step, values)
+
+    def give(self, step: int, values: dict) -> bool:
+        """`update` with the step's values in a dict (None: not given). The callbacks' path: it
+        runs at every step of a training loop, so it is kept flat."""
         if self.check_every == 1 and not self.auto and not self.background:  # (no child then)
+            values = {k: v for k, v in values.items() if v is not None}
+            if not values:
+                return False
             self._step = step
             self._monitor.update(step, **values)
-        elif not self._feed(step, values) and not self._answered(step):
-            return False
+        else:
+            values, urgent = self._checked(values)
+            if not values:
+                return False
+            pending = self._pending
+            pending.append((step, values))
+            due = urgent or step - pending[0][0] + 1 >= self.check_every
+            if self.auto:
+                now = time.perf_counter()
+                if len(pending) == 1:
+                    self._held_since = now
+                due = due or now - self._held_since >= AUTO_MAX_WAIT
+            if due:
+                self._step = step
+                self._send(wait=False, urgent=urgent)
+                if self.auto:
+                    self._adapt(now)
+            elif self._offload is None or not self._answered(step):
+                return False
         self._step = None
         if self.stop and self.stopped_step is None and self._stopping():
             self.stopped_step = step
@@ -210,41 +236,38 @@ class Watch:
 
     def _answered(self, step: int) -> bool:
         """Reads what the child told since the last feed, if anything; True if so."""
-        offload = self._offload
-        if offload is None:
-            return False
         self._step = step
         try:
-            return offload.poll()
+            return self._offload.poll()
         except _process.ProcessGone as e:
             self._lost(e, [])
             return True
 
-    def _feed(self, step: int, values: dict) -> bool:
-        """Holds the step, or feeds what is held (see check_every); True when it fed. Under
-        "auto", adapts check_every to the feed's share of the loop's time."""
-        pending = self._pending
-        pending.append((step, values))
-        now = time.perf_counter() if self.auto else 0.0
-        if len(pending) == 1:
-            self._held_since = now
-        urgent = self._urgent(values)  # always: it keeps the last loss and grad norm
-        waited = self.auto and now - self._held_since >= AUTO_MAX_WAIT
-        if not (urgent or step - pending[0][0] + 1 >= self.check_every or waited):
-            return False
-        self._step = step
-        self._send(wait=False, urgent=urgent)
-        if self.auto:
-            done = time.perf_counter()
-            if self._fed_at is not None and done > self._fed_at:
-                # The feed's share of the time since the last one (the loop's steps and this feed).
-                share = (done - now) / (done - self._fed_at)
-                if share > AUTO_SHARE:
-                    self.check_every = min(2 * self.check_every, AUTO_MAX_STEPS)
-                elif share < AUTO_SHARE / 4:
-                    self.check_every = max(self.check_every // 2, 1)
-            self._fed_at = done
-        return True
+    def _adapt(self, started: float):
+        """Under "auto": adapts check_every to the share of the loop's time of the feed that
+        began at `started` (its share of the time since the last one: the loop's steps and it)."""
+        done = time.perf_counter()
+        if self._fed_at is not None and done > self._fed_at:
+            share = (done - started) / (done - self._fed_at)
+            if share > AUTO_SHARE:
+                self.check_every = min(2 * self.check_every, AUTO_MAX_STEPS)
+            elif share < AUTO_SHARE / 4:
+                self.check_every = max(self.check_every // 2, 1)
+        self._fed_at = done
+
+    def start(self):
+        """Starts the Monitor's child process, if it runs in one and none runs (else the first
+        feed does): a callback calls it as training starts, so that the child's start (its
+        imports take a few hundred milliseconds) overlaps the trainer's setup and fewer of the
+        first steps are fed to the Monitor here while it starts."""
+        if self.background and self._offload is None:
+            try:
+                self._offload = _process.Offload(self._monitor, self._tell)
+            except (OSError, ValueError, TypeError, AttributeError, subprocess.SubprocessError,
+                    pickle.PicklingError) as e:
+                # No process can start, or this Monitor cannot travel: it stays here.
+                self.background = False
+                self._say("warning", f"crash signals: the monitor runs in the training process ({e})")
 
     def in_lockstep(self):
         """Under "auto", feeds every step from now on: processes that each decide on the same
@@ -267,17 +290,11 @@ class Watch:
         pending, self._pending = self._pending, []
         if not pending:
             return
-        if self.background and self._offload is None:
-            try:
-                self._offload = _process.Offload(self._monitor, self._tell)
-            except (OSError, ValueError, TypeError, AttributeError, subprocess.SubprocessError,
-                    pickle.PicklingError) as e:
-                # No process can start, or this Monitor cannot travel: it stays here.
-                self.background = False
-                self._say("warning", f"crash signals: the monitor runs in the training process ({e})")
+        checked, self._raw_held = not self._raw_held, False
+        self.start()
         if self._offload is not None:
             try:
-                self._offload.feed(pending, ask=urgent)
+                self._offload.feed(pending, ask=urgent, checked=checked)
                 if wait:
                     self._offload.sync()
             except _process.ProcessGone as e:
@@ -320,25 +337,37 @@ class Watch:
         if self._report is not None:
             self._report(severity, line)
 
-    def _urgent(self, values: dict) -> bool:
-        """Whether these values are fed at once (see check_every)."""
+    def _checked(self, values: dict) -> tuple[dict, bool]:
+        """The values given (None dropped) as floats, and whether they are fed at once (see
+        check_every). Each is converted once, here, and fed as a float: the child's pipe (and
+        the Monitor) take it as it is. A value that is not a number leaves them as given, fed
+        at once: the Monitor says what is wrong with it, at its step."""
+        clean = {}
         urgent = False
+        tops = self._top
         for name, value in values.items():
-            try:
-                if isinstance(value, (bool, str, bytes)):
-                    raise TypeError
-                x = float(value)
-            except (TypeError, ValueError, RuntimeError, OverflowError):
-                return True  # the Monitor says what is wrong with it, now
-            if not math.isfinite(x):
+            if value is None:
+                continue
+            if type(value) is not float:
+                try:
+                    if isinstance(value, (bool, str, bytes)):
+                        raise TypeError
+                    value = float(value)
+                except (TypeError, ValueError, RuntimeError, OverflowError):
+                    self._raw_held = True
+                    return {k: v for k, v in values.items() if v is not None}, True
+            clean[name] = value
+            if not isfinite(value):
                 urgent = True
-            elif name == "train_loss" or name == "grad_norm":
-                top = self._top.get(name)
-                if (top is not None and x >= 2.0 * top) or (name == "grad_norm" and x > self._grad_threshold):
+            elif name in tops:  # the train loss or the grad norm
+                top = tops[name]
+                if (top is not None and value >= 2.0 * top) or (name == "grad_norm" and value > self._grad_threshold):
                     urgent = True
-                decayed = URGENT_DECAY * top if top is not None else x
-                self._top[name] = x if x > decayed else decayed
-        return urgent
+                decayed = URGENT_DECAY * top if top is not None else value
+                tops[name] = value if value > decayed else decayed
+        if not clean.keys() <= _SIGNAL_SET:
+            self._raw_held = True  # (the name is the Monitor's error, where it is fed)
+        return clean, urgent
 
     @property
     def stopping(self) -> bool:

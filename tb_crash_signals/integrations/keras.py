@@ -149,6 +149,7 @@ class CrashSignals(Watching, Cadenced, _keras.callbacks.Callback):
     def on_train_begin(self, logs=None):
         self._next = None
         self._iteration_scalar = None
+        self._watch.start()
 
     def on_train_end(self, logs=None):
         self._watch.flush()  # the steps held back: their incidents are reported now
@@ -185,8 +186,8 @@ class CrashSignals(Watching, Cadenced, _keras.callbacks.Callback):
                 values["update_ratio"] = self._before.value
             self._before = None
             self._ratio_cadence.took(self._ratio_cost + time.perf_counter() - start)
-        self.last = {k: v for k, v in values.items() if v is not None}
-        if self._watch.update(step, **values):
+        self.last = values = {k: v for k, v in values.items() if v is not None}
+        if self._watch.give(step, values):
             self.model.stop_training = True
 
     def on_epoch_end(self, epoch, logs=None):

@@ -124,6 +124,11 @@ class CrashSignals(Watching, Cadenced, _pl.Callback):
         self._stopped_step: int | None = None
         self._params: list | None = None
         self._params_of = None
+        # What cannot change while a trainer fits, read once at its start (`_bind`): its
+        # properties cost a chain of calls each, at every step.
+        self._zero: bool | None = None  # rank zero; None: not bound to a fit
+        self._shared = False  # more than one process
+        self._epoch_loop = None  # where the step the loggers write is counted, if Lightning has it
 
     @property
     def stopped_step(self) -> int | None:
@@ -139,14 +144,37 @@ class CrashSignals(Watching, Cadenced, _pl.Callback):
             self._params, self._params_of = list(pl_module.parameters()), pl_module
         return self._params
 
+    def on_fit_start(self, trainer, pl_module):
+        if self._bind(trainer):
+            self._watch.start()
+
+    def on_fit_end(self, trainer, pl_module):
+        self._zero = self._epoch_loop = None  # (holds no trainer)
+
+    def on_exception(self, trainer, pl_module, exception):
+        self._zero = self._epoch_loop = None
+
+    def _bind(self, trainer) -> bool:
+        """Reads what stays the same during the fit; whether this is rank zero."""
+        self._zero = bool(trainer.is_global_zero)
+        self._shared = trainer.world_size > 1
+        loop = getattr(getattr(trainer, "fit_loop", None), "epoch_loop", None)
+        self._epoch_loop = loop if hasattr(loop, "_batches_that_stepped") else None
+        return self._zero
+
+    def _step(self, trainer) -> int:
+        loop = self._epoch_loop
+        return int(loop._batches_that_stepped) if loop is not None else _logged_step(trainer)
+
     def on_train_epoch_start(self, trainer, pl_module):
         self._params_of = None
 
     def on_before_optimizer_step(self, trainer, pl_module, optimizer):
-        if not trainer.is_global_zero:
+        zero = self._zero
+        if not (zero if zero is not None else self._bind(trainer)):
             return
-        params = self._parameters(pl_module)
-        step = _logged_step(trainer)
+        params = self._params if self._params_of is pl_module else self._parameters(pl_module)
+        step = self._step(trainer)
         # Also at the steps the loggers write, so the logs hold the gradient norms the Monitor saw.
         if self._grad.due(step) or (self.log_signals and _logs_now(trainer, step)):
             self._pending["grad_norm"] = self._grad.measure(global_grad_norm, params)
@@ -159,9 +187,12 @@ class CrashSignals(Watching, Cadenced, _pl.Callback):
             self._ratio_cost = time.perf_counter() - start
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-        step = _logged_step(trainer)
+        zero = self._zero
+        if zero is None:
+            zero = self._bind(trainer)
+        step = self._step(trainer)
         stop = False
-        if trainer.is_global_zero:
+        if zero:
             values, self._pending = self._pending, {}
             if self._ratio is not None:
                 start = time.perf_counter()
@@ -174,8 +205,9 @@ class CrashSignals(Watching, Cadenced, _pl.Callback):
                 for logger in trainer.loggers:
                     logger.log_metrics(measured, step=step)
             values["train_loss"] = _loss_of(outputs)
-            stop = self._watch.update(step, **values)
-        self._decide(trainer, stop, step)
+            stop = self._watch.give(step, values)
+        if self._shared or stop:
+            self._decide(trainer, stop, step)
 
     def on_validation_end(self, trainer, pl_module):
         if trainer.sanity_checking:
