@@ -34,6 +34,7 @@ found something; to "home": ("monitor", pickled Monitor), after which the child 
 
 from __future__ import annotations
 
+import json
 import mmap
 import os
 import pickle
@@ -50,11 +51,11 @@ from tb_crash_signals.online.monitor import clean_values
 
 _HEADER = struct.Struct("<Q")
 _PROTOCOL = pickle.HIGHEST_PROTOCOL
-# The child's bootstrap: without the working directory `-c` puts first on its path (a file there
-# named like a module would shadow it), with this package's root if its path lacks it (a source
-# checkout the parent put on sys.path), first, so both import the same code.
-_CHILD = ("import sys; sys.path[:] = [p for p in sys.path if p]; root = sys.argv[1]; "
-          "root in sys.path or sys.path.insert(0, root); "
+# The child's bootstrap: the parent's import path (JSON in argv[1]), so both import the same code:
+# not the working directory `-c` puts first (a file there named like a module would shadow it), nor
+# a relative PYTHONPATH entry read against the directory the training script has moved to since
+# it started; with this package's root first if that path lacks it (a source checkout).
+_CHILD = ("import sys, json; sys.path[:] = json.loads(sys.argv[1]); "
           "from tb_crash_signals.integrations._process import serve; serve(int(sys.argv[2]), int(sys.argv[3]))")
 # How long the parent waits for the child's last answers and its Monitor before giving up on it.
 HOME_TIMEOUT = 60.0
@@ -125,6 +126,9 @@ class MonitorProcess:
 
     def __init__(self, monitor):
         root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        path = [p for p in sys.path if p]
+        if root not in path:
+            path.insert(0, root)
         wake, self._wake = os.pipe()
         # The tally board: one byte the child adds 1 to (mod 256) after each frame it writes, so
         # the loop learns an answer came by reading memory, not by a system call.
@@ -133,7 +137,7 @@ class MonitorProcess:
             self._board = mmap.mmap(board.fileno(), 1)
             try:
                 self._proc = subprocess.Popen(
-                    [sys.executable, "-c", _CHILD, root, str(wake), str(board.fileno())],
+                    [sys.executable, "-c", _CHILD, json.dumps(path), str(wake), str(board.fileno())],
                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, pass_fds=(wake, board.fileno()))
             except BaseException:
                 os.close(self._wake)
