@@ -12,8 +12,9 @@ from typing import Callable, Iterable, Union
 
 from tb_crash_signals.analysis.incidents import Incident
 from tb_crash_signals.analysis.rules import RULES
+from tb_crash_signals.analysis.signals import SIGNALS
 from tb_crash_signals.integrations import _process
-from tb_crash_signals.online.monitor import _SIGNAL_SET, Monitor
+from tb_crash_signals.online.monitor import Monitor
 
 # check_every="auto": the share of the loop's time the Monitor's feeds aim to stay under, the
 # most steps a feed holds back, and the longest a step waits (a loop that slowed down).
@@ -24,6 +25,8 @@ AUTO_MAX_WAIT = 1.0
 # value given, which loses this share a step (a noisy per-step loss doubles from one batch to the
 # next all the time; against its top, only a jump out of its range is urgent).
 URGENT_DECAY = 0.9
+# The signals the Monitor takes: a step naming another is fed as given (the Monitor's error).
+_KNOWN = frozenset(SIGNALS)
 
 # grad_every="auto" and ratio_every="auto": the share of the loop's time one measurement (a
 # gradient norm, an update ratio) aims to stay under, against the time since the one before; the
@@ -365,7 +368,7 @@ class Watch:
                     urgent = True
                 decayed = URGENT_DECAY * top if top is not None else value
                 tops[name] = value if value > decayed else decayed
-        if not clean.keys() <= _SIGNAL_SET:
+        if not clean.keys() <= _KNOWN:
             self._raw_held = True  # (the name is the Monitor's error, where it is fed)
         return clean, urgent
 
