@@ -290,7 +290,7 @@ def analyze_run(
     tracks, levels = _run_tracks(data, config, resume.tracks if since is not None else {}, since, carry)
     episodes, fits = _merged(tracks)
     val = data.get("val_loss")
-    episodes = settled(episodes, lambda: levels, None if val is None else last_best_step(val.steps, val.values))
+    episodes = settled(episodes, lambda: levels, None if val is None else lambda: last_best_step(val.steps, val.values))
     grad = data.get("grad_norm")
     grad_max = None
     if grad is not None:

@@ -74,7 +74,7 @@ def came_back(e: Episode) -> bool:
 
 
 def settled(episodes: list[Episode], levels: Callable[[], tuple[float, float, float, float]],
-            val_best_step: int | None = None) -> list[Episode]:
+            val_best: Callable[[], int | None] | None = None) -> list[Episode]:
     """The episodes as the run's end tells them.
 
     A closed critical climb (see RECOVERABLE) after which no critical episode starts, not under
@@ -83,23 +83,26 @@ def settled(episodes: list[Episode], levels: Callable[[], tuple[float, float, fl
     (CS301) after which no critical episode starts, on a loss now at most LEARNT x its initial
     level, DROPPED x its value where the stall was flagged, or DROPPED_CLEARLY x that value out of its
     noise (CLEAR_Z), is a note: a slow start; a closed validation rise (CS402) is a note once the
-    validation loss came back to its best after it: `val_best_step`, the last step at which the
-    validation loss was at or under its lowest so far (None without one), is later than the
-    episode's end. `levels()` gives the train loss's level now, its best level, its initial level
-    and its jitter over its last NOISE_POINTS points (NaN if unknown) as of its last point; it is
-    called only if an episode may be settled."""
+    validation loss came back to its best after it: `val_best()`, the last step at which the
+    validation loss was at or under its lowest so far (None without one; called only if such an
+    episode closed), is later than the episode's end. `levels()` gives the train loss's level now,
+    its best level, its initial level and its jitter over its last NOISE_POINTS points (NaN if
+    unknown) as of its last point; it is called only if an episode may be settled."""
     later = [e.start_step for e in episodes if e.severity == "critical" and e.code not in RECOVERABLE]
     last_open = max((e.start_step for e in episodes if e.severity == "critical" and e.code in RECOVERABLE and e.open),
                     default=None)
     causes = [e for e in episodes if e.code in _CAUSES and e.severity != "info"]
     known = None
     out = []
+    val_read, val_best_step = False, None  # val_best() is called once, if at all
     for e in episodes:
-        if (e.code == "CS402" and e.severity == "warning" and not e.open and val_best_step is not None
-                and val_best_step > e.end_step):
-            out.append(dataclasses.replace(e, severity="info", message=e.message + VAL_BACK.format(step=val_best_step),
-                                           advice=VAL_BACK_ADVICE))
-            continue
+        if e.code == "CS402" and e.severity == "warning" and not e.open and val_best is not None:
+            if not val_read:
+                val_read, val_best_step = True, val_best()
+            if val_best_step is not None and val_best_step > e.end_step:
+                out.append(dataclasses.replace(e, severity="info", advice=VAL_BACK_ADVICE,
+                                               message=e.message + VAL_BACK.format(step=val_best_step)))
+                continue
         climb = (e.severity == "critical" and e.code in RECOVERABLE
                  and not (last_open is not None and last_open > e.start_step)
                  and not any(c.start_step <= e.end_step and e.start_step <= c.end_step for c in causes))

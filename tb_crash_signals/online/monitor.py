@@ -448,7 +448,7 @@ class Monitor:
             recent = list(train.values)[-NOISE_POINTS:]  # as the batch's v[-NOISE_POINTS:]
             return st.loss_level.value, st.loss_level.low, train.initial.value, stats.jitter(recent)
 
-        return settled(eps, levels, st.val_best_step)
+        return settled(eps, levels, lambda: st.val_best_step)
 
     @property
     def health(self) -> str:

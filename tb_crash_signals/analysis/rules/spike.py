@@ -17,6 +17,7 @@ from tb_crash_signals.analysis.rules.base import (
     rule,
     since_index,
 )
+from tb_crash_signals.analysis.rules.growth import LOSS_BEST_SMOOTH
 from tb_crash_signals.analysis.signals import SIGNAL_LABELS
 from tb_crash_signals.analysis.stats import (
     best_levels,
@@ -30,7 +31,6 @@ from tb_crash_signals.analysis.streaming import Quiet, Stream, StreamHit, shared
 
 _RECOVERY_LIMIT = 200  # points after a spike in which its recovery is looked for
 _FAST = 5  # a recovery within this many points is fast
-BEST_SMOOTH = 31  # points whose median, at its lowest so far, is the loss's best level (as CS202's)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,7 +99,7 @@ def _spike_index(values, p: SpikeParams, i0: int):
         return cand, np.zeros(0)
     med, _ = trailing_median_mad_at(x, p.window, p.min_points, cand, mad=False)
     init, known_after = initial_level(values)
-    best = best_levels(values, BEST_SMOOTH) if p.min_undo > 0 else None
+    best = best_levels(values, LOSS_BEST_SMOOTH) if p.min_undo > 0 else None
     keep = []
     for j, i in enumerate(cand.tolist()):
         g = i + c0
@@ -193,7 +193,7 @@ class _SpikeStream(Stream):
         self.window = ch.window
         self.median = tail_median(ch, p.window)  # of the points before
         # The best level, pushed by the monitor at every point (so the screen may skip this stream).
-        self.best = shared_level(ch, BEST_SMOOTH, best=True) if p.min_undo > 0 else None
+        self.best = shared_level(ch, LOSS_BEST_SMOOTH, best=True) if p.min_undo > 0 else None
 
     def quiet(self):
         # Not a candidate (x >= envelope x the window's max >= envelope x the last point), or

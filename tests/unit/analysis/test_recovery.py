@@ -173,14 +173,14 @@ def test_a_warning_climb_stays_as_it_is():
 
 def test_a_validation_rise_it_came_back_from_is_a_note():
     rise = episode("CS402", 1500, 1800, signal="val_loss")
-    back = settled([rise], lambda: (0.2, 0.2, 1.0, float("nan")), val_best_step=2400)
+    back = settled([rise], lambda: (0.2, 0.2, 1.0, float("nan")), val_best=lambda: 2400)
     assert [e.severity for e in back] == ["info"]
     assert "came back under it since (its best now at step 2400)" in back[0].message
     assert back[0].advice != RULES["CS402"].advice
     # Not back (its best last reached before the rise), still rising, or no validation loss: as it is.
-    assert settled([rise], lambda: (0.2, 0.2, 1.0, 0.0), val_best_step=1400) == [rise]
+    assert settled([rise], lambda: (0.2, 0.2, 1.0, 0.0), val_best=lambda: 1400) == [rise]
     going = episode("CS402", 1500, 2500, open=True, signal="val_loss")
-    assert settled([going], lambda: (0.2, 0.2, 1.0, 0.0), val_best_step=2400) == [going]
+    assert settled([going], lambda: (0.2, 0.2, 1.0, 0.0), val_best=lambda: 2400) == [going]
     assert settled([rise], lambda: (0.2, 0.2, 1.0, 0.0)) == [rise]
 
 
