@@ -14,7 +14,10 @@ validation loss's own wandering, told as a note.
 Likewise a loss standing near where it started (CS301's stuck path) is a plateau while it
 lasts; once that episode closed, nothing critical followed and the loss now stands well under
 where it started or where it stalled, it was a slow start (a per-step loss at chance for its
-first dozens of steps, a language model at its unigram level), told as a note.
+first dozens of steps, a language model at its unigram level), told as a note. A loss that
+learnt half of its initial level has left such a stall whether or not its episode's cooldown
+is over (on a run of fifty epochs it never is). A validation loss stuck (CS302) that fell a
+fifth under where it stood since had a slow start too.
 """
 
 from __future__ import annotations
@@ -74,18 +77,20 @@ def came_back(e: Episode) -> bool:
 
 
 def settled(episodes: list[Episode], levels: Callable[[], tuple[float, float, float, float]],
-            val_best: Callable[[], int | None] | None = None) -> list[Episode]:
+            val_best: Callable[[], tuple[int, float] | None] | None = None) -> list[Episode]:
     """The episodes as the run's end tells them.
 
     A closed critical climb (see RECOVERABLE) after which no critical episode starts, not under
     a learning rate or update size out of band, on a loss now under its initial level and within
     BACK x its best level, is a warning the run came back from; a closed stall near the start
     (CS301) after which no critical episode starts, on a loss now at most LEARNT x its initial
-    level, DROPPED x its value where the stall was flagged, or DROPPED_CLEARLY x that value out of its
-    noise (CLEAR_Z), is a note: a slow start; a closed validation rise (CS402) is a note once the
-    validation loss came back to its best after it: `val_best()`, the last step at which the
-    validation loss was at or under its lowest so far (None without one; called only if such an
-    episode closed), is later than the episode's end. `levels()` gives the train loss's level now,
+    level (closed or not), DROPPED x its value where the stall was flagged, or DROPPED_CLEARLY x that
+    value out of its noise (CLEAR_Z), is a note: a slow start, as is a closed validation stall (CS302)
+    with nothing critical after it whose validation loss's lowest is at most DROPPED x where it stood;
+    a closed validation rise (CS402) is a note once the validation loss came back to its best after
+    it. `val_best()` gives the last step at which the validation loss was at or under its lowest so
+    far and that lowest (None without one; called only if such an episode closed): the rise came back
+    once that step is later than the episode's end. `levels()` gives the train loss's level now,
     its best level, its initial level and its jitter over its last NOISE_POINTS points (NaN if
     unknown) as of its last point; it is called only if an episode may be settled."""
     later = [e.start_step for e in episodes if e.severity == "critical" and e.code not in RECOVERABLE]
@@ -94,41 +99,46 @@ def settled(episodes: list[Episode], levels: Callable[[], tuple[float, float, fl
     causes = [e for e in episodes if e.code in _CAUSES and e.severity != "info"]
     known = None
     out = []
-    val_read, val_best_step = False, None  # val_best() is called once, if at all
+    val_read, val_low = False, None  # val_best() is called once, if at all
     for e in episodes:
-        if e.code == "CS402" and e.severity == "warning" and not e.open and val_best is not None:
+        if e.code in ("CS302", "CS402") and e.severity == "warning" and not e.open and val_best is not None:
             if not val_read:
-                val_read, val_best_step = True, val_best()
-            if val_best_step is not None and val_best_step > e.end_step:
+                val_read, val_low = True, val_best()
+            if val_low is not None and e.code == "CS402" and val_low[0] > e.end_step:
                 out.append(dataclasses.replace(e, severity="info", advice=VAL_BACK_ADVICE,
-                                               message=e.message + VAL_BACK.format(step=val_best_step)))
+                                               message=e.message + VAL_BACK.format(step=val_low[0])))
+                continue
+            if (val_low is not None and e.code == "CS302" and e.start_value is not None
+                    and val_low[1] <= DROPPED * e.start_value and not any(s > e.start_step for s in later)):
+                out.append(dataclasses.replace(e, severity="info", advice=SLOW_START_ADVICE,
+                                               message=e.message + SLOW_START))
                 continue
         climb = (e.severity == "critical" and e.code in RECOVERABLE
                  and not (last_open is not None and last_open > e.start_step)
                  and not any(c.start_step <= e.end_step and e.start_step <= c.end_step for c in causes))
         stall = e.code == "CS301" and e.severity == "warning" and STUCK_NOTE in e.message
-        if (climb or stall) and not e.open and not any(s > e.start_step for s in later):
+        if (climb or stall) and not (climb and e.open) and not any(s > e.start_step for s in later):
             if known is None:
                 known = levels()
             level, best, initial, noise = known
             if climb and level < initial and level <= BACK * best:
                 e = dataclasses.replace(e, severity="warning", message=e.message + CAME_BACK, advice=CAME_BACK_ADVICE)
-            elif stall and (level <= LEARNT * initial or _dropped(level, e.start_value, noise)):
+            elif stall and (level <= LEARNT * initial or (not e.open and _dropped(level, e.start_value, noise))):
                 e = dataclasses.replace(e, severity="info", message=e.message + SLOW_START, advice=SLOW_START_ADVICE)
         out.append(e)
     return out
 
 
-def last_best_step(steps, values) -> int | None:
-    """The last step at which a validation loss was at or under its lowest so far (None if it has
-    no finite point)."""
+def last_best(steps, values) -> tuple[int, float] | None:
+    """The last step at which a validation loss was at or under its lowest so far, and that lowest
+    (None if it has no finite point)."""
     v = np.asarray(values, dtype=np.float64)
     finite = np.isfinite(v)
     if not finite.any():
         return None
     low = np.minimum.accumulate(np.where(finite, v, np.inf))
     at = np.flatnonzero(finite & (v <= low))
-    return int(steps[at[-1]])
+    return int(steps[at[-1]]), float(low[-1])
 
 
 def _dropped(level: float, stalled_at: float | None, noise: float) -> bool:

@@ -448,7 +448,7 @@ class Monitor:
             recent = list(train.values)[-NOISE_POINTS:]  # as the batch's v[-NOISE_POINTS:]
             return st.loss_level.value, st.loss_level.low, train.initial.value, stats.jitter(recent)
 
-        return settled(eps, levels, lambda: st.val_best_step)
+        return settled(eps, levels, lambda: None if st.val_best_step is None else (st.val_best_step, st.val_low))
 
     @property
     def health(self) -> str:

@@ -150,9 +150,33 @@ def test_a_stall_a_smooth_loss_fell_a_tenth_under_is_a_slow_start():
 
 
 def test_a_stall_still_going_or_under_a_learning_rate_gone_stays_a_warning():
-    assert settle([stall(25, 400, open=True)], level=0.2)[0].severity == "warning"
+    # Within its cooldown, a fifth under where it stalled (2.1) is not yet enough: it may stall again there.
+    assert settle([stall(25, 400, open=True, at=2.1)], level=1.6, initial=2.35)[0].severity == "warning"
     gone = stall(25, 40, why="with the learning rate at 0.5% of its peak")
     assert settle([gone], level=0.2)[0].severity == "warning"
+
+
+def test_a_stall_the_loss_learnt_half_from_is_a_slow_start_within_its_cooldown():
+    # Fifty epochs: the stall at 2.3 over epochs 10-20, the loss at a fifth of it by the end; the
+    # cooldown of 50 points never ends, but a level under half the initial one cannot be stuck near it.
+    assert settle([stall(10, 20, open=True, at=2.3)], level=0.06, initial=2.3)[0].severity == "info"
+
+
+def val_stall(start, end, at, open=False):
+    e = episode("CS302", start, end, open=open, signal="val_loss",
+                message=f"validation loss stuck at {at}: the last 10 evaluations within 0.0005 (step {start})")
+    return dataclasses.replace(e, start_value=at)
+
+
+def test_a_validation_stall_the_validation_loss_fell_a_fifth_under_is_a_slow_start():
+    (out,) = settled([val_stall(10, 15, 2.3)], lambda: (0.1, 0.1, 2.3, 0.0), val_best=lambda: (41, 0.046))
+    assert out.severity == "info" and out.message.endswith("then it learnt: a slow start")
+    assert out.advice.startswith("nothing to do")
+    # Still stuck, only 10 % under, or a crash after it: as it is.
+    for e, low, more in [(val_stall(10, 45, 2.3, open=True), 0.046, []), (val_stall(10, 15, 2.3), 2.07, []),
+                         (val_stall(10, 15, 2.3), 0.046, [episode("CS001", 30)])]:
+        eps = [e, *more]
+        assert settled(eps, lambda: (0.1, 0.1, 2.3, 0.0), val_best=lambda low=low: (41, low)) == eps
 
 
 def test_a_stall_before_a_crash_stays_a_warning():
@@ -173,14 +197,14 @@ def test_a_warning_climb_stays_as_it_is():
 
 def test_a_validation_rise_it_came_back_from_is_a_note():
     rise = episode("CS402", 1500, 1800, signal="val_loss")
-    back = settled([rise], lambda: (0.2, 0.2, 1.0, float("nan")), val_best=lambda: 2400)
+    back = settled([rise], lambda: (0.2, 0.2, 1.0, float("nan")), val_best=lambda: (2400, 0.44))
     assert [e.severity for e in back] == ["info"]
     assert "came back under it since (its best now at step 2400)" in back[0].message
     assert back[0].advice != RULES["CS402"].advice
     # Not back (its best last reached before the rise), still rising, or no validation loss: as it is.
-    assert settled([rise], lambda: (0.2, 0.2, 1.0, 0.0), val_best=lambda: 1400) == [rise]
+    assert settled([rise], lambda: (0.2, 0.2, 1.0, 0.0), val_best=lambda: (1400, 0.5)) == [rise]
     going = episode("CS402", 1500, 2500, open=True, signal="val_loss")
-    assert settled([going], lambda: (0.2, 0.2, 1.0, 0.0), val_best=lambda: 2400) == [going]
+    assert settled([going], lambda: (0.2, 0.2, 1.0, 0.0), val_best=lambda: (2400, 0.44)) == [going]
     assert settled([rise], lambda: (0.2, 0.2, 1.0, 0.0)) == [rise]
 
 
@@ -207,3 +231,27 @@ def test_the_validation_loss_came_back_alike_in_the_batch_report_and_the_monitor
     online = [e for e in m.episodes() if e.code == "CS402"]
     assert [(e.severity, e.message) for e in batch] == [(e.severity, e.message) for e in online]
     assert batch and all(e.severity == "info" and "its best now at step 3900" in e.message for e in batch)
+
+
+def test_a_slow_start_over_fifty_epochs_is_told_alike_in_the_batch_report_and_the_monitor():
+    # Epoch means at chance (2.3) for 17 epochs, then learning to 0.06: the train and validation
+    # stalls are flagged while they last and told as notes once the losses fell, online as in batch.
+    import numpy as np
+
+    from support.helpers import analyze
+    from tb_crash_signals.online.monitor import Monitor
+
+    rng = np.random.default_rng(3)
+    flat = 2.302 + rng.normal(0, 1e-4, 17)
+    train = np.concatenate([flat, 2.302 * np.exp(-np.arange(1, 36) / 4) + 0.06])
+    val = np.concatenate([flat + 1e-5, 2.302 * np.exp(-np.arange(1, 36) / 4) + 0.05])
+    batch = analyze(train_loss=train, val_loss=val).episodes
+    m = Monitor()
+    for step in range(len(train)):
+        m.update(step, train_loss=float(train[step]), val_loss=float(val[step]))
+    online = m.episodes()
+    told = [(e.code, e.severity, e.message) for e in batch]
+    assert told == [(e.code, e.severity, e.message) for e in online]
+    stalls = [t for t in told if t[0] in ("CS301", "CS302")]
+    assert {t[0] for t in stalls} == {"CS301", "CS302"}
+    assert all(sev == "info" and msg.endswith("a slow start") for _, sev, msg in stalls)
