@@ -143,8 +143,11 @@ def generate(out: str, family: str, seed0: int) -> None:
         json.dump(found, f, indent=1)
 
 
-def score(dirs: list[str]) -> None:
+def score(dirs: list[str], config_path: str | None = None) -> None:
     from tb_crash_signals import scan_logdir
+    from tb_crash_signals.analysis.config import load_config
+
+    config = load_config(config_path) if config_path else None
 
     quiet = collections.Counter()
     codes = collections.Counter()
@@ -152,7 +155,7 @@ def score(dirs: list[str]) -> None:
     for d in dirs:
         with open(os.path.join(d, "labels.json")) as f:
             labs = json.load(f)
-        for run in scan_logdir(d)["runs"]:
+        for run in scan_logdir(d, config=config)["runs"]:
             lab = labs.get(run["run"])
             if lab is None:
                 continue
@@ -202,13 +205,14 @@ def main(argv=None) -> None:
     g.add_argument("out")
     g.add_argument("--family", choices=sorted(STEPS), required=True)
     g.add_argument("--seed0", type=int, default=0, help="the first run's seed (the runs take seed0, seed0 + 1, ...)")
-    s = sub.add_parser("score", help="scan folders made by `generate` with the defaults and score them")
+    s = sub.add_parser("score", help="scan folders made by `generate` with the defaults (or --config) and score them")
     s.add_argument("dirs", nargs="+")
+    s.add_argument("--config", help="a crash_signals.toml to scan with instead of the defaults")
     a = ap.parse_args(argv)
     if a.cmd == "generate":
         generate(a.out, a.family, a.seed0)
     else:
-        score(a.dirs)
+        score(a.dirs, a.config)
 
 
 if __name__ == "__main__":
