@@ -8,8 +8,8 @@ critical followed, and the loss is back under where it started and near its best
 tells it as a warning: the run is not sick, it had a scare.
 
 A validation loss rising from its best while the train loss falls (CS402) is the onset of
-overfitting while it lasts; once it came back to its best after the episode, the rise was the
-validation loss's own wandering, told as a note.
+overfitting while it lasts; once it came back to its best after the episode's last hit, the rise
+was the validation loss's own wandering, told as a note (until it rises again).
 
 Likewise a loss standing near where it started (CS301's stuck path) is a plateau while it
 lasts; once that episode closed, nothing critical followed and the loss now stands well under
@@ -87,8 +87,8 @@ def settled(episodes: list[Episode], levels: Callable[[], tuple[float, float, fl
     level (closed or not), DROPPED x its value where the stall was flagged, or DROPPED_CLEARLY x that
     value out of its noise (CLEAR_Z), is a note: a slow start, as is a closed validation stall (CS302)
     with nothing critical after it whose validation loss's lowest is at most DROPPED x where it stood;
-    a closed validation rise (CS402) is a note once the validation loss came back to its best after
-    it. `val_best()` gives the last step at which the validation loss was at or under its lowest so
+    a validation rise (CS402) is a note once the validation loss came back to its best after its last
+    hit, its episode closed or not. `val_best()` gives the last step at which the validation loss was at or under its lowest so
     far and that lowest (None without one; called only if such an episode closed): the rise came back
     once that step is later than the episode's end. `levels()` gives the train loss's level now,
     its best level, its initial level and its jitter over its last NOISE_POINTS points (NaN if
@@ -101,7 +101,9 @@ def settled(episodes: list[Episode], levels: Callable[[], tuple[float, float, fl
     out = []
     val_read, val_low = False, None  # val_best() is called once, if at all
     for e in episodes:
-        if e.code in ("CS302", "CS402") and e.severity == "warning" and not e.open and val_best is not None:
+        # A rise is over once the validation loss is back at its lowest (a new hit would move the episode's
+        # end past it), whether or not the cooldown ended: ten evaluations outlast many runs.
+        if (e.code == "CS402" or (e.code == "CS302" and not e.open)) and e.severity == "warning" and val_best is not None:
             if not val_read:
                 val_read, val_low = True, val_best()
             if val_low is not None and e.code == "CS402" and val_low[0] > e.end_step:

@@ -205,6 +205,10 @@ def test_a_validation_rise_it_came_back_from_is_a_note():
     assert settled([rise], lambda: (0.2, 0.2, 1.0, 0.0), val_best=lambda: (1400, 0.5)) == [rise]
     going = episode("CS402", 1500, 2500, open=True, signal="val_loss")
     assert settled([going], lambda: (0.2, 0.2, 1.0, 0.0), val_best=lambda: (2400, 0.44)) == [going]
+    # Back at its lowest after the last hit, within the cooldown of ten evaluations: a short run's rise is
+    # over too.
+    back_soon = settled([going], lambda: (0.2, 0.2, 1.0, 0.0), val_best=lambda: (2750, 0.44))
+    assert [e.severity for e in back_soon] == ["info"]
     assert settled([rise], lambda: (0.2, 0.2, 1.0, 0.0)) == [rise]
 
 
