@@ -88,9 +88,9 @@ def settled(episodes: list[Episode], levels: Callable[[], tuple[float, float, fl
     value out of its noise (CLEAR_Z), is a note: a slow start, as is a closed validation stall (CS302)
     with nothing critical after it whose validation loss's lowest is at most DROPPED x where it stood;
     a validation rise (CS402) is a note once the validation loss came back to its best after its last
-    hit, its episode closed or not. `val_best()` gives the last step at which the validation loss was at or under its lowest so
-    far and that lowest (None without one; called only if such an episode closed): the rise came back
-    once that step is later than the episode's end. `levels()` gives the train loss's level now,
+    hit, its episode closed or not. `val_best()` gives the last step at which the validation loss was
+    at or under its lowest so far and that lowest (None without one; called only if such an episode
+    may be settled): the rise came back once that step is later than the episode's end. `levels()` gives the train loss's level now,
     its best level, its initial level and its jitter over its last NOISE_POINTS points (NaN if
     unknown) as of its last point; it is called only if an episode may be settled."""
     later = [e.start_step for e in episodes if e.severity == "critical" and e.code not in RECOVERABLE]
@@ -103,7 +103,8 @@ def settled(episodes: list[Episode], levels: Callable[[], tuple[float, float, fl
     for e in episodes:
         # A rise is over once the validation loss is back at its lowest (a new hit would move the episode's
         # end past it), whether or not the cooldown ended: ten evaluations outlast many runs.
-        if (e.code == "CS402" or (e.code == "CS302" and not e.open)) and e.severity == "warning" and val_best is not None:
+        val_rule = e.code == "CS402" or (e.code == "CS302" and not e.open)
+        if val_rule and e.severity == "warning" and val_best is not None:
             if not val_read:
                 val_read, val_low = True, val_best()
             if val_low is not None and e.code == "CS402" and val_low[0] > e.end_step:
