@@ -82,17 +82,19 @@ def settled(episodes: list[Episode], levels: Callable[[], tuple[float, float, fl
 
     A closed critical climb (see RECOVERABLE) after which no critical episode starts, not under
     a learning rate or update size out of band, on a loss now under its initial level and within
-    BACK x its best level, is a warning the run came back from; a closed stall near the start
-    (CS301) after which no critical episode starts, on a loss now at most LEARNT x its initial
-    level (closed or not), DROPPED x its value where the stall was flagged, or DROPPED_CLEARLY x that
-    value out of its noise (CLEAR_Z), is a note: a slow start, as is a closed validation stall (CS302)
+    BACK x its best level, is a warning the run came back from; a stall near the start (CS301)
+    after which no critical episode starts, on a loss now at most LEARNT x its initial level, or,
+    once its episode closed, DROPPED x its value where the stall was flagged, or DROPPED_CLEARLY x
+    that value out of its noise (CLEAR_Z), is a note: a slow start, as is a closed validation stall (CS302)
     with nothing critical after it whose validation loss's lowest is at most DROPPED x where it stood;
     a validation rise (CS402) is a note once the validation loss came back to its best after its last
     hit, its episode closed or not. `val_best()` gives the last step at which the validation loss was
     at or under its lowest so far and that lowest (None without one; called only if such an episode
-    may be settled): the rise came back once that step is later than the episode's end. `levels()` gives the train loss's level now,
-    its best level, its initial level and its jitter over its last NOISE_POINTS points (NaN if
-    unknown) as of its last point; it is called only if an episode may be settled."""
+    may be settled): the rise came back once that step is later than the episode's end. `levels()`
+    gives the train loss's level now, its best level, its initial level and its jitter over its last
+    NOISE_POINTS points (NaN if unknown) as of its last point; it is called only if an episode may
+    be settled.
+    """
     later = [e.start_step for e in episodes if e.severity == "critical" and e.code not in RECOVERABLE]
     last_open = max((e.start_step for e in episodes if e.severity == "critical" and e.code in RECOVERABLE and e.open),
                     default=None)
