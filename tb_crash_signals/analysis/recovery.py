@@ -41,9 +41,10 @@ _CAUSES = ("CS501", "CS512", "CS513")
 # lowest such median; stats.best_levels), as CS113 and CS202 read them by default.
 LEVEL_POINTS = 31
 # A climb the run came back from left the loss's level under its initial level and at most this multiple
-# of its best level (CS202's `max_ratio`: beyond it the run has diverged): a loss that climbed and stays up
-# has not come back, whether or not a rule still fires. Not less: the 31-point median of a noisy
-# per-step loss wanders several times its lowest (the best is that lowest over thousands of points).
+# of its best level (CS202's `max_ratio`: beyond it the run has diverged), or under the level its climb was
+# projected to reach (_under_goal): a loss that climbed and stays up has not come back, whether or not a
+# rule still fires. Not less: the 31-point median of a noisy per-step loss wanders several times its
+# lowest (the best is that lowest over thousands of points).
 BACK = 10.0
 # A stall near the start was a slow start once the loss's level is at most this share of its initial
 # level: it learnt at least half of it (a run crawling under too low a learning rate has not).
@@ -126,7 +127,7 @@ def settled(episodes: list[Episode], levels: Callable[[], tuple[float, float, fl
             if known is None:
                 known = levels()
             level, best, initial, noise = known
-            if climb and level < initial and level <= BACK * best:
+            if climb and level < initial and (level <= BACK * best or _under_goal(level, e)):
                 e = dataclasses.replace(e, severity="warning", message=e.message + CAME_BACK, advice=CAME_BACK_ADVICE)
             elif stall and (level <= LEARNT * initial or (not e.open and _dropped(level, e.start_value, noise))):
                 e = dataclasses.replace(e, severity="info", message=e.message + SLOW_START, advice=SLOW_START_ADVICE)
@@ -144,6 +145,15 @@ def last_best(steps, values) -> tuple[int, float] | None:
     low = np.minimum.accumulate(np.where(finite, v, np.inf))
     at = np.flatnonzero(finite & (v <= low))
     return int(steps[at[-1]]), float(low[-1])
+
+
+def _under_goal(level: float, e: Episode) -> bool:
+    """Whether the loss's level is back under the level its climb was projected to reach when it was
+    first flagged (CS202's fit: `target` x the best level as the climb began). The best level of a
+    per-step loss near zero keeps falling for thousands of points, a decade under where it stood at the
+    climb, while its level wanders back and forth over that decade."""
+    fit = e.first_fit
+    return fit is not None and fit.signal == "train_loss" and level <= fit.threshold
 
 
 def _dropped(level: float, stalled_at: float | None, noise: float) -> bool:

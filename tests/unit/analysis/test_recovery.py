@@ -52,6 +52,19 @@ def test_a_climb_the_loss_did_not_come_back_from_stays_critical():
     assert settle([episode("CS202", 100, 120)], level=float("nan"))[0].severity == "critical"
 
 
+def test_a_climb_back_under_the_level_it_was_projected_to_reach_came_back():
+    # A per-step classifier's loss near zero: the climb flagged at 5x a best of 0.038, projected to 2x it
+    # (0.076); its best level later fell to 0.0015, and its level now wanders at 0.032, 21x that best.
+    from tb_crash_signals.analysis.rules.base import Fit
+
+    fit = Fit(code="CS202", signal="train_loss", start_step=950, end_step=966, start_value=0.05,
+              growth_per_step=0.09, doubling_steps=7.6, r2=0.9, projected_step=970, threshold=0.076)
+    climb = dataclasses.replace(episode("CS202", 966, 967), fit=fit, first_fit=fit)
+    assert settle([climb], level=0.032, best=0.0015)[0].severity == "warning"
+    assert settle([climb], level=0.09, best=0.0015)[0].severity == "critical"  # still over it
+    assert settle([episode("CS202", 966, 967)], level=0.032, best=0.0015)[0].severity == "critical"  # no fit
+
+
 def test_the_levels_are_read_only_when_an_episode_may_be_settled():
     def levels():
         raise AssertionError("read")
