@@ -211,7 +211,7 @@ class EpisodeView:
         peak_step, peak_value: the episode's peak (see `Rule.peak`).
         hits: how many points of the episode fired.
         note: the rule's note for the first hit, if any.
-        fit: the growth fit of the first hit, if any.
+        fit: the episode's latest growth fit (of its last hit that has one), if any.
     """
 
     signal: str
