@@ -95,6 +95,8 @@ def settled(episodes: list[Episode], levels: Callable[[], tuple[float, float, fl
     gives the train loss's level now, its best level, its initial level and its jitter over its last
     NOISE_POINTS points (NaN if unknown) as of its last point; it is called only if an episode may
     be settled.
+
+    A note made here is no longer open, whatever its rule's cooldown: what it told is over.
     """
     later = [e.start_step for e in episodes if e.severity == "critical" and e.code not in RECOVERABLE]
     last_open = max((e.start_step for e in episodes if e.severity == "critical" and e.code in RECOVERABLE and e.open),
@@ -111,7 +113,7 @@ def settled(episodes: list[Episode], levels: Callable[[], tuple[float, float, fl
             if not val_read:
                 val_read, val_low = True, val_best()
             if val_low is not None and e.code == "CS402" and val_low[0] > e.end_step:
-                out.append(dataclasses.replace(e, severity="info", advice=VAL_BACK_ADVICE,
+                out.append(dataclasses.replace(e, severity="info", open=False, advice=VAL_BACK_ADVICE,
                                                message=e.message + VAL_BACK.format(step=val_low[0])))
                 continue
             if (val_low is not None and e.code == "CS302" and e.start_value is not None
@@ -130,7 +132,8 @@ def settled(episodes: list[Episode], levels: Callable[[], tuple[float, float, fl
             if climb and level < initial and (level <= BACK * best or _under_goal(level, e)):
                 e = dataclasses.replace(e, severity="warning", message=e.message + CAME_BACK, advice=CAME_BACK_ADVICE)
             elif stall and (level <= LEARNT * initial or (not e.open and _dropped(level, e.start_value, noise))):
-                e = dataclasses.replace(e, severity="info", message=e.message + SLOW_START, advice=SLOW_START_ADVICE)
+                e = dataclasses.replace(e, severity="info", open=False, message=e.message + SLOW_START,
+                                        advice=SLOW_START_ADVICE)
         out.append(e)
     return out
 

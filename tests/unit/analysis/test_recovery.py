@@ -172,7 +172,8 @@ def test_a_stall_still_going_or_under_a_learning_rate_gone_stays_a_warning():
 def test_a_stall_the_loss_learnt_half_from_is_a_slow_start_within_its_cooldown():
     # Fifty epochs: the stall at 2.3 over epochs 10-20, the loss at a fifth of it by the end; the
     # cooldown of 50 points never ends, but a level under half the initial one cannot be stuck near it.
-    assert settle([stall(10, 20, open=True, at=2.3)], level=0.06, initial=2.3)[0].severity == "info"
+    (out,) = settle([stall(10, 20, open=True, at=2.3)], level=0.06, initial=2.3)
+    assert out.severity == "info" and not out.open  # over, not "ongoing"
 
 
 def val_stall(start, end, at, open=False):
@@ -221,7 +222,7 @@ def test_a_validation_rise_it_came_back_from_is_a_note():
     # Back at its lowest after the last hit, within the cooldown of ten evaluations: a short run's rise is
     # over too.
     back_soon = settled([going], lambda: (0.2, 0.2, 1.0, 0.0), val_best=lambda: (2750, 0.44))
-    assert [e.severity for e in back_soon] == ["info"]
+    assert [(e.severity, e.open) for e in back_soon] == [("info", False)]
     assert settled([rise], lambda: (0.2, 0.2, 1.0, 0.0)) == [rise]
 
 
