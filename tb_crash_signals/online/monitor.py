@@ -31,11 +31,11 @@ from tb_crash_signals.analysis.recovery import LEVEL_POINTS, NOISE_POINTS, settl
 from tb_crash_signals.analysis.rules import RULES
 from tb_crash_signals.analysis.rules.base import EpisodeView
 from tb_crash_signals.analysis.signals import SIGNALS
-from tb_crash_signals.analysis.streaming import ORDER, Channel, shared_level
+from tb_crash_signals.analysis.streaming import ORDER, Channel, shared_level, small_median
 from tb_crash_signals.online.screen import RestScreen, Screen
 from tb_crash_signals.report.document import fit_to_json
 
-_log, _nan, _inf = math.log, math.nan, math.inf
+_log, _nan, _inf, _nextafter = math.log, math.nan, math.inf, math.nextafter
 # Points kept per signal for messages and the summary (not for the rules).
 _RECENT = 256
 _SIGNAL_SET = frozenset(SIGNALS)
@@ -259,9 +259,10 @@ class Monitor:
         if not values:
             return []
         # Both are None until the first step; then a step is mostly past the last one.
-        if st.max_step is None:
+        max_step = st.max_step
+        if max_step is None:
             st.max_step = st.first_step = step
-        elif step > st.max_step:
+        elif step > max_step:
             st.max_step = step
         elif step < st.first_step:
             st.first_step = step
@@ -271,15 +272,13 @@ class Monitor:
         order = st.orders.get(keys)
         if order is None:
             order = st.orders[keys] = [(ch, ch.name) for ch in st.order if ch.name in values]
-        val = values.get("val_loss")
-        if val is not None and val - val == 0.0 and val <= st.val_low:  # finite, at or under its lowest
-            st.val_low, st.val_best_step = val, step
         for ch, name in order:
             v = values[name]
             i = ch.n
             ch.n = i + 1
             ch.steps.append(step)
             ch.values.append(v)
+            finite = v - v == 0.0
             levels = ch.levels
             if levels is not None:
                 levels.push(v)
@@ -289,7 +288,7 @@ class Monitor:
                 x = ch.log_value = _log(v) if v > 0 else _nan
             if ch.follows:
                 self._follow(ch, step, v)
-            if v - v == 0.0:  # finite
+            if finite:
                 if ch.open:
                     self._grow_open(ch, i, step, v)
                 if ch.quiet_lo <= v <= ch.quiet_hi:
@@ -303,19 +302,66 @@ class Monitor:
                     ep = self._hit(code, name, i, step, v, hit)
                     if ep is not None:
                         opened.append(ep)
-            if v > ch.max_finite and v - v == 0.0:  # after the checks: theirs is the peak before
+            if finite and v > ch.max_finite:  # after the checks: theirs is the peak before
                 ch.max_finite = v
             if ch.heading:
-                ch.initial.push(v)
-                ch.heading = ch.initial.known == _inf
-            if ch.window is not None:
-                ch.window.push(v)
+                # InitialLevel.push, inline (while the initial level is unknown).
+                initial = ch.initial
+                initial.pushed += 1
+                if finite:
+                    head = initial.head
+                    head.append(v)
+                    if len(head) == 10:
+                        initial.value = small_median(head)  # np.median's, bit for bit
+                        initial.known = initial.pushed
+                        ch.heading = False
+            w = ch.window
+            if w is not None:
+                # Window.push, inline (at every point of the losses).
+                if finite:
+                    w.last = y = v
+                else:
+                    y = w.last
+                w.values.append(y)
+                if y < w.cur:  # False for NaN: leading NaNs do not count
+                    w.cur = y
+                    if y < w.low:
+                        w.low = y
+                fill = w.fill + 1
+                if fill == w.size:
+                    w.low = w.prev = w.cur
+                    w.cur, w.fill = _inf, 0
+                else:
+                    w.fill = fill
             if log_window is not None:
                 log_window.push(x)
-            if ch.screen is not None:
-                ch.quiet_hi = ch.screen.ceiling(v)
-        if "val_loss" in values and st.channels["train_loss"].n:  # `in`: no call
-            st.last_gap = values["val_loss"] - st.channels["train_loss"].values[-1]
+            screen = ch.screen
+            if screen is not None:
+                # Screen.ceiling, inline (after every point of a screened signal).
+                c = screen.hi
+                factor = screen.prev_factor
+                if factor is not None:
+                    if not v > 0:  # after a point <= 0 or NaN
+                        ch.quiet_hi = -_inf
+                        continue
+                    y = factor * v  # inf after an infinite point: no bound
+                    if y < c:
+                        c = y
+                w = screen.window
+                if w is not None:
+                    low = w.low
+                    if low != screen.low:  # the window's lower bound moves now and then
+                        screen.low = low
+                        screen.floor = _nextafter(screen.floor_factor * low, -_inf) if 0 < low < _inf else -_inf
+                    if screen.floor < c:
+                        c = screen.floor
+                ch.quiet_hi = c
+        if "val_loss" in values:  # `in`: no call
+            val = values["val_loss"]
+            if val - val == 0.0 and val <= st.val_low:  # finite, at or under its lowest
+                st.val_low, st.val_best_step = val, step
+            if st.channels["train_loss"].n:
+                st.last_gap = val - st.channels["train_loss"].values[-1]
         if quiet:
             return opened
         for ep in opened:
