@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from itertools import islice
 
 import numpy as np
 
@@ -14,7 +15,7 @@ from tb_crash_signals.analysis.stats import (
     trailing_median_inclusive_at,
     value_at_or_before,
 )
-from tb_crash_signals.analysis.streaming import Stream, StreamHit, finite_median, small_median
+from tb_crash_signals.analysis.streaming import Stream, StreamHit, finite_median
 
 
 def _train_at_val_steps(data, smooth: int, which=None):
@@ -65,12 +66,22 @@ class _TrainAtVal(Stream):
         train = self.train
         if train.n == 0:
             return math.nan
-        if self.smooth == 1:
+        smooth = self.smooth
+        if smooth == 1:
             return train.values[-1]  # unsmoothed: the raw value, NaN/Inf included
-        window = train.window.tail(self.smooth)
-        if train.n < self.smooth:
-            return finite_median(window)
-        return small_median(window)
+        if train.n < smooth:
+            return finite_median(train.window.tail(smooth))
+        # small_median of Window.tail(smooth), inline (at most validation points): the last points
+        # in their order, so equal values (zeros' signs) sort as there.
+        xs = list(islice(reversed(train.window.values), smooth))
+        xs.reverse()
+        xs.sort()
+        mid = smooth // 2
+        total = sum(xs)
+        # A NaN makes the sum NaN; so do +inf and -inf together, hence the full check then.
+        if total != total and any(x != x for x in xs):
+            return math.nan
+        return xs[mid] if smooth % 2 else (xs[mid - 1] + xs[mid]) / 2.0
 
 
 def _describe_overfit(ep, p):
