@@ -453,7 +453,7 @@ class Levels:
         self.levels = []
         self.window = None  # the shared window, from the first finite point or once every level is full
         self.last = _nan
-        self.fast = ()  # (level, k, its sorted list, mid, odd) for each level whose window is full
+        self.fast = ()  # (level, k, its sorted list, mid, odd, history) for each level whose window is full
         self.growing = ()  # the levels whose window is not full yet, shortest first (their points all finite)
         self.head = None  # while some are: every point so far, sorted (their sorted list)
         self.filling = 0  # level by level: pushes left before every window can be full (the longest k)
@@ -476,7 +476,7 @@ class Levels:
         if v - v == 0.0:
             self.last = v
         x = self.last
-        for level, k, xs, mid, odd in self.fast:
+        for level, k, xs, mid, odd, history in self.fast:
             old = window[-k]
             # As in Level.push: the same value leaving and coming leaves the list as it was.
             if old != x or x == 0.0:
@@ -487,7 +487,6 @@ class Levels:
                 level.low = b
                 if level.on_low is not None:
                     level.on_low()
-            history = level.history
             if history is not None:
                 history.append(b)
         window.append(x)
@@ -539,7 +538,7 @@ class Levels:
             if level.k <= n:  # from now on its points leave as well as enter: its own sorted list
                 level.sorted = self.head.copy()
         # Comprehensions, not generators (a call per item): it runs each time a level fills up.
-        self.fast = tuple([(level, level.k, level.sorted, level.mid, level.odd)
+        self.fast = tuple([(level, level.k, level.sorted, level.mid, level.odd, level.history)
                            for level in self.levels if level.k <= n])
         self.growing = tuple(sorted([level for level in self.levels if level.k > n], key=_by_k))
         if not self.growing:

@@ -359,7 +359,8 @@ class PlateauStream(Stream):
             if self.own is not None:
                 self.own.append(v)
             return None
-        hit = self._check(i, v, init)
+        # Not before min_patience points, under the least patience (see _check's first test).
+        hit = self._check(i, v, init) if i >= self.patience.least else None
         if hit is not None and self.noise.noise_decades() >= self.max_noise:
             hit = None
         if self.own is not None:
