@@ -91,9 +91,14 @@ class ConvergedStream(Stream):
     def check(self, i, step, v):
         # AsOf.push's own test first, without its call: both change at few points.
         best = self.level.low
-        if not best == self.best:
+        if not best == self.best:  # a change (its last is the last pushed): AsOf.push inline
             self.best = best
-            self.bests.push(i, best)
+            bests = self.bests
+            at = bests.at
+            at.append(i)
+            bests.of.append(best)
+            if len(at) >= bests.prune_at:
+                bests.prune(i)
         peak = self.lr.max_finite
         if not peak == self.peak:
             self.peak = peak

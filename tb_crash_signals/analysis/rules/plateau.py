@@ -346,9 +346,14 @@ class PlateauStream(Stream):
         elif i == self.max_warmup:
             self._warm_up(i)
         best = self.level.low
-        if not best == self.best:  # AsOf.push's own test first, without its call (as CS303 does)
+        if not best == self.best:  # a change (its last is the last pushed): AsOf.push inline
             self.best = best
-            self.bests.push(i, best)
+            bests = self.bests
+            at = bests.at
+            at.append(i)
+            bests.of.append(best)
+            if len(at) >= bests.prune_at:
+                bests.prune(i)
         # The usual point of a run that learns: its learning rate not gone and its level well under
         # `stuck` x the initial one, it cannot fire; nor while its learning rate has not climbed back
         # above its peak when it fell (which the peak as of the stall's start is at least), the stall
@@ -479,11 +484,17 @@ class AsOf:
             at.append(i)
             of.append(x)
             if len(at) >= self.prune_at:
-                # Keep the last change at or before the oldest point that can be asked.
-                lo = _bisect_right(at, i - self.span) - 1
-                if lo > 0:
-                    del at[:lo], of[:lo]
-                self.prune_at = max(4096, 2 * len(at))
+                self.prune(i)
+
+    def prune(self, i):
+        """Forgets what point i no longer needs (see push; a caller that appends to `at` and `of`
+        itself, a change at point i, calls it once `at` is `prune_at` long)."""
+        at, of = self.at, self.of
+        # Keep the last change at or before the oldest point that can be asked.
+        lo = _bisect_right(at, i - self.span) - 1
+        if lo > 0:
+            del at[:lo], of[:lo]
+        self.prune_at = max(4096, 2 * len(at))
 
     def as_of(self, j):
         """Its value as of point j, one of the last `span` points (NaN before its first point)."""
