@@ -134,7 +134,7 @@ class Channel:
 
     __slots__ = ("name", "n", "steps", "values", "max_finite", "window", "log_window", "log_value",
                  "checks", "always", "screen", "quiet_lo", "quiet_hi", "rest", "rest_from", "checks_at_rest",
-                 "always_at_rest", "open", "follows", "shared", "levels", "initial", "heading")
+                 "always_at_rest", "codes", "open", "follows", "shared", "levels", "initial", "heading")
 
     def __init__(self, name, recent):
         self.name = name
@@ -145,7 +145,8 @@ class Channel:
         self.window = None  # Window of the values, if a rule needs one
         self.log_window = None  # Window of log(value) (NaN for value <= 0)
         self.log_value = _nan  # log(value) of the point being checked, if there is a log window
-        self.checks = []  # (code, bound check method) of the rules that fire on it
+        self.checks = []  # the bound check methods of the rules that fire on it (with their codes
+        # while the monitor builds them)
         self.always = []  # ... those the screen cannot vouch for
         # Finite values in [quiet_lo, quiet_hi] need only `always` (an empty band: every check);
         # `screen`, if any, moves quiet_hi after each point.
@@ -154,6 +155,7 @@ class Channel:
         self.rest = None  # RestScreen of some of `always`, if any
         self.rest_from = _inf  # ... asked from this point on (its `after`)
         self.checks_at_rest = self.always_at_rest = None  # checks and always without those
+        self.codes = {}  # bound check method -> its rule's code
         self.open = {}  # code -> the episode of that rule on this signal that can still grow
         self.follows = []  # episodes whose note still reads this signal's points
         # What the streams of one rule derive from this signal for each other (a rule

@@ -120,6 +120,14 @@ class _State:
                 resting = {code for code, _, _ in found}
                 ch.checks_at_rest = [c for c in ch.checks if c[0] not in resting]
                 ch.always_at_rest = [c for c in ch.always if c[0] not in resting]
+        # The lists hold the bound methods alone, the code of each looked up when it fires.
+        for ch in self.channels.values():
+            ch.codes = {check: code for code, check in ch.checks}
+            ch.checks = [check for _, check in ch.checks]
+            ch.always = [check for _, check in ch.always]
+            if ch.rest is not None:
+                ch.checks_at_rest = [check for _, check in ch.checks_at_rest]
+                ch.always_at_rest = [check for _, check in ch.always_at_rest]
         # The train loss's level and best level, for the episodes the run's end settles (recovery).
         self.loss_level = shared_level(self.channels["train_loss"], LEVEL_POINTS, best=True)
         # The validation loss's lowest so far and the last step at or under it (recovery.settled).
@@ -291,13 +299,14 @@ class Monitor:
             if finite:
                 if ch.open:
                     self._grow_open(ch, i, step, v)
-                if ch.quiet_lo <= v <= ch.quiet_hi:
+                if v <= ch.quiet_hi and v >= ch.quiet_lo:  # not chained: each comparison specialised
                     checks = ch.always
                 if i >= ch.rest_from and ch.rest.quiet():
                     checks = ch.always_at_rest if checks is ch.always else ch.checks_at_rest
-            for code, check in checks:
+            for check in checks:
                 hit = check(i, step, v)
                 if hit is not None:
+                    code = ch.codes[check]
                     hits.append((code, name))
                     ep = self._hit(code, name, i, step, v, hit)
                     if ep is not None:
@@ -352,7 +361,7 @@ class Monitor:
                     low = w.low
                     if low != screen.low:  # the window's lower bound moves now and then
                         screen.low = low
-                        screen.floor = _nextafter(screen.floor_factor * low, -_inf) if 0 < low < _inf else -_inf
+                        screen.floor = _nextafter(screen.floor_factor * low, -_inf) if low > 0 and low < _inf else -_inf
                     if screen.floor < c:
                         c = screen.floor
                 ch.quiet_hi = c
