@@ -449,13 +449,15 @@ class Levels:
     points (a NaN forward-filled) is pushed level by level instead, until every window is full
     and finite, as it stays."""
 
-    __slots__ = ("levels", "window", "last", "fast", "growing", "head", "filling")
+    __slots__ = ("levels", "window", "last", "fast", "fast_even", "growing", "head", "filling")
 
     def __init__(self):
         self.levels = []
         self.window = None  # the shared window, from the first finite point or once every level is full
         self.last = _nan
-        self.fast = ()  # (level, k, its sorted list, mid, odd, history) for each level whose window is full
+        # (level, -k, its sorted list, mid, history) for each level whose window is full, k odd
+        self.fast = ()
+        self.fast_even = ()  # ... k even
         self.growing = ()  # the levels whose window is not full yet, shortest first (their points all finite)
         self.head = None  # while some are: every point so far, sorted (their sorted list)
         self.filling = 0  # level by level: pushes left before every window can be full (the longest k)
@@ -478,13 +480,25 @@ class Levels:
         if v - v == 0.0:
             self.last = v
         x = self.last
-        for level, k, xs, mid, odd, history in self.fast:
-            old = window[-k]
+        for level, back, xs, mid, history in self.fast:
+            old = window[back]
             # As in Level.push: the same value leaving and coming leaves the list as it was.
             if old != x or x == 0.0:
                 del xs[_bisect_left(xs, old)]
                 _insort(xs, x)
-            b = level.value = xs[mid] if odd else (xs[mid - 1] + xs[mid]) / 2.0
+            b = level.value = xs[mid]
+            if not b >= level.low:
+                level.low = b
+                if level.on_low is not None:
+                    level.on_low()
+            if history is not None:
+                history.append(b)
+        for level, back, xs, mid, history in self.fast_even:  # the same, the median of two
+            old = window[back]
+            if old != x or x == 0.0:
+                del xs[_bisect_left(xs, old)]
+                _insort(xs, x)
+            b = level.value = (xs[mid - 1] + xs[mid]) / 2.0
             if not b >= level.low:
                 level.low = b
                 if level.on_low is not None:
@@ -540,8 +554,10 @@ class Levels:
             if level.k <= n:  # from now on its points leave as well as enter: its own sorted list
                 level.sorted = self.head.copy()
         # Comprehensions, not generators (a call per item): it runs each time a level fills up.
-        self.fast = tuple([(level, level.k, level.sorted, level.mid, level.odd, level.history)
-                           for level in self.levels if level.k <= n])
+        self.fast = tuple([(level, -level.k, level.sorted, level.mid, level.history)
+                           for level in self.levels if level.k <= n and level.odd])
+        self.fast_even = tuple([(level, -level.k, level.sorted, level.mid, level.history)
+                                for level in self.levels if level.k <= n and not level.odd])
         self.growing = tuple(sorted([level for level in self.levels if level.k > n], key=_by_k))
         if not self.growing:
             self.head = None
