@@ -293,7 +293,7 @@ class Monitor:
             checks = ch.checks
             log_window = ch.log_window
             if log_window is not None:
-                x = ch.log_value = _log(v) if v > 0 else _nan
+                x = ch.log_value = _log(v) if v > 0.0 else _nan
             if ch.follows:
                 self._follow(ch, step, v)
             if finite:
@@ -350,7 +350,7 @@ class Monitor:
                 c = screen.hi
                 factor = screen.prev_factor
                 if factor is not None:
-                    if not v > 0:  # after a point <= 0 or NaN
+                    if not v > 0.0:  # after a point <= 0 or NaN
                         ch.quiet_hi = -_inf
                         continue
                     y = factor * v  # inf after an infinite point: no bound
@@ -361,7 +361,7 @@ class Monitor:
                     low = w.low
                     if low != screen.low:  # the window's lower bound moves now and then
                         screen.low = low
-                        screen.floor = _nextafter(screen.floor_factor * low, -_inf) if low > 0 and low < _inf else -_inf
+                        screen.floor = _nextafter(screen.floor_factor * low, -_inf) if low > 0.0 and low < _inf else -_inf
                     if screen.floor < c:
                         c = screen.floor
                 ch.quiet_hi = c

@@ -90,7 +90,7 @@ class RestScreen:
                 return False
         for best, pairs in self.bars:
             b = best.low
-            if not b > 0:
+            if not b > 0.0:
                 return False
             for level, factor in pairs:
                 if not level.value < factor * b:

@@ -217,7 +217,7 @@ class LossDivergenceStream(Stream):
         init = self.initial.value
         # `elevated` on floats, without its numpy error state (a context manager a point).
         up = (i >= self.start and v - v == 0.0 and (level >= p.factor * best or best <= p.learnt * init)
-              and best > 0 and not (init > best and level - best < p.lost * (init - best)))
+              and best > 0.0 and not (init > best and level - best < p.lost * (init - best)))
         if up and p.z > 0.0:
             up = out_of_noise(level, best, self.spread.log_spread(), p)
         if up and gate_noise(i, self._noise_at, self.values, p) >= p.max_noise:

@@ -600,8 +600,8 @@ class LossGrowthStream(Stream):
         slow_only = b >= p.slow_ratio * best
         told, width, levels, top_best = level, p.smooth, self.level.history, best
         how = smooth = False
-        if i >= self.start and v - v == 0.0 and best_smooth > 0:
-            seven = best > 0 and (level >= self.low_ratio * best or slow_only)  # candidates, so far
+        if i >= self.start and v - v == 0.0 and best_smooth > 0.0:
+            seven = best > 0.0 and (level >= self.low_ratio * best or slow_only)  # candidates, so far
             quick = fast >= self.low_ratio * best_smooth or b >= p.slow_ratio * best_smooth
             apart = (level < p.max_ratio * best) != (fast < p.max_ratio * best_smooth)
         else:
@@ -620,7 +620,7 @@ class LossGrowthStream(Stream):
                 # decaying rate it fails, and the ramp is not read). lr_at_best is NaN without a
                 # learning rate then, or with lr_since_best 0.
                 then = self.lr_at_best
-                if then > 0 and self.lr.values[-1] >= p.lr_since_best * then:
+                if then > 0.0 and self.lr.values[-1] >= p.lr_since_best * then:
                     lr_rising = ramping(self.lr)
             slow = self.best_level.history
             slow_before = slow[-1 - p.smooth] if len(slow) > p.smooth else math.nan

@@ -180,7 +180,7 @@ class ValDivergenceStream(_TrainAtVal):
             self.train_at_best = self.train_now()
             lr = self.lr.values[-1] if self.lr.values else math.nan
             self.lr_bar = p.lr_restart * lr if lr < LR_FELL * self.lr.max_finite else math.inf
-        above = finite and v >= self.best * self.rise and self.best > 0
+        above = finite and v >= self.best * self.rise and self.best > 0.0
         self.above = self.above + 1 if above else 0
         if (
             i >= p.min_evaluations

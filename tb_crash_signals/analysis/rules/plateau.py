@@ -317,7 +317,7 @@ class PlateauStream(Stream):
         lrs = self.lr
         lr_now = lrs[-1] if lrs else _nan
         peak = self.lr_channel.max_finite
-        gone = peak > 0 and lr_now / peak <= self.lr_floor
+        gone = peak > 0.0 and lr_now / peak <= self.lr_floor
         if gone is not self.gone_now:
             self.gone_now = gone
             self.gone.push(i, gone)
