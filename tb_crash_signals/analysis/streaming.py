@@ -498,7 +498,7 @@ class Levels:
             if old != x or x == 0.0:
                 del xs[_bisect_left(xs, old)]
                 _insort(xs, x)
-            b = level.value = (xs[mid - 1] + xs[mid]) / 2.0
+            b = level.value = (xs[mid - 1] + xs[mid]) * 0.5
             if not b >= level.low:
                 level.low = b
                 if level.on_low is not None:
@@ -514,7 +514,8 @@ class Levels:
             xs = self.head
             _insort(xs, x)
             mid = n // 2
-            b = xs[mid] if n % 2 else (xs[mid - 1] + xs[mid]) / 2.0
+            # x 0.5, the same as / 2.0 (both round the same exact half), which 3.11 does not specialise.
+            b = xs[mid] if n % 2 else (xs[mid - 1] + xs[mid]) * 0.5
             for level in growing:
                 level.value = b
                 if not b >= level.low and n >= level.low_from:

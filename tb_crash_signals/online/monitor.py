@@ -286,7 +286,11 @@ class Monitor:
             ch.n = i + 1
             ch.steps.append(step)
             ch.values.append(v)
-            finite = v - v == 0.0
+            # An if, not `finite = v - v == 0.0`: a comparison that jumps is specialised (3.11).
+            if v - v == 0.0:
+                finite = True
+            else:
+                finite = False
             levels = ch.levels
             if levels is not None:
                 levels.push(v)
@@ -361,7 +365,10 @@ class Monitor:
                     low = w.low
                     if low != screen.low:  # the window's lower bound moves now and then
                         screen.low = low
-                        screen.floor = _nextafter(screen.floor_factor * low, -_inf) if low > 0.0 and low < _inf else -_inf
+                        if low > 0.0 and low < _inf:
+                            screen.floor = _nextafter(screen.floor_factor * low, -_inf)
+                        else:
+                            screen.floor = -_inf
                     if screen.floor < c:
                         c = screen.floor
                 ch.quiet_hi = c
@@ -369,8 +376,9 @@ class Monitor:
             val = values["val_loss"]
             if val - val == 0.0 and val <= st.val_low:  # finite, at or under its lowest
                 st.val_low, st.val_best_step = val, step
-            if st.channels["train_loss"].n:
-                st.last_gap = val - st.channels["train_loss"].values[-1]
+            train = st.channels["train_loss"]
+            if train.n:
+                st.last_gap = val - train.values[-1]
         if quiet:
             return opened
         for ep in opened:

@@ -601,8 +601,15 @@ class LossGrowthStream(Stream):
         told, width, levels, top_best = level, p.smooth, self.level.history, best
         how = smooth = False
         if i >= self.start and v - v == 0.0 and best_smooth > 0.0:
-            seven = best > 0.0 and (level >= self.low_ratio * best or slow_only)  # candidates, so far
-            quick = fast >= self.low_ratio * best_smooth or b >= p.slow_ratio * best_smooth
+            # Candidates, so far. Ifs, not booleans assigned: their comparisons jump, so 3.11 specialises them.
+            if best > 0.0 and (level >= self.low_ratio * best or slow_only):
+                seven = True
+            else:
+                seven = False
+            if fast >= self.low_ratio * best_smooth or b >= p.slow_ratio * best_smooth:
+                quick = True
+            else:
+                quick = False
             apart = (level < p.max_ratio * best) != (fast < p.max_ratio * best_smooth)
         else:
             seven = quick = apart = False

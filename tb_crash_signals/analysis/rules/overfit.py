@@ -81,7 +81,7 @@ class _TrainAtVal(Stream):
         # A NaN makes the sum NaN; so do +inf and -inf together, hence the full check then.
         if total != total and any(x != x for x in xs):
             return math.nan
-        return xs[mid] if smooth % 2 else (xs[mid - 1] + xs[mid]) / 2.0
+        return xs[mid] if smooth % 2 else (xs[mid - 1] + xs[mid]) * 0.5  # / 2.0's value
 
 
 def _describe_overfit(ep, p):
@@ -180,8 +180,11 @@ class ValDivergenceStream(_TrainAtVal):
             self.train_at_best = self.train_now()
             lr = self.lr.values[-1] if self.lr.values else math.nan
             self.lr_bar = p.lr_restart * lr if lr < LR_FELL * self.lr.max_finite else math.inf
-        above = finite and v >= self.best * self.rise and self.best > 0.0
-        self.above = self.above + 1 if above else 0
+        # An if, not a boolean assigned: its comparisons jump, so 3.11 specialises them.
+        if finite and v >= self.best * self.rise and self.best > 0.0:
+            self.above += 1
+        else:
+            self.above = 0
         if (
             i >= p.min_evaluations
             and self.above >= p.evaluations

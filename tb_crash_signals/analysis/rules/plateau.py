@@ -317,7 +317,11 @@ class PlateauStream(Stream):
         lrs = self.lr
         lr_now = lrs[-1] if lrs else _nan
         peak = self.lr_channel.max_finite
-        gone = peak > 0.0 and lr_now / peak <= self.lr_floor
+        # An if, not a boolean assigned: its comparisons jump, so 3.11 specialises them.
+        if peak > 0.0 and lr_now / peak <= self.lr_floor:
+            gone = True
+        else:
+            gone = False
         if gone is not self.gone_now:
             self.gone_now = gone
             self.gone.push(i, gone)
@@ -339,7 +343,7 @@ class PlateauStream(Stream):
             if self.exp_at is None:
                 self.lr_head.append(lr_now)
                 # Rising: the last lr point above the one 3 points before it.
-                if fell_at > i and lrs and lr_now > lrs[-4 if len(lrs) >= 4 else 0]:
+                if lrs and lr_now > lrs[-4 if len(lrs) >= 4 else 0] and fell_at > i:
                     self._rising(i)
             if i in self.marks_at:
                 self.lr_marks[i] = lr_now
