@@ -205,7 +205,15 @@ class Monitor:
             TypeError: an unknown signal name or a value that is not a number.
             ValueError: a step outside TensorBoard's int64 range.
         """
-        step = step if type(step) is int and _STEP_MIN <= step <= _STEP_MAX else _as_step(step)
+        st = self._state
+        max_step = st.max_step
+        # The usual step: an int past the last one, under 2**30 (compared as small ints, which 3.11
+        # specialises, unlike the int64 bounds), so no restart or repeat either.
+        if type(step) is int and max_step is not None and step > max_step and step < 1073741824:
+            usual = True
+        else:
+            step = step if type(step) is int and _STEP_MIN <= step <= _STEP_MAX else _as_step(step)
+            usual = False
         clean = values
         for value in values.values():
             if type(value) is not float:
@@ -214,9 +222,11 @@ class Monitor:
         else:
             if not values.keys() <= _SIGNAL_SET:
                 clean = clean_values(values)
-        st = self._state
-        if st.max_step is not None and step <= st.max_step:
-            if step < st.max_step:
+        if usual:
+            if self._repeats:
+                self._before_step = (step, pickle.dumps(st, protocol=5))
+        elif max_step is not None and step <= max_step:
+            if step < max_step:
                 self._restart(step)
                 st = self._state
             elif any(st.channels[s].last_step() == step for s in clean):
