@@ -209,7 +209,7 @@ class Monitor:
         max_step = st.max_step
         # The usual step: an int past the last one, under 2**30 (compared as small ints, which 3.11
         # specialises, unlike the int64 bounds), so no restart or repeat either.
-        if type(step) is int and max_step is not None and step > max_step and step < 1073741824:
+        if type(step) is int and max_step is not None and step > max_step and step <= 1073741823:
             usual = True
         else:
             step = step if type(step) is int and _STEP_MIN <= step <= _STEP_MAX else _as_step(step)

@@ -597,12 +597,11 @@ class LossGrowthStream(Stream):
         # lowest (see the batch rule). Which loss is smooth costs a jitter, read only when the choice
         # can change what happens: a climb possible on either level, or the two on different sides
         # of max_ratio (the next point's `finishing`).
-        slow_only = b >= p.slow_ratio * best
         told, width, levels, top_best = level, p.smooth, self.level.history, best
         how = smooth = False
         if i >= self.start and v - v == 0.0 and best_smooth > 0.0:
             # Candidates, so far. Ifs, not booleans assigned: their comparisons jump, so 3.11 specialises them.
-            if best > 0.0 and (level >= self.low_ratio * best or slow_only):
+            if best > 0.0 and (level >= self.low_ratio * best or b >= p.slow_ratio * best):
                 seven = True
             else:
                 seven = False
@@ -610,7 +609,11 @@ class LossGrowthStream(Stream):
                 quick = True
             else:
                 quick = False
-            apart = (level < p.max_ratio * best) != (fast < p.max_ratio * best_smooth)
+            # apart = (level < max_ratio x best) != (fast < max_ratio x best_smooth), in jumps
+            if level < p.max_ratio * best:
+                apart = not fast < p.max_ratio * best_smooth
+            else:
+                apart = fast < p.max_ratio * best_smooth
         else:
             seven = quick = apart = False
         if seven or quick:

@@ -172,8 +172,11 @@ class ValDivergenceStream(_TrainAtVal):
 
     def check(self, i, step, v):
         p = self.p
-        finite = v - v == 0.0
-        masked = v if finite else math.inf
+        # An if, not a boolean assigned: its comparison jumps, so 3.11 specialises it.
+        if v - v == 0.0:
+            finite, masked = True, v
+        else:
+            finite, masked = False, math.inf
         if i == 0 or masked < self.best:
             self.best = masked
             self.best_i, self.best_step = i, step

@@ -303,6 +303,9 @@ class PlateauStream(Stream):
         self.gone_now = None
         self.lr_climb, self.lr_fell = p.lr_climb, p.lr_fell
         self.fell_at = math.inf  # the point at which the learning rate first fell (see lr_course)
+        # ... whether it has (check tests this rather than the int or inf, which 3.11 would compare
+        # unspecialised)
+        self.fallen = False
         self.fell_peak = math.nan  # ... and its peak then, the lowest its peak is as of any later point
         # The learning rate's recent points (its channel is updated first).
         self.lr_channel = channels["lr"]
@@ -326,15 +329,17 @@ class PlateauStream(Stream):
             self.gone_now = gone
             self.gone.push(i, gone)
         fell_at = self.fell_at
-        if fell_at == _inf and lr_now < self.lr_fell * peak:
+        fallen = self.fallen
+        if not fallen and lr_now < self.lr_fell * peak:
             self.fell_at = fell_at = i
             self.fell_peak = peak
-        if fell_at != _inf:  # _climb reads the peak as of points from the fall on only
+            self.fallen = fallen = True
+        if fallen:  # _climb reads the peak as of points from the fall on only
             of = self.peaks.of
             if not of or not (peak == of[-1]):  # AsOf.push's own test first, without its call
                 self.peaks.push(i, peak)
         init = self.initial.value
-        if fell_at <= i and init == init:  # a decaying schedule: start_level
+        if fallen and init == init:  # a decaying schedule (fell_at <= i): start_level
             if self.start != self.start:  # once: the first 10 finite points are in
                 self.start = max(init, small_median(self.initial.head[: self.start_points]))
             init = self.start
@@ -343,7 +348,7 @@ class PlateauStream(Stream):
             if self.exp_at is None:
                 self.lr_head.append(lr_now)
                 # Rising: the last lr point above the one 3 points before it.
-                if lrs and lr_now > lrs[-4 if len(lrs) >= 4 else 0] and fell_at > i:
+                if lrs and lr_now > lrs[-4 if len(lrs) >= 4 else 0] and not fallen:  # fell_at > i
                     self._rising(i)
             if i in self.marks_at:
                 self.lr_marks[i] = lr_now
@@ -364,7 +369,7 @@ class PlateauStream(Stream):
         # starting before this point (a patience of at least 1).
         if (i >= self.screen_from and not gone
                 and not self.level.value >= self.stuck * init
-                and not (fell_at < i and lr_now >= self.lr_climb * self.fell_peak)):
+                and not (fallen and fell_at < i and lr_now >= self.lr_climb * self.fell_peak)):
             if self.own is not None:
                 self.own.append(v)
             return None
