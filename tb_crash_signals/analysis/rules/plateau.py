@@ -315,34 +315,41 @@ class PlateauStream(Stream):
         if self.head_logs is not None:
             if i >= self.head_from and i - self.patience.at(i) >= self.initial.known:
                 self.head_logs = self.head_raw = None  # i - patience never decreases: no later stall began that early
-            elif i < _HEAD and 0.0 < v < _inf:
+            elif i < _HEAD and v > 0.0 and v < _inf:
                 self.head_raw.append(v)  # its log (numpy's, as the batch rule's jitter takes it) when read
         lrs = self.lr
-        lr_now = lrs[-1] if lrs else _nan
-        peak = self.lr_channel.max_finite
-        # An if, not a boolean assigned: its comparisons jump, so 3.11 specialises them.
-        if peak > 0.0 and lr_now / peak <= self.lr_floor:
-            gone = True
-        else:
-            gone = False
-        if gone is not self.gone_now:
-            self.gone_now = gone
-            self.gone.push(i, gone)
-        fell_at = self.fell_at
-        fallen = self.fallen
-        if not fallen and lr_now < self.lr_fell * peak:
-            self.fell_at = fell_at = i
-            self.fell_peak = peak
-            self.fallen = fallen = True
-        if fallen:  # _climb reads the peak as of points from the fall on only
-            of = self.peaks.of
-            if not of or not (peak == of[-1]):  # AsOf.push's own test first, without its call
-                self.peaks.push(i, peak)
         init = self.initial.value
-        if fallen and init == init:  # a decaying schedule (fell_at <= i): start_level
-            if self.start != self.start:  # once: the first 10 finite points are in
-                self.start = max(init, small_median(self.initial.head[: self.start_points]))
-            init = self.start
+        if lrs:
+            lr_now = lrs[-1]
+            peak = self.lr_channel.max_finite
+            # An if, not a boolean assigned: its comparisons jump, so 3.11 specialises them.
+            if peak > 0.0 and lr_now / peak <= self.lr_floor:
+                gone = True
+            else:
+                gone = False
+            if gone is not self.gone_now:
+                self.gone_now = gone
+                self.gone.push(i, gone)
+            fallen = self.fallen
+            if not fallen and lr_now < self.lr_fell * peak:
+                self.fell_at = i
+                self.fell_peak = peak
+                self.fallen = fallen = True
+            if fallen:  # _climb reads the peak as of points from the fall on only
+                of = self.peaks.of
+                if not of or not (peak == of[-1]):  # AsOf.push's own test first, without its call
+                    self.peaks.push(i, peak)
+                if init == init:  # a decaying schedule (fell_at <= i): start_level
+                    if self.start != self.start:  # once: the first 10 finite points are in
+                        self.start = max(init, small_median(self.initial.head[: self.start_points]))
+                    init = self.start
+        else:
+            # No learning rate yet (its peak -inf): not gone, not fallen.
+            lr_now = _nan
+            gone = fallen = False
+            if self.gone_now is not False:
+                self.gone_now = False
+                self.gone.push(i, False)
         if i < self.max_warmup:
             # The warm-up (see _warm_up), inline: at every point of a short run.
             if self.exp_at is None:
@@ -369,7 +376,7 @@ class PlateauStream(Stream):
         # starting before this point (a patience of at least 1).
         if (i >= self.screen_from and not gone
                 and not self.level.value >= self.stuck * init
-                and not (fallen and fell_at < i and lr_now >= self.lr_climb * self.fell_peak)):
+                and not (fallen and self.fell_at < i and lr_now >= self.lr_climb * self.fell_peak)):
             if self.own is not None:
                 self.own.append(v)
             return None
