@@ -87,7 +87,8 @@ class CollapseStream(Stream):
         # Cheap necessary conditions first: this point and the one before are both in the flat
         # window, and this one near some ln k.
         flat = self.flat
-        if not (v > 0.0 and prev > 0.0 and v <= flat * prev and prev <= flat * v):
+        # The test a falling loss fails first (a conjunction: the order changes only its cost).
+        if not (prev <= flat * v and v <= flat * prev and v > 0.0 and prev > 0.0):
             self.run = 0
             return None
         run = self.run = self.run + 1
