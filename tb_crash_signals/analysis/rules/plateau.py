@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from bisect import bisect_right as _bisect_right
+from bisect import insort as _insort
 
 import numpy as np
 
@@ -23,7 +24,6 @@ from tb_crash_signals.analysis.stats import (
     finite_anchor,
     initial_level,
     jitter,
-    jitter_of_log_list,
     noisy_at,
     trailing_median_inclusive,
 )
@@ -275,6 +275,10 @@ class PlateauStream(Stream):
         # value is the same in an array, so one call takes them all.
         self.head_logs = []
         self.head_raw = []
+        # The second differences of head_logs so far, sorted, and how many logs they cover: the
+        # jitter (jitter_of_log_list) of a head that grew by a point adds one, not all again.
+        self.head_diffs = []
+        self.head_done = 0
         self.early_jitter, self.early_points = p.early_jitter, p.early_points
         # The smoothed loss at this point, and its best so far (`_running_best`'s).
         self.level = shared_level(channels["train_loss"], p.smooth)
@@ -413,6 +417,19 @@ class PlateauStream(Stream):
             if accelerating(*(marks.get(j, math.nan) for j in (0, m // 2, m - 1))):
                 self.warmed = -1  # rising all along, ever faster: not a warm-up (see _warmup_ends)
 
+    def _head_jitter(self):
+        """jitter_of_log_list of the head's logs: their second differences (the same
+        subtractions) kept sorted as the head grows, inserted in order as a stable sort has them."""
+        logs = self._head_logs()
+        n = len(logs)
+        if n < 10:
+            return math.nan
+        diffs = self.head_diffs
+        for j in range(max(self.head_done, 2), n):
+            _insort(diffs, (logs[j] - logs[j - 1]) - (logs[j - 1] - logs[j - 2]))
+        self.head_done = n
+        return stats.jitter_of_sorted_diffs(diffs)
+
     def _head_logs(self):
         """The logs of the head's points (see head_logs), those kept raw taken now."""
         raw = self.head_raw
@@ -434,7 +451,7 @@ class PlateauStream(Stream):
             climb = self._climb(i - patience)
             climbed = climb >= self.lr_climb
             stuck = self.level.value >= self.stuck * init and (
-                self.head_logs is None or jitter_of_log_list(self._head_logs()) < self.early_jitter)
+                self.head_logs is None or self._head_jitter() < self.early_jitter)
             if gone or climbed or stuck:
                 return StreamHit(note=plateau_note(patience, self.lr_peak.fraction() if gone else math.nan,
                                                    climb if climbed and not gone else math.nan))
