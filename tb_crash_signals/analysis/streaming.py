@@ -134,7 +134,7 @@ class Channel:
 
     __slots__ = ("name", "n", "steps", "values", "max_finite", "window", "log_window", "log_value",
                  "checks", "always", "screen", "quiet_lo", "quiet_hi", "rest", "rest_from", "checks_at_rest",
-                 "always_at_rest", "open", "follows", "shared", "levels", "initial", "heading")
+                 "always_at_rest", "codes", "open", "follows", "shared", "levels", "initial", "heading")
 
     def __init__(self, name, recent):
         self.name = name
@@ -145,7 +145,8 @@ class Channel:
         self.window = None  # Window of the values, if a rule needs one
         self.log_window = None  # Window of log(value) (NaN for value <= 0)
         self.log_value = _nan  # log(value) of the point being checked, if there is a log window
-        self.checks = []  # (code, bound check method) of the rules that fire on it
+        self.checks = []  # the bound check methods of the rules that fire on it (with their codes
+        # while the monitor builds them)
         self.always = []  # ... those the screen cannot vouch for
         # Finite values in [quiet_lo, quiet_hi] need only `always` (an empty band: every check);
         # `screen`, if any, moves quiet_hi after each point.
@@ -154,6 +155,7 @@ class Channel:
         self.rest = None  # RestScreen of some of `always`, if any
         self.rest_from = _inf  # ... asked from this point on (its `after`)
         self.checks_at_rest = self.always_at_rest = None  # checks and always without those
+        self.codes = {}  # bound check method -> its rule's code
         self.open = {}  # code -> the episode of that rule on this signal that can still grow
         self.follows = []  # episodes whose note still reads this signal's points
         # What the streams of one rule derive from this signal for each other (a rule
@@ -447,13 +449,15 @@ class Levels:
     points (a NaN forward-filled) is pushed level by level instead, until every window is full
     and finite, as it stays."""
 
-    __slots__ = ("levels", "window", "last", "fast", "growing", "head", "filling")
+    __slots__ = ("levels", "window", "last", "fast", "fast_even", "growing", "head", "filling")
 
     def __init__(self):
         self.levels = []
         self.window = None  # the shared window, from the first finite point or once every level is full
         self.last = _nan
-        self.fast = ()  # (level, k, its sorted list, mid, odd) for each level whose window is full
+        # (level, -k, its sorted list, mid, history) for each level whose window is full, k odd
+        self.fast = ()
+        self.fast_even = ()  # ... k even
         self.growing = ()  # the levels whose window is not full yet, shortest first (their points all finite)
         self.head = None  # while some are: every point so far, sorted (their sorted list)
         self.filling = 0  # level by level: pushes left before every window can be full (the longest k)
@@ -476,18 +480,29 @@ class Levels:
         if v - v == 0.0:
             self.last = v
         x = self.last
-        for level, k, xs, mid, odd in self.fast:
-            old = window[-k]
+        for level, back, xs, mid, history in self.fast:
+            old = window[back]
             # As in Level.push: the same value leaving and coming leaves the list as it was.
             if old != x or x == 0.0:
                 del xs[_bisect_left(xs, old)]
                 _insort(xs, x)
-            b = level.value = xs[mid] if odd else (xs[mid - 1] + xs[mid]) / 2.0
+            b = level.value = xs[mid]
             if not b >= level.low:
                 level.low = b
                 if level.on_low is not None:
                     level.on_low()
-            history = level.history
+            if history is not None:
+                history.append(b)
+        for level, back, xs, mid, history in self.fast_even:  # the same, the median of two
+            old = window[back]
+            if old != x or x == 0.0:
+                del xs[_bisect_left(xs, old)]
+                _insort(xs, x)
+            b = level.value = (xs[mid - 1] + xs[mid]) * 0.5
+            if not b >= level.low:
+                level.low = b
+                if level.on_low is not None:
+                    level.on_low()
             if history is not None:
                 history.append(b)
         window.append(x)
@@ -499,7 +514,8 @@ class Levels:
             xs = self.head
             _insort(xs, x)
             mid = n // 2
-            b = xs[mid] if n % 2 else (xs[mid - 1] + xs[mid]) / 2.0
+            # x 0.5, the same as / 2.0 (both round the same exact half), which 3.11 does not specialise.
+            b = xs[mid] if n % 2 else (xs[mid - 1] + xs[mid]) * 0.5
             for level in growing:
                 level.value = b
                 if not b >= level.low and n >= level.low_from:
@@ -539,8 +555,10 @@ class Levels:
             if level.k <= n:  # from now on its points leave as well as enter: its own sorted list
                 level.sorted = self.head.copy()
         # Comprehensions, not generators (a call per item): it runs each time a level fills up.
-        self.fast = tuple([(level, level.k, level.sorted, level.mid, level.odd)
-                           for level in self.levels if level.k <= n])
+        self.fast = tuple([(level, -level.k, level.sorted, level.mid, level.history)
+                           for level in self.levels if level.k <= n and level.odd])
+        self.fast_even = tuple([(level, -level.k, level.sorted, level.mid, level.history)
+                                for level in self.levels if level.k <= n and not level.odd])
         self.growing = tuple(sorted([level for level in self.levels if level.k > n], key=_by_k))
         if not self.growing:
             self.head = None

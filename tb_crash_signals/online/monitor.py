@@ -31,11 +31,11 @@ from tb_crash_signals.analysis.recovery import LEVEL_POINTS, NOISE_POINTS, settl
 from tb_crash_signals.analysis.rules import RULES
 from tb_crash_signals.analysis.rules.base import EpisodeView
 from tb_crash_signals.analysis.signals import SIGNALS
-from tb_crash_signals.analysis.streaming import ORDER, Channel, shared_level
+from tb_crash_signals.analysis.streaming import ORDER, Channel, shared_level, small_median
 from tb_crash_signals.online.screen import RestScreen, Screen
 from tb_crash_signals.report.document import fit_to_json
 
-_log, _nan, _inf = math.log, math.nan, math.inf
+_log, _nan, _inf, _nextafter = math.log, math.nan, math.inf, math.nextafter
 # Points kept per signal for messages and the summary (not for the rules).
 _RECENT = 256
 _SIGNAL_SET = frozenset(SIGNALS)
@@ -120,6 +120,14 @@ class _State:
                 resting = {code for code, _, _ in found}
                 ch.checks_at_rest = [c for c in ch.checks if c[0] not in resting]
                 ch.always_at_rest = [c for c in ch.always if c[0] not in resting]
+        # The lists hold the bound methods alone, the code of each looked up when it fires.
+        for ch in self.channels.values():
+            ch.codes = {check: code for code, check in ch.checks}
+            ch.checks = [check for _, check in ch.checks]
+            ch.always = [check for _, check in ch.always]
+            if ch.rest is not None:
+                ch.checks_at_rest = [check for _, check in ch.checks_at_rest]
+                ch.always_at_rest = [check for _, check in ch.always_at_rest]
         # The train loss's level and best level, for the episodes the run's end settles (recovery).
         self.loss_level = shared_level(self.channels["train_loss"], LEVEL_POINTS, best=True)
         # The validation loss's lowest so far and the last step at or under it (recovery.settled).
@@ -197,7 +205,15 @@ class Monitor:
             TypeError: an unknown signal name or a value that is not a number.
             ValueError: a step outside TensorBoard's int64 range.
         """
-        step = step if type(step) is int and _STEP_MIN <= step <= _STEP_MAX else _as_step(step)
+        st = self._state
+        max_step = st.max_step
+        # The usual step: an int past the last one, under 2**30 (compared as small ints, which 3.11
+        # specialises, unlike the int64 bounds), so no restart or repeat either.
+        if type(step) is int and max_step is not None and step > max_step and step <= 1073741823:
+            usual = True
+        else:
+            step = step if type(step) is int and _STEP_MIN <= step <= _STEP_MAX else _as_step(step)
+            usual = False
         clean = values
         for value in values.values():
             if type(value) is not float:
@@ -206,9 +222,11 @@ class Monitor:
         else:
             if not values.keys() <= _SIGNAL_SET:
                 clean = clean_values(values)
-        st = self._state
-        if st.max_step is not None and step <= st.max_step:
-            if step < st.max_step:
+        if usual:
+            if self._repeats:
+                self._before_step = (step, pickle.dumps(st, protocol=5))
+        elif max_step is not None and step <= max_step:
+            if step < max_step:
                 self._restart(step)
                 st = self._state
             elif any(st.channels[s].last_step() == step for s in clean):
@@ -259,9 +277,10 @@ class Monitor:
         if not values:
             return []
         # Both are None until the first step; then a step is mostly past the last one.
-        if st.max_step is None:
+        max_step = st.max_step
+        if max_step is None:
             st.max_step = st.first_step = step
-        elif step > st.max_step:
+        elif step > max_step:
             st.max_step = step
         elif step < st.first_step:
             st.first_step = step
@@ -271,51 +290,105 @@ class Monitor:
         order = st.orders.get(keys)
         if order is None:
             order = st.orders[keys] = [(ch, ch.name) for ch in st.order if ch.name in values]
-        val = values.get("val_loss")
-        if val is not None and val - val == 0.0 and val <= st.val_low:  # finite, at or under its lowest
-            st.val_low, st.val_best_step = val, step
         for ch, name in order:
             v = values[name]
             i = ch.n
             ch.n = i + 1
             ch.steps.append(step)
             ch.values.append(v)
+            # An if, not `finite = v - v == 0.0`: a comparison that jumps is specialised (3.11).
+            if v - v == 0.0:
+                finite = True
+            else:
+                finite = False
             levels = ch.levels
             if levels is not None:
                 levels.push(v)
             checks = ch.checks
             log_window = ch.log_window
             if log_window is not None:
-                x = ch.log_value = _log(v) if v > 0 else _nan
+                x = ch.log_value = _log(v) if v > 0.0 else _nan
             if ch.follows:
                 self._follow(ch, step, v)
-            if v - v == 0.0:  # finite
+            if finite:
                 if ch.open:
                     self._grow_open(ch, i, step, v)
-                if ch.quiet_lo <= v <= ch.quiet_hi:
+                if v <= ch.quiet_hi and v >= ch.quiet_lo:  # not chained: each comparison specialised
                     checks = ch.always
                 if i >= ch.rest_from and ch.rest.quiet():
                     checks = ch.always_at_rest if checks is ch.always else ch.checks_at_rest
-            for code, check in checks:
+            for check in checks:
                 hit = check(i, step, v)
                 if hit is not None:
+                    code = ch.codes[check]
                     hits.append((code, name))
                     ep = self._hit(code, name, i, step, v, hit)
                     if ep is not None:
                         opened.append(ep)
-            if v > ch.max_finite and v - v == 0.0:  # after the checks: theirs is the peak before
+            if finite and v > ch.max_finite:  # after the checks: theirs is the peak before
                 ch.max_finite = v
             if ch.heading:
-                ch.initial.push(v)
-                ch.heading = ch.initial.known == _inf
-            if ch.window is not None:
-                ch.window.push(v)
+                # InitialLevel.push, inline (while the initial level is unknown).
+                initial = ch.initial
+                initial.pushed += 1
+                if finite:
+                    head = initial.head
+                    head.append(v)
+                    if len(head) == 10:
+                        initial.value = small_median(head)  # np.median's, bit for bit
+                        initial.known = initial.pushed
+                        ch.heading = False
+            w = ch.window
+            if w is not None:
+                # Window.push, inline (at every point of the losses).
+                if finite:
+                    w.last = y = v
+                else:
+                    y = w.last
+                w.values.append(y)
+                if y < w.cur:  # False for NaN: leading NaNs do not count
+                    w.cur = y
+                    if y < w.low:
+                        w.low = y
+                fill = w.fill + 1
+                if fill == w.size:
+                    w.low = w.prev = w.cur
+                    w.cur, w.fill = _inf, 0
+                else:
+                    w.fill = fill
             if log_window is not None:
                 log_window.push(x)
-            if ch.screen is not None:
-                ch.quiet_hi = ch.screen.ceiling(v)
-        if "val_loss" in values and st.channels["train_loss"].n:  # `in`: no call
-            st.last_gap = values["val_loss"] - st.channels["train_loss"].values[-1]
+            screen = ch.screen
+            if screen is not None:
+                # Screen.ceiling, inline (after every point of a screened signal).
+                c = screen.hi
+                factor = screen.prev_factor
+                if factor is not None:
+                    if not v > 0.0:  # after a point <= 0 or NaN
+                        ch.quiet_hi = -_inf
+                        continue
+                    y = factor * v  # inf after an infinite point: no bound
+                    if y < c:
+                        c = y
+                w = screen.window
+                if w is not None:
+                    low = w.low
+                    if low != screen.low:  # the window's lower bound moves now and then
+                        screen.low = low
+                        if low > 0.0 and low < _inf:
+                            screen.floor = _nextafter(screen.floor_factor * low, -_inf)
+                        else:
+                            screen.floor = -_inf
+                    if screen.floor < c:
+                        c = screen.floor
+                ch.quiet_hi = c
+        if "val_loss" in values:  # `in`: no call
+            val = values["val_loss"]
+            if val - val == 0.0 and val <= st.val_low:  # finite, at or under its lowest
+                st.val_low, st.val_best_step = val, step
+            train = st.channels["train_loss"]
+            if train.n:
+                st.last_gap = val - train.values[-1]
         if quiet:
             return opened
         for ep in opened:

@@ -63,7 +63,7 @@ class RestScreen:
     busy and the shared levels are under every bar (most points of a healthy run), the monitor
     skips those streams' checks, so they cost one call, not one each."""
 
-    __slots__ = ("after", "streams", "bars")
+    __slots__ = ("after", "streams", "bars", "pair")
 
     def __init__(self, rests: list):
         """`rests`: (stream, its Rest) pairs."""
@@ -81,6 +81,16 @@ class RestScreen:
         for level, factor, best in least.values():
             by_best.setdefault(id(best), (best, []))[1].append((level, factor))
         self.bars = tuple((best, tuple(pairs)) for best, pairs in by_best.values())
+        # With two bests (as the loss's rules have them), a bar that both share (the same level and
+        # factor > 0) is tested once, against the lower best: factor x it is the lower bar, as
+        # rounding is monotone. `pair`: (best_a, best_b, shared bars, a's own, b's own), or None.
+        self.pair = None
+        if len(self.bars) == 2:
+            (best_a, bars_a), (best_b, bars_b) = self.bars
+            shared = [bar for bar in bars_a if bar in bars_b and bar[1] > 0]
+            if shared:
+                self.pair = (best_a, best_b, tuple(shared), tuple(bar for bar in bars_a if bar not in shared),
+                             tuple(bar for bar in bars_b if bar not in shared))
 
     def quiet(self):
         """True if every rested stream is sure to return None at the point being checked, its
@@ -88,9 +98,29 @@ class RestScreen:
         for stream in self.streams:
             if stream.busy:
                 return False
+        pair = self.pair
+        if pair is not None:
+            best_a, best_b, shared, own_a, own_b = pair
+            a = best_a.low
+            if not a > 0.0:
+                return False
+            b = best_b.low
+            if not b > 0.0:
+                return False
+            low = a if a < b else b
+            for level, factor in shared:
+                if not level.value < factor * low:
+                    return False
+            for level, factor in own_a:
+                if not level.value < factor * a:
+                    return False
+            for level, factor in own_b:
+                if not level.value < factor * b:
+                    return False
+            return True
         for best, pairs in self.bars:
             b = best.low
-            if not b > 0:
+            if not b > 0.0:
                 return False
             for level, factor in pairs:
                 if not level.value < factor * b:

@@ -87,7 +87,8 @@ class CollapseStream(Stream):
         # Cheap necessary conditions first: this point and the one before are both in the flat
         # window, and this one near some ln k.
         flat = self.flat
-        if not (v > 0 and prev > 0 and v <= flat * prev and prev <= flat * v):
+        # The test a falling loss fails first (a conjunction: the order changes only its cost).
+        if not (prev <= flat * v and v <= flat * prev and v > 0.0 and prev > 0.0):
             self.run = 0
             return None
         run = self.run = self.run + 1
@@ -97,7 +98,7 @@ class CollapseStream(Stream):
         values = self.values
         window = [values[j] for j in range(-n, 0)]
         lo, hi = min(window), max(window)
-        if not (lo > 0 and hi <= flat * lo and math.isfinite(hi)):
+        if not (lo > 0.0 and hi <= flat * lo and math.isfinite(hi)):
             return None
         before = [x for x in (values[j] for j in range(max(-2 * n, -len(values)), -n)) if x == x]
         top = max(before, default=math.nan)

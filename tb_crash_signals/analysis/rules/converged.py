@@ -81,6 +81,7 @@ class ConvergedStream(Stream):
         self.lr = channels["lr"]  # updated before the loss
         self.rel, self.learnt = p.rel_improvement, p.learnt
         self.patience = Patience(p)
+        self.least = self.patience.least  # at most the patience at any point
         # The best smoothed loss, and the learning rate's peak (-inf before any), as of each of the
         # last `cap` points: both monotone.
         self.bests = AsOf(self.patience.cap)
@@ -90,16 +91,22 @@ class ConvergedStream(Stream):
     def check(self, i, step, v):
         # AsOf.push's own test first, without its call: both change at few points.
         best = self.level.low
-        if not best == self.best:
+        if not best == self.best:  # a change (its last is the last pushed): AsOf.push inline
             self.best = best
-            self.bests.push(i, best)
+            bests = self.bests
+            at = bests.at
+            at.append(i)
+            bests.of.append(best)
+            if len(at) >= bests.prune_at:
+                bests.prune(i)
         peak = self.lr.max_finite
         if not peak == self.peak:
             self.peak = peak
             self.peaks.push(i, peak)
         hit = None
         # Learnt (NaN until the initial level is known): the cheapest of its conditions first.
-        if v - v == 0.0 and self.level.value < self.learnt * self.initial.value:
+        # Not before min_patience points, under the least patience (see _check's first test).
+        if i >= self.least and v - v == 0.0 and self.level.value < self.learnt * self.initial.value:
             hit = self._check(i, best, peak)
         if self.own is not None:
             self.own.append(v)

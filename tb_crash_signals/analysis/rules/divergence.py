@@ -216,8 +216,12 @@ class LossDivergenceStream(Stream):
             best = early_best(best, self.level.low)
         init = self.initial.value
         # `elevated` on floats, without its numpy error state (a context manager a point).
-        up = (i >= self.start and v - v == 0.0 and (level >= p.factor * best or best <= p.learnt * init)
-              and best > 0 and not (init > best and level - best < p.lost * (init - best)))
+        # An if, not a boolean assigned: its comparisons jump, so 3.11 specialises them.
+        if (i >= self.start and v - v == 0.0 and (level >= p.factor * best or best <= p.learnt * init)
+                and best > 0.0 and not (init > best and level - best < p.lost * (init - best))):
+            up = True
+        else:
+            up = False
         if up and p.z > 0.0:
             up = out_of_noise(level, best, self.spread.log_spread(), p)
         if up and gate_noise(i, self._noise_at, self.values, p) >= p.max_noise:

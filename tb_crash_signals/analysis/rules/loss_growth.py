@@ -597,13 +597,23 @@ class LossGrowthStream(Stream):
         # lowest (see the batch rule). Which loss is smooth costs a jitter, read only when the choice
         # can change what happens: a climb possible on either level, or the two on different sides
         # of max_ratio (the next point's `finishing`).
-        slow_only = b >= p.slow_ratio * best
         told, width, levels, top_best = level, p.smooth, self.level.history, best
         how = smooth = False
-        if i >= self.start and v - v == 0.0 and best_smooth > 0:
-            seven = best > 0 and (level >= self.low_ratio * best or slow_only)  # candidates, so far
-            quick = fast >= self.low_ratio * best_smooth or b >= p.slow_ratio * best_smooth
-            apart = (level < p.max_ratio * best) != (fast < p.max_ratio * best_smooth)
+        if i >= self.start and v - v == 0.0 and best_smooth > 0.0:
+            # Candidates, so far. Ifs, not booleans assigned: their comparisons jump, so 3.11 specialises them.
+            if best > 0.0 and (level >= self.low_ratio * best or b >= p.slow_ratio * best):
+                seven = True
+            else:
+                seven = False
+            if fast >= self.low_ratio * best_smooth or b >= p.slow_ratio * best_smooth:
+                quick = True
+            else:
+                quick = False
+            # apart = (level < max_ratio x best) != (fast < max_ratio x best_smooth), in jumps
+            if level < p.max_ratio * best:
+                apart = not fast < p.max_ratio * best_smooth
+            else:
+                apart = fast < p.max_ratio * best_smooth
         else:
             seven = quick = apart = False
         if seven or quick:
@@ -620,7 +630,7 @@ class LossGrowthStream(Stream):
                 # decaying rate it fails, and the ramp is not read). lr_at_best is NaN without a
                 # learning rate then, or with lr_since_best 0.
                 then = self.lr_at_best
-                if then > 0 and self.lr.values[-1] >= p.lr_since_best * then:
+                if then > 0.0 and self.lr.values[-1] >= p.lr_since_best * then:
                     lr_rising = ramping(self.lr)
             slow = self.best_level.history
             slow_before = slow[-1 - p.smooth] if len(slow) > p.smooth else math.nan

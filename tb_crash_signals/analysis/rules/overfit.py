@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from itertools import islice
 
 import numpy as np
 
@@ -14,7 +15,7 @@ from tb_crash_signals.analysis.stats import (
     trailing_median_inclusive_at,
     value_at_or_before,
 )
-from tb_crash_signals.analysis.streaming import Stream, StreamHit, finite_median, small_median
+from tb_crash_signals.analysis.streaming import Stream, StreamHit, finite_median
 
 
 def _train_at_val_steps(data, smooth: int, which=None):
@@ -65,12 +66,26 @@ class _TrainAtVal(Stream):
         train = self.train
         if train.n == 0:
             return math.nan
-        if self.smooth == 1:
+        smooth = self.smooth
+        if smooth == 1:
             return train.values[-1]  # unsmoothed: the raw value, NaN/Inf included
-        window = train.window.tail(self.smooth)
-        if train.n < self.smooth:
-            return finite_median(window)
-        return small_median(window)
+        if train.n < smooth:
+            return finite_median(train.window.tail(smooth))
+        return _median_of_last(list(islice(reversed(train.window.values), smooth)))
+
+
+def _median_of_last(xs) -> float:
+    """small_median of Window.tail(len(xs)), given its points newest first (xs is sorted in place):
+    in their order, so equal values (zeros' signs) sort as there."""
+    xs.reverse()
+    xs.sort()
+    n = len(xs)
+    mid = n // 2
+    total = sum(xs)
+    # A NaN makes the sum NaN; so do +inf and -inf together, hence the full check then.
+    if total != total and any(x != x for x in xs):
+        return math.nan
+    return xs[mid] if n % 2 else (xs[mid - 1] + xs[mid]) * 0.5  # / 2.0's value
 
 
 def _describe_overfit(ep, p):
@@ -154,32 +169,53 @@ class ValDivergenceStream(_TrainAtVal):
         self.best = math.inf
         self.best_i = 0
         self.best_step = None
-        self.train_at_best = math.nan
+        self.train_at_best = math.nan  # None: not taken yet, from best_tail (see _at_best)
+        self.best_tail = None
         self.above = 0
         self.lr = channels["lr"]  # updated before the validation channel
         self.lr_bar = math.inf  # lr_restart x the learning rate at the best, if it had fallen then
 
     def check(self, i, step, v):
         p = self.p
-        finite = v - v == 0.0
-        masked = v if finite else math.inf
+        # An if, not a boolean assigned: its comparison jumps, so 3.11 specialises it.
+        if v - v == 0.0:
+            finite, masked = True, v
+        else:
+            finite, masked = False, math.inf
         if i == 0 or masked < self.best:
             self.best = masked
             self.best_i, self.best_step = i, step
-            self.train_at_best = self.train_now()
+            train = self.train
+            if self.smooth > 1 and train.n >= self.smooth:
+                # train_now's points only, their median taken if it is ever read (most bests are not).
+                self.train_at_best = None
+                self.best_tail = list(islice(reversed(train.window.values), self.smooth))
+            else:
+                self.train_at_best = self.train_now()
             lr = self.lr.values[-1] if self.lr.values else math.nan
             self.lr_bar = p.lr_restart * lr if lr < LR_FELL * self.lr.max_finite else math.inf
-        above = finite and v >= self.best * self.rise and self.best > 0
-        self.above = self.above + 1 if above else 0
+        # An if, not a boolean assigned: its comparisons jump, so 3.11 specialises them.
+        if finite and v >= self.best * self.rise and self.best > 0.0:
+            self.above += 1
+        else:
+            self.above = 0
         if (
             i >= p.min_evaluations
             and self.above >= p.evaluations
             and i - self.best_i >= p.evaluations
-            and self.train_now() < self.train_at_best
+            and self.train_now() < self._at_best()
             and not (self.lr.values and self.lr.values[-1] > self.lr_bar)
         ):
             return StreamHit(note=f"{fmt(self.best)} at step {self.best_step}")
         return None
+
+    def _at_best(self):
+        """The (smoothed) train loss at the best validation point (train_now's then)."""
+        t = self.train_at_best
+        if t is None:
+            t = self.train_at_best = _median_of_last(self.best_tail)
+            self.best_tail = None
+        return t
 
 
 @rule(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from bisect import bisect_right as _bisect_right
+from bisect import insort as _insort
 
 import numpy as np
 
@@ -23,7 +24,6 @@ from tb_crash_signals.analysis.stats import (
     finite_anchor,
     initial_level,
     jitter,
-    jitter_of_log_list,
     noisy_at,
     trailing_median_inclusive,
 )
@@ -34,6 +34,7 @@ STUCK_NOTE = "near where it started"
 # The learning rate has fallen when it is under this share of its peak so far (`lr_fell`'s default;
 # CS402 reads a schedule's course with it too).
 LR_FELL = 0.9
+_nan, _inf = math.nan, math.inf
 
 
 @dataclasses.dataclass(frozen=True)
@@ -269,14 +270,22 @@ class PlateauStream(Stream):
         self.start_points = min(p.start_points, 10)  # of the initial level's 10 points (as start_level)
         self.start = math.nan  # start_level, once the initial level is known and asked for
         # The logs of the positive finite points among the first _HEAD so far, while a stall may
-        # have begun before the initial level was known or within `early_points`; None after.
+        # have begun before the initial level was known or within `early_points`; None after. The
+        # points are kept in `head_raw` until the logs are read (`_head_logs`): numpy's log of a
+        # value is the same in an array, so one call takes them all.
         self.head_logs = []
+        self.head_raw = []
+        # The second differences of head_logs so far, sorted, and how many logs they cover: the
+        # jitter (jitter_of_log_list) of a head that grew by a point adds one, not all again.
+        self.head_diffs = []
+        self.head_done = 0
         self.early_jitter, self.early_points = p.early_jitter, p.early_points
         # The smoothed loss at this point, and its best so far (`_running_best`'s).
         self.level = shared_level(channels["train_loss"], p.smooth)
         self.warmed = -1  # the last point of the warm-up (a rising learning rate), -1 if none
         self.lr_marks = {}  # the learning rate at the first, middle and last of the `max_warmup` points
         self.lr_head = []  # ... and at each of them, until it is told exponential
+        self.marks_at = (0, self.max_warmup // 2, self.max_warmup - 1)
         self.exp_at = None  # the point it was, if it was
         self.rel = p.rel_improvement
         self.patience = Patience(p)
@@ -298,77 +307,136 @@ class PlateauStream(Stream):
         self.gone_now = None
         self.lr_climb, self.lr_fell = p.lr_climb, p.lr_fell
         self.fell_at = math.inf  # the point at which the learning rate first fell (see lr_course)
+        # ... whether it has (check tests this rather than the int or inf, which 3.11 would compare
+        # unspecialised)
+        self.fallen = False
         self.fell_peak = math.nan  # ... and its peak then, the lowest its peak is as of any later point
         # The learning rate's recent points (its channel is updated first).
+        self.lr_channel = channels["lr"]
         self.lr = channels["lr"].values
 
     def check(self, i, step, v):
         if self.head_logs is not None:
             if i >= self.head_from and i - self.patience.at(i) >= self.initial.known:
-                self.head_logs = None  # i - patience never decreases: no later stall began that early
-            elif i < _HEAD and 0.0 < v < math.inf:
-                self.head_logs.append(float(np.log(v)))  # numpy's log, as the batch rule's jitter takes it
-        lr = self.lr_peak.channel
-        lr_now = lr.values[-1] if lr.values else math.nan
-        peak = lr.max_finite
-        gone = peak > 0 and lr_now / peak <= self.lr_floor
-        if gone is not self.gone_now:
-            self.gone_now = gone
-            self.gone.push(i, gone)
-        if self.fell_at == math.inf and lr_now < self.lr_fell * peak:
-            self.fell_at, self.fell_peak = i, peak
-        if self.fell_at != math.inf:  # _climb reads the peak as of points from the fall on only
-            self.peaks.push(i, peak)
+                self.head_logs = self.head_raw = None  # i - patience never decreases: no later stall began that early
+            elif i < _HEAD and v > 0.0 and v < _inf:
+                self.head_raw.append(v)  # its log (numpy's, as the batch rule's jitter takes it) when read
+        lrs = self.lr
         init = self.initial.value
-        if self.fell_at <= i and init == init:  # a decaying schedule: start_level
-            if self.start != self.start:  # once: the first 10 finite points are in
-                self.start = max(init, small_median(self.initial.head[: self.start_points]))
-            init = self.start
-        if i <= self.max_warmup:
+        if lrs:
+            lr_now = lrs[-1]
+            peak = self.lr_channel.max_finite
+            # An if, not a boolean assigned: its comparisons jump, so 3.11 specialises them.
+            if peak > 0.0 and lr_now / peak <= self.lr_floor:
+                gone = True
+            else:
+                gone = False
+            if gone is not self.gone_now:
+                self.gone_now = gone
+                self.gone.push(i, gone)
+            fallen = self.fallen
+            if not fallen and lr_now < self.lr_fell * peak:
+                self.fell_at = i
+                self.fell_peak = peak
+                self.fallen = fallen = True
+            if fallen:  # _climb reads the peak as of points from the fall on only
+                of = self.peaks.of
+                if not of or not (peak == of[-1]):  # AsOf.push's own test first, without its call
+                    self.peaks.push(i, peak)
+                if init == init:  # a decaying schedule (fell_at <= i): start_level
+                    if self.start != self.start:  # once: the first 10 finite points are in
+                        self.start = max(init, small_median(self.initial.head[: self.start_points]))
+                    init = self.start
+        else:
+            # No learning rate yet (its peak -inf): not gone, not fallen.
+            lr_now = _nan
+            gone = fallen = False
+            if self.gone_now is not False:
+                self.gone_now = False
+                self.gone.push(i, False)
+        if i < self.max_warmup:
+            # The warm-up (see _warm_up), inline: at every point of a short run.
+            if self.exp_at is None:
+                self.lr_head.append(lr_now)
+                # Rising: the last lr point above the one 3 points before it.
+                if lrs and lr_now > lrs[-4 if len(lrs) >= 4 else 0] and not fallen:  # fell_at > i
+                    self._rising(i)
+            if i in self.marks_at:
+                self.lr_marks[i] = lr_now
+        elif i == self.max_warmup:
             self._warm_up(i)
         best = self.level.low
-        if not best == self.best:  # AsOf.push's own test first, without its call (as CS303 does)
+        if not best == self.best:  # a change (its last is the last pushed): AsOf.push inline
             self.best = best
-            self.bests.push(i, best)
+            bests = self.bests
+            at = bests.at
+            at.append(i)
+            bests.of.append(best)
+            if len(at) >= bests.prune_at:
+                bests.prune(i)
         # The usual point of a run that learns: its learning rate not gone and its level well under
         # `stuck` x the initial one, it cannot fire; nor while its learning rate has not climbed back
         # above its peak when it fell (which the peak as of the stall's start is at least), the stall
         # starting before this point (a patience of at least 1).
         if (i >= self.screen_from and not gone
                 and not self.level.value >= self.stuck * init
-                and not (self.fell_at < i and lr_now >= self.lr_climb * self.fell_peak)):
+                and not (fallen and self.fell_at < i and lr_now >= self.lr_climb * self.fell_peak)):
             if self.own is not None:
                 self.own.append(v)
             return None
-        hit = self._check(i, v, init)
+        # Not before min_patience points, under the least patience (see _check's first test).
+        hit = self._check(i, v, init) if i >= self.patience.least else None
         if hit is not None and self.noise.noise_decades() >= self.max_noise:
             hit = None
         if self.own is not None:
             self.own.append(v)
         return hit
 
+    def _rising(self, i):
+        """The learning rate rises at warm-up point i (< max_warmup): a warm-up unless it rose
+        exponentially or ever faster (see _warmup_ends)."""
+        self.warmed = i
+        if i >= _EXP_FROM and exponential(self.lr_head, i):
+            self.exp_at, self.warmed, self.lr_head = i, -1, []  # not a warm-up (see _warmup_ends)
+
     def _warm_up(self, i):
         """Follows the learning rate through the first `max_warmup` points: where it still ramps up
-        (`warmed`), unless it rose exponentially or ever faster (see _warmup_ends)."""
+        (`warmed`), unless it rose exponentially or ever faster (see _warmup_ends). check does
+        this inline before the last of them."""
         if i < self.max_warmup:
             lrs = self.lr
-            n = len(lrs)
-            lr = lrs[-1] if n else math.nan
+            lr = lrs[-1] if lrs else math.nan
             if self.exp_at is None:
                 self.lr_head.append(lr)
-            # Rising: the last lr point above the one 3 points before it.
-            if self.exp_at is None and self.fell_at > i and n and lr > lrs[-4 if n >= 4 else 0]:
-                self.warmed = i
-                head = self.lr_head
-                if i >= _EXP_FROM and exponential(head, i):
-                    self.exp_at, self.warmed, self.lr_head = i, -1, []  # not a warm-up (see _warmup_ends)
-            m = self.max_warmup
-            if i in (0, m // 2, m - 1):
+                if self.fell_at > i and lrs and lr > lrs[-4 if len(lrs) >= 4 else 0]:
+                    self._rising(i)
+            if i in self.marks_at:
                 self.lr_marks[i] = lr
         elif self.warmed == i - 1:
             marks, m = self.lr_marks, self.max_warmup
             if accelerating(*(marks.get(j, math.nan) for j in (0, m // 2, m - 1))):
                 self.warmed = -1  # rising all along, ever faster: not a warm-up (see _warmup_ends)
+
+    def _head_jitter(self):
+        """jitter_of_log_list of the head's logs: their second differences (the same
+        subtractions) kept sorted as the head grows, inserted in order as a stable sort has them."""
+        logs = self._head_logs()
+        n = len(logs)
+        if n < 10:
+            return math.nan
+        diffs = self.head_diffs
+        for j in range(max(self.head_done, 2), n):
+            _insort(diffs, (logs[j] - logs[j - 1]) - (logs[j - 1] - logs[j - 2]))
+        self.head_done = n
+        return stats.jitter_of_sorted_diffs(diffs)
+
+    def _head_logs(self):
+        """The logs of the head's points (see head_logs), those kept raw taken now."""
+        raw = self.head_raw
+        if raw:
+            self.head_logs.extend(np.log(np.array(raw, dtype=np.float64)).tolist())
+            raw.clear()
+        return self.head_logs
 
     def _check(self, i, v, init):
         finite = v - v == 0.0
@@ -383,7 +451,7 @@ class PlateauStream(Stream):
             climb = self._climb(i - patience)
             climbed = climb >= self.lr_climb
             stuck = self.level.value >= self.stuck * init and (
-                self.head_logs is None or jitter_of_log_list(self.head_logs) < self.early_jitter)
+                self.head_logs is None or self._head_jitter() < self.early_jitter)
             if gone or climbed or stuck:
                 return StreamHit(note=plateau_note(patience, self.lr_peak.fraction() if gone else math.nan,
                                                    climb if climbed and not gone else math.nan))
@@ -449,11 +517,17 @@ class AsOf:
             at.append(i)
             of.append(x)
             if len(at) >= self.prune_at:
-                # Keep the last change at or before the oldest point that can be asked.
-                lo = _bisect_right(at, i - self.span) - 1
-                if lo > 0:
-                    del at[:lo], of[:lo]
-                self.prune_at = max(4096, 2 * len(at))
+                self.prune(i)
+
+    def prune(self, i):
+        """Forgets what point i no longer needs (see push; a caller that appends to `at` and `of`
+        itself, a change at point i, calls it once `at` is `prune_at` long)."""
+        at, of = self.at, self.of
+        # Keep the last change at or before the oldest point that can be asked.
+        lo = _bisect_right(at, i - self.span) - 1
+        if lo > 0:
+            del at[:lo], of[:lo]
+        self.prune_at = max(4096, 2 * len(at))
 
     def as_of(self, j):
         """Its value as of point j, one of the last `span` points (NaN before its first point)."""
