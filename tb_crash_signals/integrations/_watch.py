@@ -175,6 +175,9 @@ class Watch:
         self.background = (background is True or (background == "auto" and (self.auto or self.check_every > 1)
                                                    and _process.available()))
         self._offload: _process.Offload | None = None
+        # Once the child has taken over: whether it wrote an answer not read yet (its process's
+        # `told`); None while there is no child or it has not taken over (nothing to read then).
+        self._told: Callable[[], bool] | None = None
 
     @property
     def monitor(self) -> Monitor:
@@ -226,7 +229,8 @@ class Watch:
                 self._send(wait=False, urgent=urgent)
                 if self.auto:
                     self._adapt(now)
-            elif self._offload is None or not self._answered(step):
+            # Between feeds: whether the child told something since (a read of shared memory).
+            elif (told := self._told) is None or not told() or not self._answered(step):
                 return False
         self._step = None
         if self.stop and self.stopped_step is None and self._stopping():
@@ -302,6 +306,8 @@ class Watch:
                     self._offload.sync()
             except _process.ProcessGone as e:
                 self._lost(e, pending)
+            else:
+                self._told = self._offload.told if self._offload.handed_over else None
             return
         update = self._monitor.update
         for step, values in pending:
@@ -317,14 +323,14 @@ class Watch:
         except _process.ProcessGone as e:
             self._lost(e, [])
             return
-        self._offload = None
+        self._offload = self._told = None
         monitor.on_incident = self._on_incident
         self._monitor = monitor
 
     def _lost(self, error: Exception, pending: list):
         """The child is gone: the Monitor here goes on, whole if the child had taken nothing,
         else from a fresh start, fed what was about to go."""
-        offload, self._offload = self._offload, None
+        offload, self._offload, self._told = self._offload, None, None
         offload.close()
         self.background = False
         if offload.handed_over:
@@ -349,9 +355,9 @@ class Watch:
         urgent = False
         tops = self._top
         for name, value in values.items():
-            if value is None:
-                continue
             if type(value) is not float:
+                if value is None:
+                    continue
                 try:
                     if isinstance(value, (bool, str, bytes)):
                         raise TypeError
@@ -364,10 +370,15 @@ class Watch:
                 urgent = True
             elif name in tops:  # the train loss or the grad norm
                 top = tops[name]
-                if (top is not None and value >= 2.0 * top) or (name == "grad_norm" and value > self._grad_threshold):
+                if top is None:
+                    tops[name] = value
+                else:
+                    if value >= 2.0 * top:
+                        urgent = True
+                    top *= URGENT_DECAY
+                    tops[name] = value if value > top else top
+                if name == "grad_norm" and value > self._grad_threshold:
                     urgent = True
-                decayed = URGENT_DECAY * top if top is not None else value
-                tops[name] = value if value > decayed else decayed
         if not clean.keys() <= _KNOWN:
             self._raw_held = True  # (the name is the Monitor's error, where it is fed)
         return clean, urgent
