@@ -7,7 +7,6 @@ import math
 import pickle
 import subprocess
 import time
-from math import isfinite
 from typing import Callable, Iterable, Union
 
 from tb_crash_signals.analysis.incidents import Incident
@@ -350,23 +349,15 @@ class Watch:
         """The values given (None dropped) as floats, and whether they are fed at once (see
         check_every). Each is converted once, here, and fed as a float: the child's pipe (and
         the Monitor) take it as it is. A value that is not a number leaves them as given, fed
-        at once: the Monitor says what is wrong with it, at its step."""
-        clean = {}
+        at once: the Monitor says what is wrong with it, at its step. Values that are all
+        floats already (what the callbacks give) are the dict given, not a copy: a caller
+        does not change a dict it gave."""
         urgent = False
         tops = self._top
         for name, value in values.items():
             if type(value) is not float:
-                if value is None:
-                    continue
-                try:
-                    if isinstance(value, (bool, str, bytes)):
-                        raise TypeError
-                    value = float(value)
-                except (TypeError, ValueError, RuntimeError, OverflowError):
-                    self._raw_held = True
-                    return {k: v for k, v in values.items() if v is not None}, True
-            clean[name] = value
-            if not isfinite(value):
+                return self._converted(values)
+            if value - value != 0.0:  # not finite (inf - inf and nan - nan are nan)
                 urgent = True
             elif name in tops:  # the train loss or the grad norm
                 top = tops[name]
@@ -379,9 +370,26 @@ class Watch:
                     tops[name] = value if value > top else top
                 if name == "grad_norm" and value > self._grad_threshold:
                     urgent = True
-        if not clean.keys() <= _KNOWN:
+        if not values.keys() <= _KNOWN:
             self._raw_held = True  # (the name is the Monitor's error, where it is fed)
-        return clean, urgent
+        return values, urgent
+
+    def _converted(self, values: dict) -> tuple[dict, bool]:
+        """`_checked` of values that are not all floats: None dropped, the others converted."""
+        clean = {}
+        for name, value in values.items():
+            if value is None:
+                continue
+            if type(value) is not float:
+                try:
+                    if isinstance(value, (bool, str, bytes)):
+                        raise TypeError
+                    value = float(value)
+                except (TypeError, ValueError, RuntimeError, OverflowError):
+                    self._raw_held = True
+                    return {k: v for k, v in values.items() if v is not None}, True
+            clean[name] = value
+        return self._checked(clean)
 
     @property
     def stopping(self) -> bool:

@@ -240,7 +240,11 @@ class CrashSignals(Watching, Cadenced, _pl.Callback):
                 values = self._measured(trainer, step, lr)
             else:  # a plain step: the learning rate alone was read
                 values = {"lr": lr} if lr is not None else {}
-            values["train_loss"] = _loss_of(outputs)
+            try:  # what training_step returned, as Lightning hands it over: {"loss": a scalar tensor}
+                loss = outputs["loss"].tolist()  # (see _loss_of)
+            except (TypeError, LookupError, AttributeError, ValueError, RuntimeError):
+                loss = None
+            values["train_loss"] = loss if type(loss) is float else _loss_of(outputs)
             stop = self._watch.give(step, values)
         if self._shared or stop:
             self._decide(trainer, stop, step)
