@@ -145,6 +145,7 @@ class CrashSignals(Watching, Cadenced, _pl.Callback):
         # the cadences after each step that measured (`_next_due`); 0: work it out now.
         self._due = 0
         self._lr = None  # the learning rate read before the optimizer step, until the batch ends
+        self._measured_at = -1  # the step `_measure` last ran at
 
     @property
     def stopped_step(self) -> int | None:
@@ -173,7 +174,7 @@ class CrashSignals(Watching, Cadenced, _pl.Callback):
     def _bind(self, trainer) -> bool:
         """Reads what stays the same during the fit; whether this is rank zero."""
         self._zero = bool(trainer.is_global_zero)
-        self._due = 0  # (a fit counts its steps from its own start)
+        self._due, self._measured_at = 0, -1  # (a fit counts its steps from its own start)
         self._shared = trainer.world_size > 1
         loop = getattr(getattr(trainer, "fit_loop", None), "epoch_loop", None)
         self._epoch_loop = loop if hasattr(loop, "_batches_that_stepped") else None
@@ -199,7 +200,9 @@ class CrashSignals(Watching, Cadenced, _pl.Callback):
             self._lr = optimizer.param_groups[0]["lr"]
         except (AttributeError, LookupError, TypeError):  # no param_groups, or none
             self._lr = None
-        if step >= self._due or trainer.should_stop:  # (the loggers write at a stop)
+        # (Again at the step of the last measurement: a second optimizer's step in the batch.
+        # At a stop, the loggers write.)
+        if step >= self._due or step == self._measured_at or trainer.should_stop:
             self._measure(trainer, step)
 
     def _measure(self, trainer, step: int):
@@ -213,6 +216,7 @@ class CrashSignals(Watching, Cadenced, _pl.Callback):
             self._ratio = update_ratio(params).__enter__()
             self._ratio_cost = time.perf_counter() - start
         self._due = self._next_due(trainer, step)
+        self._measured_at = step
 
     def _next_due(self, trainer, step: int) -> int:
         """The first step after `step` a gradient norm, an update ratio or a write of the loggers
