@@ -203,7 +203,7 @@ class CrashSignals(Watching, Cadenced, _keras.callbacks.Callback):
             self._before = None
             self._ratio_cadence.took(self._ratio_cost + time.perf_counter() - start)
             self._ratio_due = _after(step - 1, self._ratio_cadence.every)  # (its cadence may have moved)
-        self.last = values
+        self.last = dict(values)  # (a copy: the Watch holds `values` until it feeds them)
         if self._watch.give(step, values):
             self.model.stop_training = True
 
