@@ -37,9 +37,12 @@ def global_grad_norm(model_or_params, norm_type: float = 2.0) -> float:
 
     Parameters without a gradient are skipped; returns 0.0 if none has one.
     """
+    # The 0-dim results are read by tolist(), which reads the number as it is: item() and float()
+    # go through torch's operator dispatch, a path a training step leaves cold (~4 us a read in a
+    # tiny model's loop). The same float.
     import torch
 
-    # No detach(): a gradient needs none unless built with create_graph=True, and the float()
+    # No detach(): a gradient needs none unless built with create_graph=True, and the tolist()
     # below drops the graph then; per tensor it costs more than the norm of a small one.
     grads = [p.grad for p in _parameters(model_or_params) if p.grad is not None]
     if not grads:
@@ -47,20 +50,19 @@ def global_grad_norm(model_or_params, norm_type: float = 2.0) -> float:
     if math.isinf(norm_type):
         return float(max(g.abs().max() for g in grads))
     if len(grads) == 1:
-        return torch.linalg.vector_norm(grads[0], norm_type).item()
+        return torch.linalg.vector_norm(grads[0], norm_type).tolist()
     same_kind = len({(g.dtype, g.device) for g in grads}) == 1
     if same_kind and norm_type == 2.0 and sum(g.numel() for g in grads) <= _FLAT_NORM_MAX:
         # A small model's gradients, copied into one flat tensor: three tensor operations, where
         # the per-tensor norms cost one more and a stack, ~3x the time on a tiny model.
-        return torch.linalg.vector_norm(_flat(grads)).item()
+        return torch.linalg.vector_norm(_flat(grads)).tolist()
     foreach_norm = getattr(torch, "_foreach_norm", None)
-    # One call for every tensor's norm (what clip_grad_norm_ uses), not one per tensor; item()
-    # rather than float(), which goes through Python first.
+    # One call for every tensor's norm (what clip_grad_norm_ uses), not one per tensor.
     if foreach_norm is not None and same_kind:
         norms = foreach_norm(grads, norm_type)
     else:
         norms = [torch.linalg.vector_norm(g, norm_type) for g in grads]
-    return torch.linalg.vector_norm(torch.stack(norms), norm_type).item()
+    return torch.linalg.vector_norm(torch.stack(norms), norm_type).tolist()
 
 
 class update_ratio:
@@ -95,8 +97,8 @@ class update_ratio:
             with torch.no_grad():
                 if isinstance(self.before, torch.Tensor):
                     after = _flat(self.params)
-                    delta = float(torch.linalg.vector_norm(after - self.before))
-                    base = float(torch.linalg.vector_norm(self.before))
+                    delta = torch.linalg.vector_norm(after - self.before).tolist()
+                    base = torch.linalg.vector_norm(self.before).tolist()
                 else:
                     delta = math.sqrt(sum(float((p - b).pow(2).sum()) for p, b in zip(self.params, self.before)))
                     base = math.sqrt(sum(float(b.pow(2).sum()) for b in self.before))

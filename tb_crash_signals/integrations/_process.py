@@ -220,6 +220,9 @@ class Offload:
         self.local = monitor
         self._tell = tell
         self._process = MonitorProcess(monitor)
+        # Whether the child wrote an answer not read yet (`MonitorProcess.told`, bound here: a
+        # loop between feeds calls it every step); once it has taken over, `poll` reads it.
+        self.told = self._process.told
         self._started = False
         self._journal: list | None = []  # the steps fed here since the child's start state
         self._batches = 0

@@ -7,7 +7,6 @@ import math
 import pickle
 import subprocess
 import time
-from math import isfinite
 from typing import Callable, Iterable, Union
 
 from tb_crash_signals.analysis.incidents import Incident
@@ -175,6 +174,9 @@ class Watch:
         self.background = (background is True or (background == "auto" and (self.auto or self.check_every > 1)
                                                    and _process.available()))
         self._offload: _process.Offload | None = None
+        # Once the child has taken over: whether it wrote an answer not read yet (its process's
+        # `told`); None while there is no child or it has not taken over (nothing to read then).
+        self._told: Callable[[], bool] | None = None
 
     @property
     def monitor(self) -> Monitor:
@@ -226,7 +228,8 @@ class Watch:
                 self._send(wait=False, urgent=urgent)
                 if self.auto:
                     self._adapt(now)
-            elif self._offload is None or not self._answered(step):
+            # Between feeds: whether the child told something since (a read of shared memory).
+            elif (told := self._told) is None or not told() or not self._answered(step):
                 return False
         self._step = None
         if self.stop and self.stopped_step is None and self._stopping():
@@ -302,6 +305,8 @@ class Watch:
                     self._offload.sync()
             except _process.ProcessGone as e:
                 self._lost(e, pending)
+            else:
+                self._told = self._offload.told if self._offload.handed_over else None
             return
         update = self._monitor.update
         for step, values in pending:
@@ -317,14 +322,14 @@ class Watch:
         except _process.ProcessGone as e:
             self._lost(e, [])
             return
-        self._offload = None
+        self._offload = self._told = None
         monitor.on_incident = self._on_incident
         self._monitor = monitor
 
     def _lost(self, error: Exception, pending: list):
         """The child is gone: the Monitor here goes on, whole if the child had taken nothing,
         else from a fresh start, fed what was about to go."""
-        offload, self._offload = self._offload, None
+        offload, self._offload, self._told = self._offload, None, None
         offload.close()
         self.background = False
         if offload.handed_over:
@@ -344,10 +349,34 @@ class Watch:
         """The values given (None dropped) as floats, and whether they are fed at once (see
         check_every). Each is converted once, here, and fed as a float: the child's pipe (and
         the Monitor) take it as it is. A value that is not a number leaves them as given, fed
-        at once: the Monitor says what is wrong with it, at its step."""
-        clean = {}
+        at once: the Monitor says what is wrong with it, at its step. Values that are all
+        floats already (what the callbacks give) are the dict given, not a copy: a caller
+        does not change a dict it gave."""
         urgent = False
         tops = self._top
+        for name, value in values.items():
+            if type(value) is not float:
+                return self._converted(values)
+            if value - value != 0.0:  # not finite (inf - inf and nan - nan are nan)
+                urgent = True
+            elif name in tops:  # the train loss or the grad norm
+                top = tops[name]
+                if top is None:
+                    tops[name] = value
+                else:
+                    if value >= 2.0 * top:
+                        urgent = True
+                    top *= URGENT_DECAY
+                    tops[name] = value if value > top else top
+                if name == "grad_norm" and value > self._grad_threshold:
+                    urgent = True
+        if not values.keys() <= _KNOWN:
+            self._raw_held = True  # (the name is the Monitor's error, where it is fed)
+        return values, urgent
+
+    def _converted(self, values: dict) -> tuple[dict, bool]:
+        """`_checked` of values that are not all floats: None dropped, the others converted."""
+        clean = {}
         for name, value in values.items():
             if value is None:
                 continue
@@ -360,17 +389,7 @@ class Watch:
                     self._raw_held = True
                     return {k: v for k, v in values.items() if v is not None}, True
             clean[name] = value
-            if not isfinite(value):
-                urgent = True
-            elif name in tops:  # the train loss or the grad norm
-                top = tops[name]
-                if (top is not None and value >= 2.0 * top) or (name == "grad_norm" and value > self._grad_threshold):
-                    urgent = True
-                decayed = URGENT_DECAY * top if top is not None else value
-                tops[name] = value if value > decayed else decayed
-        if not clean.keys() <= _KNOWN:
-            self._raw_held = True  # (the name is the Monitor's error, where it is fed)
-        return clean, urgent
+        return self._checked(clean)
 
     @property
     def stopping(self) -> bool:

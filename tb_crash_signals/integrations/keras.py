@@ -55,6 +55,14 @@ def _numpy(x) -> np.ndarray:
     return np.asarray(_keras.ops.convert_to_numpy(x))
 
 
+_NEVER = 1 << 62
+
+
+def _after(step: int, every: int) -> int:
+    """The first multiple of `every` after `step` (a cadence's next due step); never if 0."""
+    return (step // every + 1) * every if every > 0 else _NEVER
+
+
 def _torch_utils():
     # Imported when first used: it imports torch, which the other backends do not need.
     from tb_crash_signals import torch_utils
@@ -114,7 +122,7 @@ class CrashSignals(Watching, Cadenced, _keras.callbacks.Callback):
         self._watch = Watch(config, stop_on, stop, lambda severity, line: _print(line), check_every, background)
         self._ratio_cadence = Cadence(ratio_every, "ratio_every", RATIO_EVERY, RATIO_MAX_EVERY, never=True)
         self._ratio_cost = 0.0
-        self.lr_every = max(int(lr_every), 0)
+        self._lr_every = max(int(lr_every), 0)
         self._on_torch = _keras.backend.backend() == "torch"
         self.grad_norm = grad_norm and self._on_torch
         self._grad = Cadence(grad_every, "grad_every")
@@ -128,6 +136,10 @@ class CrashSignals(Watching, Cadenced, _keras.callbacks.Callback):
         self._iteration_scalar = None  # the optimizer's iteration count as a backend scalar
         self._last_iteration: int | None = None
         self.last: dict = {}
+        # The next step a learning rate or a gradient norm is due at, and the next an update
+        # ratio starts at (its weights copied before the batch), by the cadences as they are
+        # now: the steps before take the plain path. 0: work it out at the next batch.
+        self._due = self._ratio_due = 0
 
     def _iterations(self) -> int:
         # The variable's backend scalar, kept: reading it through the variable costs ~10x more
@@ -135,12 +147,12 @@ class CrashSignals(Watching, Cadenced, _keras.callbacks.Callback):
         # the last read may be a scalar the backend replaced rather than updated: read afresh then.
         held = self._iteration_scalar
         if held is not None:
-            n = int(held.item())
+            n = int(held.tolist())  # (not item(): torch's dispatch path, cold after a step)
             if n != self._last_iteration:
                 self._last_iteration = n
                 return n
         x = getattr(self.model.optimizer.iterations, "value", None)
-        item = getattr(x, "item", None)  # a backend scalar (torch, jax, numpy): no conversion to an array
+        item = getattr(x, "tolist", None)  # a backend scalar (torch, jax, numpy): no conversion to an array
         self._iteration_scalar = x if item is not None else None
         n = int(item()) if item is not None else int(_numpy(self.model.optimizer.iterations))
         self._last_iteration = n
@@ -148,6 +160,7 @@ class CrashSignals(Watching, Cadenced, _keras.callbacks.Callback):
 
     def on_train_begin(self, logs=None):
         self._next = None
+        self._due = self._ratio_due = 0
         self._iteration_scalar = None
         self._watch.start()
 
@@ -159,34 +172,38 @@ class CrashSignals(Watching, Cadenced, _keras.callbacks.Callback):
         self._iteration_scalar = None
 
     def on_train_batch_begin(self, batch, logs=None):
-        if self._next is None:
-            self._next = self._iterations()
-        if self._ratio_cadence.due(self._next):
-            start = time.perf_counter()
-            if self._on_torch:  # one flat copy of the weights (torch_utils.update_ratio)
-                self._before = _torch_utils().update_ratio(self._torch_tensors()).__enter__()
-            else:
-                self._before = [_numpy(v).astype(np.float64) for v in self._trainable()]
-            self._ratio_cost = time.perf_counter() - start
+        step = self._next
+        if step is None:
+            step = self._next = self._iterations()
+        if step >= self._ratio_due:  # (the steps before take the plain path)
+            if self._ratio_cadence.due(step):
+                start = time.perf_counter()
+                if self._on_torch:  # one flat copy of the weights (torch_utils.update_ratio)
+                    self._before = _torch_utils().update_ratio(self._torch_tensors()).__enter__()
+                else:
+                    self._before = [_numpy(v).astype(np.float64) for v in self._trainable()]
+                self._ratio_cost = time.perf_counter() - start
+            self._ratio_due = _after(step, self._ratio_cadence.every)
 
     def on_train_batch_end(self, batch, logs=None):
-        logs = logs or {}
         step = self._step = self._next = self._iterations()
-        values = {"train_loss": logs.get("loss")}
-        if self.lr_every and step % self.lr_every == 0:
-            values["lr"] = self._lr()
-        if self.grad_norm and self._grad.due(step):
-            values["grad_norm"] = self._grad.measure(self._grad_norm)
+        loss = logs.get("loss") if logs else None
+        values = {"train_loss": loss} if loss is not None else {}
+        if step >= self._due:  # a learning rate or a gradient norm is due (else a plain step)
+            self._measure(values, step)
         if self._before is not None:
             start = time.perf_counter()
             if isinstance(self._before, list):
-                values["update_ratio"] = self._update_ratio()
+                ratio = self._update_ratio()
             else:
                 self._before.__exit__(None, None, None)
-                values["update_ratio"] = self._before.value
+                ratio = self._before.value
+            if ratio is not None:
+                values["update_ratio"] = ratio
             self._before = None
             self._ratio_cadence.took(self._ratio_cost + time.perf_counter() - start)
-        self.last = values = {k: v for k, v in values.items() if v is not None}
+            self._ratio_due = _after(step - 1, self._ratio_cadence.every)  # (its cadence may have moved)
+        self.last = dict(values)  # (a copy: the Watch holds `values` until it feeds them)
         if self._watch.give(step, values):
             self.model.stop_training = True
 
@@ -194,6 +211,29 @@ class CrashSignals(Watching, Cadenced, _keras.callbacks.Callback):
         value = (logs or {}).get("val_loss")
         if value is not None and self._watch.update(self._step, val_loss=value):
             self.model.stop_training = True
+
+    def _measure(self, values: dict, step: int):
+        """The learning rate and the gradient norm, if due at this step; then when they are next."""
+        if self._lr_every and step % self._lr_every == 0:
+            lr = self._lr()
+            if lr is not None:
+                values["lr"] = lr
+        if self.grad_norm and self._grad.due(step):
+            norm = self._grad.measure(self._grad_norm)
+            if norm is not None:
+                values["grad_norm"] = norm
+        self._due = min(_after(step, self._lr_every),
+                        _after(step, self._grad.every) if self.grad_norm else _NEVER)
+
+    @property
+    def lr_every(self) -> int:
+        """Every how many steps the learning rate is read (0: never)."""
+        return self._lr_every
+
+    @lr_every.setter
+    def lr_every(self, every: int):
+        self._lr_every = max(int(every), 0)
+        self._due = 0  # (when the next read is due: worked out again at the next batch)
 
     def _lr(self):
         try:

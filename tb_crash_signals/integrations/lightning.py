@@ -69,6 +69,17 @@ def _loss_of(outputs):
         outputs = outputs.get("loss")
     if outputs is None:
         return None
+    # A scalar tensor's value through tolist(), which reads it as it is (on the CPU): float() and
+    # item() go through torch's operator dispatch, whose path a training step has left cold
+    # (~6 us a step on a tiny model, against ~2 us). The same number; float() for anything else.
+    tolist = getattr(outputs, "tolist", None)
+    if tolist is not None:
+        try:
+            value = tolist()
+        except (TypeError, ValueError, RuntimeError):
+            value = None
+        if type(value) is float:
+            return value
     try:
         return float(outputs)
     except (TypeError, ValueError, RuntimeError):  # not a scalar
@@ -129,6 +140,12 @@ class CrashSignals(Watching, Cadenced, _pl.Callback):
         self._zero: bool | None = None  # rank zero; None: not bound to a fit
         self._shared = False  # more than one process
         self._epoch_loop = None  # where the step the loggers write is counted, if Lightning has it
+        # The next step anything but the learning rate is due at (a gradient norm, an update
+        # ratio, a step the loggers write): the steps before it take the plain path. Set from
+        # the cadences after each step that measured (`_next_due`); 0: work it out now.
+        self._due = 0
+        self._lr = None  # the learning rate read before the optimizer step, until the batch ends
+        self._measured_at = -1  # the step `_measure` last ran at
 
     @property
     def stopped_step(self) -> int | None:
@@ -157,6 +174,7 @@ class CrashSignals(Watching, Cadenced, _pl.Callback):
     def _bind(self, trainer) -> bool:
         """Reads what stays the same during the fit; whether this is rank zero."""
         self._zero = bool(trainer.is_global_zero)
+        self._due, self._measured_at = 0, -1  # (a fit counts its steps from its own start)
         self._shared = trainer.world_size > 1
         loop = getattr(getattr(trainer, "fit_loop", None), "epoch_loop", None)
         self._epoch_loop = loop if hasattr(loop, "_batches_that_stepped") else None
@@ -170,44 +188,89 @@ class CrashSignals(Watching, Cadenced, _pl.Callback):
         self._params_of = None
 
     def on_before_optimizer_step(self, trainer, pl_module, optimizer):
-        zero = self._zero
-        if not (zero if zero is not None else self._bind(trainer)):
-            return
-        params = self._params if self._params_of is pl_module else self._parameters(pl_module)
-        step = self._step(trainer)
+        loop = self._epoch_loop
+        if loop is None or self._params_of is not pl_module:  # not bound (or not rank zero), a new module
+            zero = self._zero
+            if not (zero if zero is not None else self._bind(trainer)):
+                return
+            self._parameters(pl_module)
+            loop = self._epoch_loop
+        step = int(loop._batches_that_stepped) if loop is not None else _logged_step(trainer)
+        try:
+            self._lr = optimizer.param_groups[0]["lr"]
+        except (AttributeError, LookupError, TypeError):  # no param_groups, or none
+            self._lr = None
+        # (Again at the step of the last measurement: a second optimizer's step in the batch.
+        # At a stop, the loggers write.)
+        if step >= self._due or step == self._measured_at or trainer.should_stop:
+            self._measure(trainer, step)
+
+    def _measure(self, trainer, step: int):
+        """What is due at this step before the optimizer step: a gradient norm, a copy of the weights."""
+        params = self._params
         # Also at the steps the loggers write, so the logs hold the gradient norms the Monitor saw.
         if self._grad.due(step) or (self.log_signals and _logs_now(trainer, step)):
             self._pending["grad_norm"] = self._grad.measure(global_grad_norm, params)
-        groups = getattr(optimizer, "param_groups", None)
-        if groups:
-            self._pending["lr"] = groups[0].get("lr")
         if self._ratio_cadence.due(step):
             start = time.perf_counter()
             self._ratio = update_ratio(params).__enter__()
             self._ratio_cost = time.perf_counter() - start
+        self._due = self._next_due(trainer, step)
+        self._measured_at = step
+
+    def _next_due(self, trainer, step: int) -> int:
+        """The first step after `step` a gradient norm, an update ratio or a write of the loggers
+        is due at, by the cadences as they are now (a stop, which the loggers also write at, is
+        looked at every step)."""
+        due = 1 << 62
+        for every in (self._grad.every, self._ratio_cadence.every):
+            if every > 0:
+                due = min(due, (step // every + 1) * every)
+        every = trainer.log_every_n_steps if self.log_signals else 0
+        if every:  # the loggers write at the steps one before the multiples of theirs
+            due = min(due, ((step + 1) // every + 1) * every - 1)
+        return due
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         zero = self._zero
         if zero is None:
             zero = self._bind(trainer)
-        step = self._step(trainer)
+        loop = self._epoch_loop
+        step = int(loop._batches_that_stepped) if loop is not None else _logged_step(trainer)
         stop = False
         if zero:
-            values, self._pending = self._pending, {}
-            if self._ratio is not None:
-                start = time.perf_counter()
-                self._ratio.__exit__(None, None, None)
-                self._ratio_cadence.took(self._ratio_cost + time.perf_counter() - start)
-                values["update_ratio"] = self._ratio.value
-                self._ratio = None
-            if self.log_signals and values and _logs_now(trainer, step):
-                measured = {_TAGS[k]: v for k, v in values.items() if v is not None}
-                for logger in trainer.loggers:
-                    logger.log_metrics(measured, step=step)
-            values["train_loss"] = _loss_of(outputs)
+            lr, self._lr = self._lr, None
+            if self._pending or self._ratio is not None or step >= self._due or trainer.should_stop:
+                values = self._measured(trainer, step, lr)
+            else:  # a plain step: the learning rate alone was read
+                values = {"lr": lr} if lr is not None else {}
+            try:  # what training_step returned, as Lightning hands it over: {"loss": a scalar tensor}
+                loss = outputs["loss"].tolist()  # (see _loss_of)
+            except (TypeError, LookupError, AttributeError, ValueError, RuntimeError):
+                loss = None
+            values["train_loss"] = loss if type(loss) is float else _loss_of(outputs)
             stop = self._watch.give(step, values)
         if self._shared or stop:
             self._decide(trainer, stop, step)
+
+    def _measured(self, trainer, step: int, lr) -> dict:
+        """The values read before the optimizer step (the gradient norm, the learning rate) and
+        the update ratio, which ends here, written to the loggers if they write this step."""
+        values, self._pending = self._pending, {}
+        if lr is not None:
+            values["lr"] = lr
+        if self._ratio is not None:
+            start = time.perf_counter()
+            self._ratio.__exit__(None, None, None)
+            self._ratio_cadence.took(self._ratio_cost + time.perf_counter() - start)
+            values["update_ratio"] = self._ratio.value
+            self._ratio = None
+            self._due = self._next_due(trainer, step)  # the ratio's cadence may have moved
+        if self.log_signals and values and _logs_now(trainer, step):
+            measured = {_TAGS[k]: v for k, v in values.items() if v is not None}
+            for logger in trainer.loggers:
+                logger.log_metrics(measured, step=step)
+        return values
 
     def on_validation_end(self, trainer, pl_module):
         if trainer.sanity_checking:
