@@ -166,7 +166,7 @@ class EpisodeTrack:
             signal=self.signal, start_step=int(steps[first]), start_value=float(values[first]),
             prev_value=float(values[first - 1]) if first else math.nan,
             end_step=int(steps[last]), peak_step=int(steps[peak]), peak_value=peak_value,
-            hits=hits, note=note, fit=fit,
+            hits=hits, note=note, fit=fit, first_fit=first_fit,
         )
         return Episode(
             code=rule.code,

@@ -498,6 +498,7 @@ class Monitor:
             signal=record.signal, start_step=record.first_step, start_value=record.first_value,
             prev_value=record.prev_value, end_step=record.last_step, peak_step=record.peak_step,
             peak_value=peak_value, hits=record.hits, note=record.note, fit=record.fit,
+            first_fit=record.first_fit,
         )
         return Episode(
             code=code, rule=rule.symbol, family=rule.family,

@@ -212,6 +212,7 @@ class EpisodeView:
         hits: how many points of the episode fired.
         note: the rule's note for the first hit, if any.
         fit: the episode's latest growth fit (of its last hit that has one), if any.
+        first_fit: the growth fit of its first hit (the prediction at the first alarm), if any.
     """
 
     signal: str
@@ -224,6 +225,7 @@ class EpisodeView:
     hits: int
     note: str | None = None
     fit: Fit | None = None
+    first_fit: Fit | None = None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -239,7 +239,9 @@ def projection(steps, levels, best, p: LossGrowthParams) -> Fit | None:
 
 def _describe(ep, p):
     head = f"train loss climbing from step {ep.start_step}: {ep.note}"
-    f = ep.fit
+    # The fit of the first hit, as the note: the latest may be of a level that stopped climbing
+    # (its doubling thousands of steps) beside a note "9x its best" (the chart draws the latest).
+    f = ep.first_fit if ep.first_fit is not None else ep.fit
     if f is None:
         return head
     when = (
