@@ -400,19 +400,10 @@ class PlateauStream(Stream):
             self.exp_at, self.warmed, self.lr_head = i, -1, []  # not a warm-up (see _warmup_ends)
 
     def _warm_up(self, i):
-        """Follows the learning rate through the first `max_warmup` points: where it still ramps up
-        (`warmed`), unless it rose exponentially or ever faster (see _warmup_ends). check does
-        this inline before the last of them."""
-        if i < self.max_warmup:
-            lrs = self.lr
-            lr = lrs[-1] if lrs else math.nan
-            if self.exp_at is None:
-                self.lr_head.append(lr)
-                if self.fell_at > i and lrs and lr > lrs[-4 if len(lrs) >= 4 else 0]:
-                    self._rising(i)
-            if i in self.marks_at:
-                self.lr_marks[i] = lr
-        elif self.warmed == i - 1:
+        """At point `max_warmup`, the end of the warm-up check follows inline (where the learning
+        rate still ramps up, `warmed`): one that rose all along, ever faster, was no warm-up (see
+        _warmup_ends)."""
+        if self.warmed == i - 1:
             marks, m = self.lr_marks, self.max_warmup
             if accelerating(*(marks.get(j, math.nan) for j in (0, m // 2, m - 1))):
                 self.warmed = -1  # rising all along, ever faster: not a warm-up (see _warmup_ends)
