@@ -91,18 +91,13 @@ class ConvergedStream(Stream):
     def check(self, i, step, v):
         # AsOf.push's own test first, without its call: both change at few points.
         best = self.level.low
-        if not best == self.best:  # a change (its last is the last pushed): AsOf.push inline
+        if not best == self.best:  # a change (its last is the last pushed)
             self.best = best
-            bests = self.bests
-            at = bests.at
-            at.append(i)
-            bests.of.append(best)
-            if len(at) >= bests.prune_at:
-                bests.prune(i)
+            self.bests.changed(i, best)
         peak = self.lr.max_finite
         if not peak == self.peak:
             self.peak = peak
-            self.peaks.push(i, peak)
+            self.peaks.changed(i, peak)
         hit = None
         # Learnt (NaN until the initial level is known): the cheapest of its conditions first.
         # Not before min_patience points, under the least patience (see _check's first test).

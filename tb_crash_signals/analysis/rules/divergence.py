@@ -217,7 +217,7 @@ class LossDivergenceStream(Stream):
         init = self.initial.value
         # `elevated` on floats, without its numpy error state (a context manager a point).
         # An if, not a boolean assigned: its comparisons jump, so 3.11 specialises them.
-        if (i >= self.start and v - v == 0.0 and (level >= p.factor * best or best <= p.learnt * init)
+        if (v - v == 0.0 and (level >= p.factor * best or best <= p.learnt * init)
                 and best > 0.0 and not (init > best and level - best < p.lost * (init - best))):
             up = True
         else:

@@ -333,7 +333,7 @@ class PlateauStream(Stream):
                 gone = False
             if gone is not self.gone_now:
                 self.gone_now = gone
-                self.gone.push(i, gone)
+                self.gone.changed(i, gone)
             fallen = self.fallen
             if not fallen and lr_now < self.lr_fell * peak:
                 self.fell_at = i
@@ -342,7 +342,7 @@ class PlateauStream(Stream):
             if fallen:  # _climb reads the peak as of points from the fall on only
                 of = self.peaks.of
                 if not of or not (peak == of[-1]):  # AsOf.push's own test first, without its call
-                    self.peaks.push(i, peak)
+                    self.peaks.changed(i, peak)
                 if init == init:  # a decaying schedule (fell_at <= i): start_level
                     if self.start != self.start:  # once: the first 10 finite points are in
                         self.start = max(init, small_median(self.initial.head[: self.start_points]))
@@ -353,7 +353,7 @@ class PlateauStream(Stream):
             gone = fallen = False
             if self.gone_now is not False:
                 self.gone_now = False
-                self.gone.push(i, False)
+                self.gone.changed(i, False)
         if i < self.max_warmup:
             # The warm-up (see _warm_up), inline: at every point of a short run.
             if self.exp_at is None:
@@ -366,14 +366,9 @@ class PlateauStream(Stream):
         elif i == self.max_warmup:
             self._warm_up(i)
         best = self.level.low
-        if not best == self.best:  # a change (its last is the last pushed): AsOf.push inline
+        if not best == self.best:  # a change (its last is the last pushed)
             self.best = best
-            bests = self.bests
-            at = bests.at
-            at.append(i)
-            bests.of.append(best)
-            if len(at) >= bests.prune_at:
-                bests.prune(i)
+            self.bests.changed(i, best)
         # The usual point of a run that learns: its learning rate not gone and its level well under
         # `stuck` x the initial one, it cannot fire; nor while its learning rate has not climbed back
         # above its peak when it fell (which the peak as of the stall's start is at least), the stall
@@ -504,21 +499,20 @@ class AsOf:
     def push(self, i, x):
         of = self.of
         if not of or not (x == of[-1]):  # NaN: every point a change, as NaN never equals itself
-            at = self.at
-            at.append(i)
-            of.append(x)
-            if len(at) >= self.prune_at:
-                self.prune(i)
+            self.changed(i, x)
 
-    def prune(self, i):
-        """Forgets what point i no longer needs (see push; a caller that appends to `at` and `of`
-        itself, a change at point i, calls it once `at` is `prune_at` long)."""
+    def changed(self, i, x):
+        """`push` of a value the caller knows differs from the last pushed (the streams keep the
+        last one and test it without a call: it changes at few points)."""
         at, of = self.at, self.of
-        # Keep the last change at or before the oldest point that can be asked.
-        lo = _bisect_right(at, i - self.span) - 1
-        if lo > 0:
-            del at[:lo], of[:lo]
-        self.prune_at = max(4096, 2 * len(at))
+        at.append(i)
+        of.append(x)
+        if len(at) >= self.prune_at:
+            # Keep the last change at or before the oldest point that can be asked.
+            lo = _bisect_right(at, i - self.span) - 1
+            if lo > 0:
+                del at[:lo], of[:lo]
+            self.prune_at = max(4096, 2 * len(at))
 
     def as_of(self, j):
         """Its value as of point j, one of the last `span` points (NaN before its first point)."""
