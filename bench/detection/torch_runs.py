@@ -1,6 +1,6 @@
 """Real PyTorch trainings outside the corpus's scenarios, logged as most loops log them.
 
-    python bench/detection/torch_runs.py generate OUT --family schedules|overshoots [--seed0 N]
+    python bench/detection/torch_runs.py generate OUT --family schedules|overshoots|practices [--seed0 N]
     python bench/detection/torch_runs.py score OUT [OUT ...]
 
 Small MLPs (a 3-class classifier and a regressor, two hidden layers of 64) trained on CPU with
@@ -12,6 +12,13 @@ torch's own optimisers and schedulers, logged with `torch.utils.tensorboard.Summ
   the larger SGD rates on batches of 8 are not, and the labels say so.
 - **overshoots**: a linear or quadratic warm-up over 700 of 800 steps to a rate far past the
   stable one (SGD 3.0 / 0.5, Adam 0.3), logged every step or every 10.
+- **practices**: what training loops do besides a schedule, at sane rates: dropout 0.3;
+  AdamW with weight decay 0.05 and clipping at norm 1; label smoothing 0.1; bf16 autocast;
+  a run resumed at step 1500 from its checkpoint at 1200, writing steps 1200-1500 again
+  (with and without `purge_step`); 4-way gradient accumulation; `ReduceLROnPlateau` on the
+  validation loss; `CosineAnnealingWarmRestarts`; 512 training examples (it overfits, and
+  its validation loss is of held-out examples); logged every step or every 10, batches of 32;
+  3000 steps, a validation loss every 250. Meant healthy but for the small data set.
 
 Each run is labelled from its recorded scalars by `labels.compute_labels`, as the corpus's runs
 are (`labels.json` in OUT). `score` scans OUT with the defaults and prints, per family: the
@@ -23,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import copy
 import itertools
 import json
 import math
@@ -36,7 +44,9 @@ sys.path.insert(0, HERE)
 
 import labels
 
-STEPS = {"schedules": 3000, "overshoots": 800}
+STEPS = {"schedules": 3000, "overshoots": 800, "practices": 3000}
+PRACTICES = ("dropout", "adamw-clip", "label-smoothing", "bf16", "resume", "resume-purge", "accumulation",
+             "plateau-sched", "warm-restarts", "small-data")
 _TAGS = {"train_loss": "train/loss", "grad_norm": "train/grad_norm", "lr": "train/lr", "val_loss": "val/loss"}
 
 
@@ -48,9 +58,10 @@ def _data(torch, kind: str, seed: int):
     return x, (x[:, :4].sum(1) > 0).long() + (x[:, 4] > 0.5).long()
 
 
-def _model(torch, kind: str):
+def _model(torch, kind: str, dropout: float = 0.0):
     act = torch.nn.Tanh if kind == "reg" else torch.nn.ReLU
-    return torch.nn.Sequential(torch.nn.Linear(16, 64), act(), torch.nn.Linear(64, 64), act(),
+    drop = [torch.nn.Dropout(dropout)] if dropout else []
+    return torch.nn.Sequential(torch.nn.Linear(16, 64), act(), *drop, torch.nn.Linear(64, 64), act(), *drop,
                                torch.nn.Linear(64, 1 if kind == "reg" else 3))
 
 
@@ -59,6 +70,9 @@ def _plans(family: str):
         for kind, opt, sched, every, batch in itertools.product(
                 ("cls", "reg"), ("sgd", "adam"), ("const", "cosine", "step", "onecycle"), (1, 10, 50), (8, 64)):
             yield f"{kind}_{opt}_{sched}_e{every}_b{batch}", kind, opt, sched, every, batch
+    elif family == "practices":
+        for kind, practice, every in itertools.product(("cls", "reg"), PRACTICES, (1, 10)):
+            yield f"{kind}_{practice}_e{every}", kind, practice, every
     else:
         for kind, opt, sched, every in itertools.product(("cls", "reg"), ("sgd", "adam"), ("lin", "quad"), (1, 10)):
             yield f"{kind}_{opt}_{sched}_e{every}", kind, opt, sched, every, 32
@@ -117,6 +131,80 @@ def _train(torch, path: str, family: str, kind: str, opt_name: str, sched: str, 
                     break
 
 
+def _train_practice(torch, path: str, family: str, kind: str, practice: str, every: int, seed: int):
+    from torch.utils.tensorboard import SummaryWriter
+
+    torch.manual_seed(seed)
+    torch.set_num_threads(1)
+    x, y = _data(torch, kind, seed)
+    # The validation examples are held out: the first 512 (as `schedules` logs them, they are trained on).
+    xv, yv, x, y = x[:512], y[:512], x[512:], y[512:]
+    if practice == "small-data":
+        x, y = x[:512], y[:512]
+    model = _model(torch, kind, dropout=0.3 if practice == "dropout" else 0.0)
+    smoothing = 0.1 if practice == "label-smoothing" else 0.0
+    if kind == "reg":
+        loss_fn = torch.nn.functional.mse_loss
+    else:
+        def loss_fn(out, target):
+            return torch.nn.functional.cross_entropy(out, target, label_smoothing=smoothing)
+    steps, batch, micro = STEPS[family], 32, 4 if practice == "accumulation" else 1
+    sgd = kind == "reg"  # (Adam on the classifier, SGD + momentum on the regressor)
+    if practice == "adamw-clip":
+        opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.05)
+    elif sgd:
+        opt = torch.optim.SGD(model.parameters(), lr=0.02, momentum=0.9)
+    else:
+        opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    scheduler = plateau = None
+    if practice == "warm-restarts":
+        scheduler = torch.optim.lr_scheduler.CosineAnnealingWarmRestarts(opt, T_0=500, T_mult=2)
+    elif practice == "plateau-sched":
+        plateau = torch.optim.lr_scheduler.ReduceLROnPlateau(opt, factor=0.3, patience=1)
+    resume_at, saved_at = (1500, 1200) if practice.startswith("resume") else (None, None)
+    saved = None
+    w = SummaryWriter(path)
+    step = 0
+    while step < steps:
+        if step == resume_at:  # the job died; a new one loads the last checkpoint and logs again
+            w.close()
+            model.load_state_dict(saved[0])
+            opt.load_state_dict(saved[1])
+            step = saved_at
+            w = SummaryWriter(path, purge_step=step if practice == "resume-purge" else None)
+            resume_at = None
+        if step == saved_at and resume_at is not None:
+            saved = ({k: v.clone() for k, v in model.state_dict().items()}, copy.deepcopy(opt.state_dict()))
+        model.train()
+        opt.zero_grad()
+        value = 0.0
+        for _ in range(micro):
+            idx = torch.randint(0, x.shape[0], (batch,))
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=practice == "bf16"):
+                out = model(x[idx])
+            loss = loss_fn(out.float(), y[idx]) / micro
+            loss.backward()
+            value += loss.item()
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0 if practice == "adamw-clip" else math.inf)
+        lr = opt.param_groups[0]["lr"]
+        opt.step()
+        if scheduler is not None:
+            scheduler.step()
+        if step % every == 0:
+            w.add_scalar(_TAGS["train_loss"], value, step)
+            w.add_scalar(_TAGS["grad_norm"], norm.item(), step)
+            w.add_scalar(_TAGS["lr"], lr, step)
+        if step % 250 == 249:
+            model.eval()
+            with torch.no_grad():
+                val = loss_fn(model(xv), yv).item()
+            w.add_scalar(_TAGS["val_loss"], val, step)
+            if plateau is not None:
+                plateau.step(val)
+        step += 1
+    w.close()
+
+
 def _recorded(path: str) -> dict:
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -133,9 +221,11 @@ def generate(out: str, family: str, seed0: int) -> None:
     found = {}
     for i, (name, *plan) in enumerate(_plans(family)):
         path = os.path.join(out, name)
-        _train(torch, path, family, *plan, seed=seed0 + i)
+        train = _train_practice if family == "practices" else _train
+        train(torch, path, family, *plan, seed=seed0 + i)
         lab = labels.compute_labels(_recorded(path))
-        found[name] = {"family": family, "every": plan[3], **{k: lab[k] for k in (
+        every = plan[-1] if family == "practices" else plan[3]
+        found[name] = {"family": family, "every": every, **{k: lab[k] for k in (
             "category", "crash_step", "precursor", "spike_steps", "overfit_onset", "plateau_start",
             "stagnation_start")}}
         print(f"{name}: {lab['category']}", flush=True)

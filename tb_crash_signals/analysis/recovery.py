@@ -11,7 +11,7 @@ A validation loss rising from its best while the train loss falls (CS402) is the
 overfitting while it lasts; once it came back to its best after the episode's last hit, the rise
 was the validation loss's own wandering, told as a note (until it rises again).
 
-Likewise a loss standing near where it started (CS301's stuck path) is a plateau while it
+Likewise a loss standing near where it started, or above it (CS301's stuck path), is a plateau while it
 lasts; once that episode closed, nothing critical followed and the loss now stands well under
 where it started or where it stalled, it was a slow start (a per-step loss at chance for its
 first dozens of steps, a language model at its unigram level), told as a note. A loss that
@@ -29,7 +29,7 @@ from typing import Callable
 import numpy as np
 
 from tb_crash_signals.analysis.episodes import Episode
-from tb_crash_signals.analysis.rules.plateau import STUCK_NOTE
+from tb_crash_signals.analysis.rules.plateau import ABOVE_NOTE, STUCK_NOTE
 
 # The rules whose episodes a run can come back from: a climb, a level that lost what it learnt,
 # a jump. A NaN, an explosion past a bound or a threshold is no scare.
@@ -68,6 +68,10 @@ VAL_BACK = "; the validation loss came back under it since (its best now at step
 CAME_BACK_ADVICE = ("the run came back on its own; if the climbs recur or grow, lower the learning rate, add "
                     "warm-up or enable gradient clipping")
 SLOW_START_ADVICE = "nothing to do: the loss stood near where it started for a while, then learnt"
+# ... a stall above where it started (it had lost ground), settled alike.
+LEARNT_AGAIN = "; then it learnt again"
+LEARNT_AGAIN_ADVICE = ("nothing to do: the loss stood above where it started for a while, then learnt; if it "
+                       "happens again, lower the learning rate's peak")
 VAL_BACK_ADVICE = ("nothing to do: the validation loss rose for a while, then came back to its best; keep the "
                    "checkpoint at its best if it rises again")
 
@@ -124,7 +128,8 @@ def settled(episodes: list[Episode], levels: Callable[[], tuple[float, float, fl
         climb = (e.severity == "critical" and e.code in RECOVERABLE
                  and not (last_open is not None and last_open > e.start_step)
                  and not any(c.start_step <= e.end_step and e.start_step <= c.end_step for c in causes))
-        stall = e.code == "CS301" and e.severity == "warning" and STUCK_NOTE in e.message
+        above = ABOVE_NOTE in e.message
+        stall = e.code == "CS301" and e.severity == "warning" and (above or STUCK_NOTE in e.message)
         if (climb or stall) and not (climb and e.open) and not any(s > e.start_step for s in later):
             if known is None:
                 known = levels()
@@ -132,8 +137,9 @@ def settled(episodes: list[Episode], levels: Callable[[], tuple[float, float, fl
             if climb and level < initial and (level <= BACK * best or _under_goal(level, e)):
                 e = dataclasses.replace(e, severity="warning", message=e.message + CAME_BACK, advice=CAME_BACK_ADVICE)
             elif stall and (level <= LEARNT * initial or (not e.open and _dropped(level, e.start_value, noise))):
-                e = dataclasses.replace(e, severity="info", open=False, message=e.message + SLOW_START,
-                                        advice=SLOW_START_ADVICE)
+                e = dataclasses.replace(e, severity="info", open=False,
+                                        message=e.message + (LEARNT_AGAIN if above else SLOW_START),
+                                        advice=LEARNT_AGAIN_ADVICE if above else SLOW_START_ADVICE)
         out.append(e)
     return out
 

@@ -29,8 +29,12 @@ from tb_crash_signals.analysis.stats import (
 )
 from tb_crash_signals.analysis.streaming import Stream, StreamHit, recent_logs, shared_level, small_median
 
-# What the note says of a stall while the loss is stuck near its start (analysis.recovery reads it).
+# What the note says of a stall while the loss is stuck near its start, or above it (at least ABOVE
+# times its initial level: it lost ground rather than never moved); analysis.recovery and the
+# incidents read them.
 STUCK_NOTE = "near where it started"
+ABOVE_NOTE = "above where it started"
+ABOVE = 1.25
 # The learning rate has fallen when it is under this share of its peak so far (`lr_fell`'s default;
 # CS402 reads a schedule's course with it too).
 LR_FELL = 0.9
@@ -105,14 +109,17 @@ def _describe_plateau(ep, p):
     )
 
 
-def plateau_note(patience, lr_fraction, lr_climb=math.nan) -> str:
+def plateau_note(patience, lr_fraction, lr_climb=math.nan, level=math.nan) -> str:
     """How long the loss stood still, and why it is a plateau: the learning rate gone (its share
     of its peak), or climbing far above where it was (its multiple of the peak as of the stall's
-    start), else the loss stuck near where it started."""
+    start), else the loss stuck near where it started, or above it (`level`: the smoothed loss
+    over its initial level, at least ABOVE)."""
     if lr_fraction == lr_fraction:
         why = f", with the learning rate at {fmt(100 * lr_fraction)}% of its peak"
     elif lr_climb == lr_climb:
         why = f", while the learning rate climbed back to {fmt(lr_climb)}x its earlier peak"
+    elif level >= ABOVE:
+        why = f", {ABOVE_NOTE} ({fmt(level)}x its initial level)"
     else:
         why = f", {STUCK_NOTE}"
     return f"{int(patience)} points{why}"
@@ -436,11 +443,13 @@ class PlateauStream(Stream):
             gone = self.gone_now and self.gone.as_of(i - patience) is True
             climb = self._climb(i - patience)
             climbed = climb >= self.lr_climb
-            stuck = self.level.value >= self.stuck * init and (
+            level = self.level.value
+            stuck = level >= self.stuck * init and (
                 self.head_logs is None or self._head_jitter() < self.early_jitter)
             if gone or climbed or stuck:
                 return StreamHit(note=plateau_note(patience, self.lr_peak.fraction() if gone else math.nan,
-                                                   climb if climbed and not gone else math.nan))
+                                                   climb if climbed and not gone else math.nan,
+                                                   level / init if init > 0.0 else math.nan))
         return None
 
     def _climb(self, start):
@@ -603,13 +612,16 @@ def loss_plateau(data, p: PlateauParams, since=None):
         # What each hit's note says, looked up only for the hits that start an episode.
         noted = hit
         fractions, climbs = np.where(gone, frac, np.nan), np.where(climbed & ~gone, climb, np.nan)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            levels = np.where(init > 0.0, now / init, np.nan)
         hit = hit[stuck | gone | climbed]
         if hit.size:
             hit = hit[~noisy_at(s.values, hit, p.noise_window, p.max_noise)]
     if hit.size:
         def note(i):
             j = int(np.searchsorted(noted, i))
-            return plateau_note(plateau_patience(np.int64(i), p), float(fractions[j]), float(climbs[j]))
+            return plateau_note(plateau_patience(np.int64(i), p), float(fractions[j]), float(climbs[j]),
+                                float(levels[j]))
 
         yield Hits("train_loss", hit, note=note)
 

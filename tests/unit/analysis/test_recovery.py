@@ -129,6 +129,18 @@ def test_settled_leaves_what_it_does_not_change_identical():
     assert all(a is b for a, b in zip(settle(eps), eps))
 
 
+def test_a_stall_above_the_start_is_told_so_with_its_own_advice_and_settles_alike():
+    above = stall(25, 40, open=True, why="above where it started (2.1x its initial level)")
+    (incident,) = build_incidents([above], run_steps=1500)
+    assert (incident.kind, incident.severity) == ("plateau", "warning")
+    assert incident.advice.startswith("the loss stands above where it started: lower the learning rate")
+    (near,) = build_incidents([stall(25, 40, open=True)], run_steps=1500)
+    assert "too low" in near.advice
+    (out,) = settle([above], level=0.2)
+    assert out.severity == "info" and out.message.endswith("then it learnt again")
+    assert out.advice.startswith("nothing to do: the loss stood above where it started")
+
+
 def test_a_stall_near_the_start_the_loss_then_learnt_from_is_a_note():
     (out,) = settle([stall(25, 40)], level=0.2)
     assert out.severity == "info" and out.message.endswith("then it learnt: a slow start")
