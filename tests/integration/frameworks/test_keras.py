@@ -83,6 +83,10 @@ def test_a_healthy_run_trains_to_the_end_untouched(tmp_path):
     grad_steps = [step for step, values in cb.monitor._log if "grad_norm" in values]
     gaps = {b - a for a, b in zip(grad_steps, grad_steps[1:])}
     assert 7 * 28 // 16 <= len(grad_steps) <= 7 * 28 and gaps <= {1, 2, 4, 8, 16}
+    # The learning rate (a schedule's: it costs a computation) every 10 steps, or 20, 40, 80 as it costs.
+    lr_steps = [step for step, values in cb.monitor._log if "lr" in values]
+    assert lr_steps[0] == 10 and {b - a for a, b in zip(lr_steps, lr_steps[1:])} <= {10, 20, 40, 80}
+    assert cb.lr_every in (10, 20, 40, 80)
     assert history.history["loss"][-1] < history.history["loss"][0]
 
 
