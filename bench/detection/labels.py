@@ -7,10 +7,12 @@ a step logged again replaces the earlier value), as TensorBoard and the
 package read a resumed run. Labels may look at the whole run (hindsight); the
 detectors may not. The rules, all on logged points:
 
-- **overflow steps**: a non-finite grad norm while the train loss stays
-  finite (no non-finite loss at that step or within the next 3 loss points)
-  and training continues (a finite grad norm within the next 3 grad-norm
-  points): a skipped fp16 step. Never a crash.
+- **overflow steps**: a stretch of consecutive non-finite grad norms while
+  the train loss stays finite (no non-finite loss from its first step to 3
+  loss points after its last) and training continues (a finite grad norm
+  within the 3 grad-norm points after it): skipped fp16 steps, one at a time
+  or several in a row (a scaler calibrating from a high initial scale).
+  Never a crash.
 - **crash step**, the earliest of: the first NaN/Inf train loss; the first
   non-finite grad norm that is not an overflow step; the first train loss
   > 10x the median of its previous (up to) 50 finite points (at least 20)
@@ -131,16 +133,21 @@ def overflow_steps(loss, grad) -> list[int]:
     if grad is None:
         return []
     gs, gv = grad
+    bad = ~np.isfinite(gv)
     out = []
-    for i in np.flatnonzero(~np.isfinite(gv)).tolist():
-        if not np.any(np.isfinite(gv[i + 1:i + 4])):
+    # Each stretch of consecutive non-finite grad norms: a scaler calibrating from a high initial
+    # scale skips several steps in a row (2^24 down to 2^16: 8).
+    edges = np.flatnonzero(np.diff(np.r_[0, bad.astype(np.int8), 0]))
+    for a, b in zip(edges[::2].tolist(), edges[1::2].tolist()):  # bad[a:b]
+        if not np.any(np.isfinite(gv[b:b + 3])):
             continue
         if loss is not None:
             ls, lv = loss
-            j = int(np.searchsorted(ls, gs[i], "left"))
-            if not np.all(np.isfinite(lv[j:j + 4])):
+            j = int(np.searchsorted(ls, gs[a], "left"))
+            k = int(np.searchsorted(ls, gs[b - 1], "left"))
+            if not np.all(np.isfinite(lv[j:k + 4])):
                 continue
-        out.append(int(gs[i]))
+        out.extend(gs[a:b].astype(int).tolist())
     return out
 
 

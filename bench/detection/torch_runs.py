@@ -1,6 +1,6 @@
 """Real PyTorch trainings outside the corpus's scenarios, logged as most loops log them.
 
-    python bench/detection/torch_runs.py generate OUT --family schedules|overshoots|practices [--seed0 N]
+    python bench/detection/torch_runs.py generate OUT --family schedules|overshoots|practices|amp [--seed0 N]
     python bench/detection/torch_runs.py score OUT [OUT ...]
 
 Small MLPs (a 3-class classifier and a regressor, two hidden layers of 64) trained on CPU with
@@ -19,6 +19,10 @@ torch's own optimisers and schedulers, logged with `torch.utils.tensorboard.Summ
   validation loss; `CosineAnnealingWarmRestarts`; 512 training examples (it overfits, and
   its validation loss is of held-out examples); logged every step or every 10, batches of 32;
   3000 steps, a validation loss every 250. Meant healthy but for the small data set.
+- **amp**: fp16 autocast with torch's dynamic loss scaling (`torch.amp.GradScaler`), its scale
+  grown every 50 or 500 steps from 2^16 or 2^24, the gradient norm logged after unscaling (Inf or
+  NaN at the steps the scaler skips), as `practices` otherwise. Meant healthy: a skipped step is
+  the scaler at work.
 
 Each run is labelled from its recorded scalars by `labels.compute_labels`, as the corpus's runs
 are (`labels.json` in OUT). `score` scans OUT with the defaults and prints, per family: the
@@ -44,9 +48,11 @@ sys.path.insert(0, HERE)
 
 import labels
 
-STEPS = {"schedules": 3000, "overshoots": 800, "practices": 3000}
+STEPS = {"schedules": 3000, "overshoots": 800, "practices": 3000, "amp": 3000}
 PRACTICES = ("dropout", "adamw-clip", "label-smoothing", "bf16", "resume", "resume-purge", "accumulation",
              "plateau-sched", "warm-restarts", "small-data")
+# The loss scaler's growth interval and initial scale (log2) of the amp family's runs.
+SCALERS = {"fp16-g50": (50, 16), "fp16-g500": (500, 16), "fp16-g50-s24": (50, 24), "fp16-g500-s24": (500, 24)}
 _TAGS = {"train_loss": "train/loss", "grad_norm": "train/grad_norm", "lr": "train/lr", "val_loss": "val/loss"}
 
 
@@ -70,8 +76,9 @@ def _plans(family: str):
         for kind, opt, sched, every, batch in itertools.product(
                 ("cls", "reg"), ("sgd", "adam"), ("const", "cosine", "step", "onecycle"), (1, 10, 50), (8, 64)):
             yield f"{kind}_{opt}_{sched}_e{every}_b{batch}", kind, opt, sched, every, batch
-    elif family == "practices":
-        for kind, practice, every in itertools.product(("cls", "reg"), PRACTICES, (1, 10)):
+    elif family in ("practices", "amp"):
+        for kind, practice, every in itertools.product(("cls", "reg"), PRACTICES if family == "practices" else SCALERS,
+                                                       (1, 10)):
             yield f"{kind}_{practice}_e{every}", kind, practice, every
     else:
         for kind, opt, sched, every in itertools.product(("cls", "reg"), ("sgd", "adam"), ("lin", "quad"), (1, 10)):
@@ -161,6 +168,8 @@ def _train_practice(torch, path: str, family: str, kind: str, practice: str, eve
         scheduler = torch.optim.lr_scheduler.CosineAnnealingWarmRestarts(opt, T_0=500, T_mult=2)
     elif practice == "plateau-sched":
         plateau = torch.optim.lr_scheduler.ReduceLROnPlateau(opt, factor=0.3, patience=1)
+    growth, log2_scale = SCALERS.get(practice, (0, 0))
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** log2_scale, growth_interval=growth) if growth else None
     resume_at, saved_at = (1500, 1200) if practice.startswith("resume") else (None, None)
     saved = None
     w = SummaryWriter(path)
@@ -180,14 +189,21 @@ def _train_practice(torch, path: str, family: str, kind: str, practice: str, eve
         value = 0.0
         for _ in range(micro):
             idx = torch.randint(0, x.shape[0], (batch,))
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=practice == "bf16"):
+            half = torch.float16 if scaler is not None else torch.bfloat16
+            with torch.autocast("cpu", dtype=half, enabled=practice == "bf16" or scaler is not None):
                 out = model(x[idx])
             loss = loss_fn(out.float(), y[idx]) / micro
-            loss.backward()
+            (loss if scaler is None else scaler.scale(loss)).backward()
             value += loss.item()
+        if scaler is not None:
+            scaler.unscale_(opt)  # (the norm of the true gradients: Inf/NaN when this step overflowed)
         norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0 if practice == "adamw-clip" else math.inf)
         lr = opt.param_groups[0]["lr"]
-        opt.step()
+        if scaler is None:
+            opt.step()
+        else:
+            scaler.step(opt)
+            scaler.update()
         if scheduler is not None:
             scheduler.step()
         if step % every == 0:
@@ -221,10 +237,10 @@ def generate(out: str, family: str, seed0: int) -> None:
     found = {}
     for i, (name, *plan) in enumerate(_plans(family)):
         path = os.path.join(out, name)
-        train = _train_practice if family == "practices" else _train
+        train = _train_practice if family in ("practices", "amp") else _train
         train(torch, path, family, *plan, seed=seed0 + i)
         lab = labels.compute_labels(_recorded(path))
-        every = plan[-1] if family == "practices" else plan[3]
+        every = plan[-1] if family in ("practices", "amp") else plan[3]
         found[name] = {"family": family, "every": every, **{k: lab[k] for k in (
             "category", "crash_step", "precursor", "spike_steps", "overfit_onset", "plateau_start",
             "stagnation_start")}}

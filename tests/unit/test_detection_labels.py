@@ -58,3 +58,17 @@ def test_a_warm_restart_back_to_the_peak_is_no_learning_rate_misconfiguration():
     high = sgdr.copy()
     high[60:] *= 10  # a restart 10x past the peak the run trained at
     assert "jump" in _labels.lr_bad((t, high))
+
+
+def test_skipped_fp16_steps_in_a_row_are_overflow_not_a_crash():
+    # A scaler calibrating from 2^24: 9 skipped steps in a row from step 7, the loss finite, then
+    # training as usual. A grad norm non-finite to the end, with the loss gone NaN, is a crash.
+    loss = 2.0 * np.exp(-np.arange(300) / 80) + 0.1
+    grad = np.full(300, 0.5)
+    grad[7:16] = np.inf
+    labels = compute_labels({"train_loss": points(loss, 1), "grad_norm": points(grad, 1)})
+    assert labels["overflow_steps"] == list(range(7, 16)) and labels["category"] == "healthy"
+    loss[200:] = np.nan
+    grad[200:] = np.nan
+    labels = compute_labels({"train_loss": points(loss, 1), "grad_norm": points(grad, 1)})
+    assert labels["crash_step"] == 200 and 200 not in labels["overflow_steps"]

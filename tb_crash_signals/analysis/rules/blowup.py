@@ -64,6 +64,11 @@ class BlowupParams:
         "of the loss's range, not a noisy per-step loss's rise from a low batch through an ordinary one "
         "to an outlier", at_least=0.0,
     )
+    climb_level: float = param(
+        0.25, "... and the crash at least this share of the run's initial level (the median of its first 10 "
+        "points; before it is known, any level): a per-step loss near zero multiplies from a lucky batch to "
+        "an unlucky one (0.004, 0.04, 0.11 of a start at 1.1) without blowing up; 0 any", at_least=0.0,
+    )
     lr_factor: float = param(5.0, "a learning-rate jump is a rise by more than this multiple in one logged point")
     lr_lag: int = param(
         3, "the jump is one of the last this-many learning-rate points at or before the loss's step (at "
@@ -117,7 +122,8 @@ def blowup_kind(x, med, top, lr_ratio, init, before, p: BlowupParams) -> str | N
         return "big"
     if lr_ratio > 0 and x >= p.after_lr * med and x >= p.envelope * top:
         return "lr"
-    if p.climb > 0 and x >= p.climb_big * med and climbed(before, x, p) and before[-1] >= p.climb_from * med:
+    if (p.climb > 0 and x >= p.climb_big * med and climbed(before, x, p) and before[-1] >= p.climb_from * med
+            and not x < p.climb_level * init):
         return "climb"
     return None
 
@@ -233,7 +239,8 @@ def loss_blowup(data, p: BlowupParams, since=None):
     more than `lr_factor` x the one before it (a scheduler restart that
     throws the run off), or at least `climb_big` (10) x that median with
     each of its last `climb` (2) points `climb_rise` (1.5) x the one before,
-    the last of them `climb_from` (3) x the median already
+    the last of them `climb_from` (3) x the median already, and the point at
+    least `climb_level` (a quarter) of the run's initial level
     (an explosion over a few logged points: an epoch-level run whose loss
     goes 2.9, 3.4, 11, 31, 80 has crashed at 31). Under any absolute
     threshold: the loss of a small model that explodes from 0.003 to 1.0 is

@@ -17,7 +17,7 @@ import numpy as np
 from tb_crash_signals.analysis.rules.base import Hits, fmt, param, rule, since_index
 from tb_crash_signals.analysis.signals import SIGNAL_LABELS, SIGNALS
 from tb_crash_signals.analysis.stats import run_lengths, value_at_or_before
-from tb_crash_signals.analysis.streaming import HIT, Quiet, Stream
+from tb_crash_signals.analysis.streaming import HIT, Quiet, Stream, StreamHit
 
 # Signals whose NaN/Inf is training gone wrong whatever the loss says.
 _ALWAYS = ("train_loss", "val_loss", "lr")
@@ -158,14 +158,27 @@ class OverflowBurstParams:
         8, "skipped steps in a row (grad norm NaN/Inf, loss finite) before the rule fires: the "
         "loss scaler halves its scale each time, so 8 in a row is a scale 256x lower", at_least=1,
     )
+    start_points: int = param(
+        50, "... but a burst that begins within the grad norm's first this many points is the scaler "
+        "calibrating from its initial scale", at_least=0,
+    )
+    start_consecutive: int = param(
+        24, "... and fires only from this many in a row: from an initial scale of 2^32 (Megatron's "
+        "default) a scaler skips ~16 steps before it reaches a scale that fits", at_least=1,
+    )
     cooldown: int = param(50, "points after which a new episode starts")
 
 
 def _describe_burst(ep, p):
     return (
-        f"grad norm non-finite on {p.consecutive}+ consecutive points from step {ep.start_step} "
+        f"grad norm non-finite on {ep.note or p.consecutive}+ consecutive points from step {ep.start_step} "
         "while the loss is finite: the loss scaler keeps skipping steps"
     )
+
+
+def _burst_needs(start: int, p: OverflowBurstParams) -> int:
+    """Skipped steps in a row a burst that began at point `start` needs to fire."""
+    return p.start_consecutive if start < p.start_points else p.consecutive
 
 
 class OverflowBurstStream(Stream, _LossState):
@@ -173,13 +186,16 @@ class OverflowBurstStream(Stream, _LossState):
 
     def __init__(self, p, signal, channels):
         _LossState.__init__(self, channels)
-        self.consecutive = p.consecutive
+        self.p = p
         self.run = 0
+        self.needs = p.consecutive  # by the current burst's start
 
     def check(self, i, step, v):
         if not math.isfinite(v) and self.loss_finite():
             self.run += 1
-            return HIT if self.run >= self.consecutive else None
+            if self.run == 1:
+                self.needs = _burst_needs(i, self.p)
+            return StreamHit(note=str(self.needs)) if self.run >= self.needs else None
         self.run = 0
         return None
 
@@ -195,21 +211,28 @@ def overflow_burst(data, p: OverflowBurstParams, since=None):
     """The grad norm is NaN/Inf on many consecutive points while the loss is finite.
 
     Isolated skipped steps are normal with fp16 loss scaling (`grad-overflow`);
-    a long run of them means no update is being applied.
+    a long run of them means no update is being applied. Early in the run a
+    longer one is the scaler calibrating (`start_points`, `start_consecutive`).
     """
     s = data.get("grad_norm")
     if s is None or len(s) == 0:
         return
     i0 = since_index(s, since)
-    a = max(i0 - p.consecutive, 0)
+    a = max(i0 - max(p.consecutive, p.start_consecutive), 0)
+    if a <= p.start_points:  # (a burst's start decides what it needs: read from the first point)
+        a = 0
     bad = ~np.isfinite(s.values[a:])
     if not bad.any():
         return
     bad &= loss_finite_at(data, s.steps[a:])
-    idx = np.flatnonzero(run_lengths(bad) >= p.consecutive) + a
+    runs = run_lengths(bad)
+    at = np.arange(a, a + runs.shape[0])
+    needs = np.where(at - runs + 1 < p.start_points, p.start_consecutive, p.consecutive)
+    idx = np.flatnonzero(bad & (runs >= needs)) + a
     idx = idx[idx >= i0]
     if idx.size:
-        yield Hits("grad_norm", idx)
+        notes = {int(i): str(int(needs[i - a])) for i in idx.tolist()}
+        yield Hits("grad_norm", idx, note=notes.get)
 
 
 @dataclasses.dataclass(frozen=True)

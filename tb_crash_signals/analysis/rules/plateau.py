@@ -71,6 +71,12 @@ class PlateauParams:
         "stalls while its schedule decays has learnt and is converging, not stuck where it started", at_least=1,
         at_most=10,
     )
+    learnt_drop: float = param(
+        0.2, "... and never once the smoothed loss is at most this share of the level `start_points` "
+        "reads, whatever the learning rate: a loss that fell fivefold within its first points (a "
+        "regression at its noise floor by its 3rd logged point) has learnt, its initial level already "
+        "trained; 0 never", at_least=0.0,
+    )
     early_points: int = param(
         15, "... and one that began within the first this many points (or the 10 that set the initial "
         "level) only on a smooth loss (see `early_jitter`): a per-step loss at chance for its first "
@@ -276,6 +282,7 @@ class PlateauStream(Stream):
         self.initial = channels["train_loss"].initial  # pushed after the checks: as of the points before
         self.start_points = min(p.start_points, 10)  # of the initial level's 10 points (as start_level)
         self.start = math.nan  # start_level, once the initial level is known and asked for
+        self.learnt_drop = p.learnt_drop
         # The logs of the positive finite points among the first _HEAD so far, while a stall may
         # have begun before the initial level was known or within `early_points`; None after. The
         # points are kept in `head_raw` until the logs are read (`_head_logs`): numpy's log of a
@@ -351,9 +358,7 @@ class PlateauStream(Stream):
                 if not of or not (peak == of[-1]):  # AsOf.push's own test first, without its call
                     self.peaks.changed(i, peak)
                 if init == init:  # a decaying schedule (fell_at <= i): start_level
-                    if self.start != self.start:  # once: the first 10 finite points are in
-                        self.start = max(init, small_median(self.initial.head[: self.start_points]))
-                    init = self.start
+                    init = self._start_level(init)
         else:
             # No learning rate yet (its peak -inf): not gone, not fallen.
             lr_now = _nan
@@ -393,6 +398,12 @@ class PlateauStream(Stream):
         if self.own is not None:
             self.own.append(v)
         return hit
+
+    def _start_level(self, init):
+        """start_level, once the initial level (`init`) is known: its first 10 finite points are in."""
+        if self.start != self.start:
+            self.start = max(init, small_median(self.initial.head[: self.start_points]))
+        return self.start
 
     def _rising(self, i):
         """The learning rate rises at warm-up point i (< max_warmup): a warm-up unless it rose
@@ -445,7 +456,8 @@ class PlateauStream(Stream):
             climbed = climb >= self.lr_climb
             level = self.level.value
             stuck = level >= self.stuck * init and (
-                self.head_logs is None or self._head_jitter() < self.early_jitter)
+                self.head_logs is None or self._head_jitter() < self.early_jitter) and not (
+                level <= self.learnt_drop * self._start_level(self.initial.value))
             if gone or climbed or stuck:
                 return StreamHit(note=plateau_note(patience, self.lr_peak.fraction() if gone else math.nan,
                                                    climb if climbed and not gone else math.nan,
@@ -587,15 +599,16 @@ def loss_plateau(data, p: PlateauParams, since=None):
     hit = hit[hit - plateau_patience(hit, p) >= warmed[np.minimum(hit, max(1, p.max_warmup))]]
     if hit.size:
         # Only a run stuck near where it started, or whose learning rate is gone, is on a plateau.
-        init, known_after = initial_level(s.values)
+        init0, known_after = initial_level(s.values)
         # The learning rate as the hits see it: gone, fallen (against start_level), or climbed back.
         at, peak, fell = lr_course(data, s.steps[: hit[-1] + 1], p.lr_fell)
-        init = np.where(fell[hit], start_level(s.values, init, known_after, p.start_points), init)
+        init = np.where(fell[hit], start_level(s.values, init0, known_after, p.start_points), init0)
         # One smoothing over the hits' span (a point's smoothed value does not depend on where the
         # span starts), not one per hit: a run stuck after a divergence stalls at every point.
         now = smoothed_loss(s.values, max(1, p.smooth), int(hit[0]), int(hit[-1]) + 1)[hit - hit[0]]
+        first = start_level(s.values, init0, known_after, p.start_points)
         with np.errstate(invalid="ignore"):
-            stuck = (hit > known_after) & (now >= p.stuck * init)
+            stuck = (hit > known_after) & (now >= p.stuck * init) & ~(now <= p.learnt_drop * first)
         # A stall that began before the initial level was known, or within the first `early_points`,
         # counts only on a smooth loss.
         start = hit - plateau_patience(hit, p)  # the stall's start, >= 0: the stall needs its patience

@@ -720,6 +720,23 @@ def test_growth_is_told_from_ten_points_of_history():
     assert "CS201" not in codes(analyze(config=dataclasses.replace(Config(), params={"CS201": forty}), **data))
 
 
+def test_overflow_burst_at_the_start_is_the_scaler_calibrating():
+    # fp16 from a high initial scale: 16 skipped steps in a row from step 3 (2^32 down to 2^16),
+    # then training as usual. The same burst later means no update is applied: CS004 at its 8th
+    # point; a burst at the start as long as 24 is one too.
+    loss = healthy_loss(300)
+    def grad(start, n):
+        g = healthy_grad(300)
+        g[start:start + n] = np.inf
+        return g
+    assert starts_both("CS004", train_loss=loss, grad_norm=grad(3, 16)) == ([], [])
+    assert starts_both("CS004", train_loss=loss, grad_norm=grad(200, 16)) == ([207], [207])
+    batch, online = starts_both("CS004", train_loss=loss, grad_norm=grad(3, 30))
+    assert batch == online == [26]
+    (ep,) = episodes_of(analyze(train_loss=loss, grad_norm=grad(3, 30)), "CS004")
+    assert ep.message.startswith("grad norm non-finite on 24+ consecutive points from step 26")
+
+
 def test_plateau_fires_when_loss_never_improves():
     rng = np.random.default_rng(3)
     flat = 1.39 + 0.003 * rng.standard_normal(60)
@@ -743,6 +760,24 @@ def test_plateau_above_where_the_loss_started_says_so_in_scan_and_the_monitor():
         online = [e for e in m.episodes() if e.code == "CS301"]
         assert batch and [e.message for e in batch] == [e.message for e in online]
         assert why in batch[0].message, batch[0].message
+
+
+def test_plateau_after_a_fivefold_fall_in_the_first_points_is_convergence():
+    # Logged every 10 steps at a constant rate: a regression at its noise floor by its 3rd point
+    # (1.4, 0.14, 0.1, then ~0.02): its initial level (the median of its first 10 points) is
+    # already trained, so the floor is no stall "near where it started". A loss that fell 1.2 ->
+    # 0.33 in 6 points and hovers there (3.6x) has not learnt that much: a plateau still.
+    rng = np.random.default_rng(11)
+    noise = 1 + 0.1 * rng.standard_normal(300)
+    floor = np.r_[1.4, 0.14, 0.1, np.full(297, 0.02)] * noise
+    assert starts_both("CS301", train_loss=floor, lr=np.full(300, 0.02)) == ([], [])
+    hover = np.r_[np.geomspace(1.2, 0.33, 6), np.full(294, 0.33)] * (1 + 0.003 * rng.standard_normal(300))
+    batch, online = starts_both("CS301", train_loss=hover, lr=np.full(300, 0.02))
+    assert batch == online and batch
+    off = dataclasses.replace(RULES["CS301"].default_params(), learnt_drop=0.0)
+    batch, online = starts_both("CS301", dataclasses.replace(Config(), params={"CS301": off}),
+                                train_loss=floor, lr=np.full(300, 0.02))
+    assert batch == online and batch
 
 
 def test_plateau_from_the_first_points_needs_a_smooth_loss():
