@@ -19,7 +19,7 @@ import re
 from tb_crash_signals.analysis.episodes import Episode
 from tb_crash_signals.analysis.recovery import came_back
 from tb_crash_signals.analysis.rules.base import Fit, fmt
-from tb_crash_signals.analysis.rules.plateau import ABOVE_NOTE
+from tb_crash_signals.analysis.rules.plateau import lost_ground
 from tb_crash_signals.analysis.signals import SIGNAL_LABELS
 
 KINDS = ("divergence", "nonfinite", "overfit", "optimizer", "plateau", "stagnation", "spikes", "overflow")
@@ -51,10 +51,11 @@ ADVICE = {
     "overflow": "nothing to do while it stays rare; if it happens often, start from a lower loss scale or "
     "train in bf16",
 }
-# A plateau above where the loss started (CS301's ABOVE_NOTE) lost ground it had, or never had it:
-# a learning rate too high for that stage is the likely cause, not one too low.
-ABOVE_ADVICE = ("the loss stands above where it started: lower the learning rate (or its warm-up or one-cycle "
-                "peak) and resume from the checkpoint at its best step; check for dead activations")
+# A plateau above where the loss started, or back near there after it had learnt (CS301's
+# `lost_ground`): something undoes the training, not a learning rate too low.
+LOST_ADVICE = ("the loss lost the ground it had: something undoes the training (a learning rate too high for "
+               "this stage, a warm-up or one-cycle peak, weight decay of the wrong sign, a gradient-accumulation "
+               "bug); lower the learning rate and resume from the checkpoint at its best step")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -252,8 +253,8 @@ def _incident(kind: str, members: list[int], episodes: list[Episode]) -> Inciden
     # A story from the first logged step has no checkpoint before it to go back to.
     resume = f"resume from a checkpoint before step {start}" if start > 0 else "restart the run"
     advice = ADVICE[kind].format(resume=resume) if kind in ADVICE else alarm.advice
-    if kind == "plateau" and alarm.code == "CS301" and ABOVE_NOTE in alarm.message:
-        advice = ABOVE_ADVICE
+    if kind == "plateau" and alarm.code == "CS301" and lost_ground(alarm.message):
+        advice = LOST_ADVICE
     if kind == "optimizer" or severity == "info":  # a note's advice is its rule's own
         advice = alarm.advice
     elif recovered:

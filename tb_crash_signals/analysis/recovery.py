@@ -29,7 +29,7 @@ from typing import Callable
 import numpy as np
 
 from tb_crash_signals.analysis.episodes import Episode
-from tb_crash_signals.analysis.rules.plateau import ABOVE_NOTE, STUCK_NOTE
+from tb_crash_signals.analysis.rules.plateau import STUCK_NOTE, lost_ground
 
 # The rules whose episodes a run can come back from: a climb, a level that lost what it learnt,
 # a jump. A NaN, an explosion past a bound or a threshold is no scare.
@@ -68,10 +68,10 @@ VAL_BACK = "; the validation loss came back under it since (its best now at step
 CAME_BACK_ADVICE = ("the run came back on its own; if the climbs recur or grow, lower the learning rate, add "
                     "warm-up or enable gradient clipping")
 SLOW_START_ADVICE = "nothing to do: the loss stood near where it started for a while, then learnt"
-# ... a stall above where it started (it had lost ground), settled alike.
+# ... a stall above where it started, or back near it after it had learnt (it lost ground), settled alike.
 LEARNT_AGAIN = "; then it learnt again"
-LEARNT_AGAIN_ADVICE = ("nothing to do: the loss stood above where it started for a while, then learnt; if it "
-                       "happens again, lower the learning rate's peak")
+LEARNT_AGAIN_ADVICE = ("nothing to do: the loss lost ground for a while, then learnt again; if it happens "
+                       "again, lower the learning rate (or its peak)")
 VAL_BACK_ADVICE = ("nothing to do: the validation loss rose for a while, then came back to its best; keep the "
                    "checkpoint at its best if it rises again")
 
@@ -128,7 +128,7 @@ def settled(episodes: list[Episode], levels: Callable[[], tuple[float, float, fl
         climb = (e.severity == "critical" and e.code in RECOVERABLE
                  and not (last_open is not None and last_open > e.start_step)
                  and not any(c.start_step <= e.end_step and e.start_step <= c.end_step for c in causes))
-        above = ABOVE_NOTE in e.message
+        above = lost_ground(e.message)
         stall = e.code == "CS301" and e.severity == "warning" and (above or STUCK_NOTE in e.message)
         if (climb or stall) and not (climb and e.open) and not any(s > e.start_step for s in later):
             if known is None:

@@ -29,11 +29,13 @@ from tb_crash_signals.analysis.stats import (
 )
 from tb_crash_signals.analysis.streaming import Stream, StreamHit, recent_logs, shared_level, small_median
 
-# What the note says of a stall while the loss is stuck near its start, or above it (at least ABOVE
-# times its initial level: it lost ground rather than never moved); analysis.recovery and the
-# incidents read them.
+# What the note says of a stall while the loss is stuck near its start; above it (at least ABOVE
+# times its initial level); or back near it after it had learnt (its best level under `stuck` x the
+# initial one, its level at least ABOVE times that best). The last two lost ground rather than never
+# moved: analysis.recovery and the incidents tell them apart with `lost_ground`.
 STUCK_NOTE = "near where it started"
 ABOVE_NOTE = "above where it started"
+BACK_NOTE = "back near where it started after it had learnt"
 ABOVE = 1.25
 # The learning rate has fallen when it is under this share of its peak so far (`lr_fell`'s default;
 # CS402 reads a schedule's course with it too).
@@ -115,20 +117,29 @@ def _describe_plateau(ep, p):
     )
 
 
-def plateau_note(patience, lr_fraction, lr_climb=math.nan, level=math.nan) -> str:
+def plateau_note(patience, lr_fraction, lr_climb=math.nan, level=math.nan, best=math.nan, learnt=math.nan) -> str:
     """How long the loss stood still, and why it is a plateau: the learning rate gone (its share
     of its peak), or climbing far above where it was (its multiple of the peak as of the stall's
-    start), else the loss stuck near where it started, or above it (`level`: the smoothed loss
-    over its initial level, at least ABOVE)."""
+    start), else the loss stuck near where it started, above it (`level`: the smoothed loss over
+    its initial level, at least ABOVE), or back near it after it had learnt (`best`: its best
+    level over the initial one, under `learnt`; the level at least ABOVE times that best)."""
     if lr_fraction == lr_fraction:
         why = f", with the learning rate at {fmt(100 * lr_fraction)}% of its peak"
     elif lr_climb == lr_climb:
         why = f", while the learning rate climbed back to {fmt(lr_climb)}x its earlier peak"
     elif level >= ABOVE:
         why = f", {ABOVE_NOTE} ({fmt(level)}x its initial level)"
+    elif best < learnt and level >= ABOVE * best:
+        why = f", {BACK_NOTE} ({fmt(level / best)}x its best level)"
     else:
         why = f", {STUCK_NOTE}"
     return f"{int(patience)} points{why}"
+
+
+def lost_ground(message: str) -> bool:
+    """Whether a CS301 message tells a stall above where the loss started, or back near there
+    after it had learnt (see plateau_note)."""
+    return ABOVE_NOTE in message or BACK_NOTE in message
 
 
 def start_level(values, init: float, known_after: int, points: int) -> float:
@@ -459,9 +470,11 @@ class PlateauStream(Stream):
                 self.head_logs is None or self._head_jitter() < self.early_jitter) and not (
                 level <= self.learnt_drop * self._start_level(self.initial.value))
             if gone or climbed or stuck:
+                positive = init > 0.0
                 return StreamHit(note=plateau_note(patience, self.lr_peak.fraction() if gone else math.nan,
                                                    climb if climbed and not gone else math.nan,
-                                                   level / init if init > 0.0 else math.nan))
+                                                   level / init if positive else math.nan,
+                                                   best / init if positive else math.nan, self.stuck))
         return None
 
     def _climb(self, start):
@@ -595,8 +608,9 @@ def loss_plateau(data, p: PlateauParams, since=None):
         return
     m = max(1, min(n, p.max_warmup))
     warmed = _warmup_ends(data, s.steps, p.max_warmup, lr_course(data, s.steps[:m], p.lr_fell)[2])
-    hit = stalls(s.values, i0, p)
-    hit = hit[hit - plateau_patience(hit, p) >= warmed[np.minimum(hit, max(1, p.max_warmup))]]
+    hit, best = stalls(s.values, i0, p, with_best=True)
+    kept = hit - plateau_patience(hit, p) >= warmed[np.minimum(hit, max(1, p.max_warmup))]
+    hit, best = hit[kept], best[kept]
     if hit.size:
         # Only a run stuck near where it started, or whose learning rate is gone, is on a plateau.
         init0, known_after = initial_level(s.values)
@@ -627,6 +641,7 @@ def loss_plateau(data, p: PlateauParams, since=None):
         fractions, climbs = np.where(gone, frac, np.nan), np.where(climbed & ~gone, climb, np.nan)
         with np.errstate(invalid="ignore", divide="ignore"):
             levels = np.where(init > 0.0, now / init, np.nan)
+            bests = np.where(init > 0.0, best / init, np.nan)
         hit = hit[stuck | gone | climbed]
         if hit.size:
             hit = hit[~noisy_at(s.values, hit, p.noise_window, p.max_noise)]
@@ -634,15 +649,16 @@ def loss_plateau(data, p: PlateauParams, since=None):
         def note(i):
             j = int(np.searchsorted(noted, i))
             return plateau_note(plateau_patience(np.int64(i), p), float(fractions[j]), float(climbs[j]),
-                                float(levels[j]))
+                                float(levels[j]), float(bests[j]), p.stuck)
 
         yield Hits("train_loss", hit, note=note)
 
 
-def stalls(values, i0: int, p) -> np.ndarray:
+def stalls(values, i0: int, p, with_best: bool = False):
     """The points i >= i0 where the best smoothed loss (the trailing median of `p.smooth` points) is
     not `p.rel_improvement` below the best as of P(i) points earlier (plateau_patience of `p`'s
-    patience fields) and the point is finite: CS301's and CS303's stall."""
+    patience fields) and the point is finite: CS301's and CS303's stall. `with_best`: and that
+    best at each of them."""
     n = len(values)
     # The reference is the best as of P points back, P never above `cap`.
     cap = max(p.max_patience, p.min_patience)
@@ -660,7 +676,8 @@ def stalls(values, i0: int, p) -> np.ndarray:
             stalled = cur > r - p.rel_improvement * np.abs(r)
         stalled &= np.isfinite(values[a:b])
         hit.append(np.flatnonzero(stalled) + a)
-    return np.concatenate(hit)
+    hit = np.concatenate(hit)
+    return (hit, best[hit - b0]) if with_best else hit
 
 
 def _running_best(values, k: int, start: int) -> np.ndarray:

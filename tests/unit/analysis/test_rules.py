@@ -745,14 +745,18 @@ def test_plateau_fires_when_loss_never_improves():
     assert "CS301" not in codes(analyze(train_loss=healthy_loss(60, noise=0.0)))
 
 
-def test_plateau_above_where_the_loss_started_says_so_in_scan_and_the_monitor():
+def test_plateau_that_lost_ground_says_so_in_scan_and_the_monitor():
     # A loss that learnt, then climbed to 4.0 and stays there, 2.07x its initial level (the median
-    # of its first 10 points, 1.93); and one stuck at its start.
+    # of its first 10 points, 1.93); one that learnt to 0.5 and came back to 1.5, 2.68x its best
+    # level (the lowest median of 9 points, 0.56, at the bottom of the V); and one stuck at its start.
     rng = np.random.default_rng(5)
     t = np.arange(400)
     path = np.where(t < 100, 2.0 - 1.5 * t / 100, np.where(t < 150, 0.5 + 3.5 * (t - 100) / 50, 4.0))
+    back = np.where(t < 100, path, np.minimum(path, 1.5))
     for loss, why in ((path * (1 + 0.002 * rng.standard_normal(400)), "above where it started (2.07x its initial"),
-                      (1.39 + 0.003 * rng.standard_normal(60), "near where it started")):
+                      (back * (1 + 0.002 * rng.standard_normal(400)),
+                       "back near where it started after it had learnt (2.68x its best level)"),
+                      (1.39 + 0.003 * rng.standard_normal(60), ", near where it started")):
         batch = episodes_of(analyze(train_loss=loss), "CS301")
         m = Monitor()
         for i, v in enumerate(loss.tolist()):
