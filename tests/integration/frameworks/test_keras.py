@@ -99,12 +99,14 @@ def test_the_learning_rate_read_is_the_optimizers_under_a_schedule(tmp_path):
 
 
 def test_a_learning_rate_far_too_high_is_stopped_before_nan(tmp_path):
-    free = CrashSignals(stop=False)
+    # The learning rate read every 10 steps in both runs: "auto" follows what a read costs, so two
+    # runs could log it at different steps, and the incident's start moves by a step with it.
+    free = CrashSignals(stop=False, lr_every=10)
     fit(tmp_path / "free", free, lr=3.0, ramp=100)
     nan_step = first_nonfinite(logged(tmp_path / "free", "train/loss"))
     assert nan_step is not None, "without the callback this run turns NaN"
 
-    cb = CrashSignals()
+    cb = CrashSignals(lr_every=10)
     model, _ = fit(tmp_path / "stopped", cb, lr=3.0, ramp=100)
     print(f"\nKeras: stopped at step {cb.stopped_step}; left alone, the loss turns NaN at step {nan_step}")
     assert cb.stopped_step is not None and cb.stopped_step < nan_step
