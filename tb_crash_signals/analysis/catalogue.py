@@ -62,7 +62,7 @@ def catalogue_markdown(config: Config) -> str:
         "with nothing critical after it and no learning rate or update size out of band while it lasted,",
         f"on a loss back under its initial level and within {BACK:g}x its best level (or under the level its",
         "climb was first projected to reach: CS202's fit), the report tells it as a",
-        "warning: the run came back from it. A CS301 stall \"near where it started\" (or above it) with",
+        "warning: the run came back from it. A CS301 stall \"near where it started\" (or one that lost ground) with",
         f"nothing critical after it, on a loss now at most {LEARNT:g}x its initial level, or once it closed",
         f"{DROPPED:g}x where the stall was flagged ({DROPPED_CLEARLY:g}x on a smooth loss: {CLEAR_Z:g} units of",
         "its level's noise under it), is told as a note: a slow start; so is a closed CS302 validation stall",

@@ -11,10 +11,12 @@ A validation loss rising from its best while the train loss falls (CS402) is the
 overfitting while it lasts; once it came back to its best after the episode's last hit, the rise
 was the validation loss's own wandering, told as a note (until it rises again).
 
-Likewise a loss standing near where it started, or above it (CS301's stuck path), is a plateau while it
+Likewise a loss standing near where it started (CS301's stuck path) is a plateau while it
 lasts; once that episode closed, nothing critical followed and the loss now stands well under
 where it started or where it stalled, it was a slow start (a per-step loss at chance for its
-first dozens of steps, a language model at its unigram level), told as a note. A loss that
+first dozens of steps, a language model at its unigram level), told as a note. A stall that had
+lost ground (above where the loss started, or back near there after it had learnt) is settled
+alike, told as a loss that learnt again. A loss that
 learnt half of its initial level has left such a stall whether or not its episode's cooldown
 is over (on a run of fifty epochs it never is). A validation loss stuck (CS302) that fell a
 fifth under where it stood since had a slow start too.
@@ -128,8 +130,8 @@ def settled(episodes: list[Episode], levels: Callable[[], tuple[float, float, fl
         climb = (e.severity == "critical" and e.code in RECOVERABLE
                  and not (last_open is not None and last_open > e.start_step)
                  and not any(c.start_step <= e.end_step and e.start_step <= c.end_step for c in causes))
-        above = lost_ground(e.message)
-        stall = e.code == "CS301" and e.severity == "warning" and (above or STUCK_NOTE in e.message)
+        lost = lost_ground(e.message)
+        stall = e.code == "CS301" and e.severity == "warning" and (lost or STUCK_NOTE in e.message)
         if (climb or stall) and not (climb and e.open) and not any(s > e.start_step for s in later):
             if known is None:
                 known = levels()
@@ -138,8 +140,8 @@ def settled(episodes: list[Episode], levels: Callable[[], tuple[float, float, fl
                 e = dataclasses.replace(e, severity="warning", message=e.message + CAME_BACK, advice=CAME_BACK_ADVICE)
             elif stall and (level <= LEARNT * initial or (not e.open and _dropped(level, e.start_value, noise))):
                 e = dataclasses.replace(e, severity="info", open=False,
-                                        message=e.message + (LEARNT_AGAIN if above else SLOW_START),
-                                        advice=LEARNT_AGAIN_ADVICE if above else SLOW_START_ADVICE)
+                                        message=e.message + (LEARNT_AGAIN if lost else SLOW_START),
+                                        advice=LEARNT_AGAIN_ADVICE if lost else SLOW_START_ADVICE)
         out.append(e)
     return out
 

@@ -723,8 +723,9 @@ def test_growth_is_told_from_ten_points_of_history():
 def test_overflow_burst_at_the_start_is_the_scaler_calibrating():
     # fp16 from a high initial scale: 16 skipped steps in a row from step 3 (2^32 down to 2^16),
     # then training as usual. The same burst later means no update is applied: CS004 at its 8th
-    # point; a burst at the start as long as 24 is one too.
+    # point. One at the start that goes on fires at its 24th.
     loss = healthy_loss(300)
+
     def grad(start, n):
         g = healthy_grad(300)
         g[start:start + n] = np.inf
