@@ -14,12 +14,12 @@ was the validation loss's own wandering, told as a note (until it rises again).
 Likewise a loss standing near where it started (CS301's stuck path) is a plateau while it
 lasts; once that episode closed, nothing critical followed and the loss now stands well under
 where it started or where it stalled, it was a slow start (a per-step loss at chance for its
-first dozens of steps, a language model at its unigram level), told as a note. A stall that had
-lost ground (above where the loss started, or back near there after it had learnt) is settled
-alike, told as a loss that learnt again. A loss that
+first dozens of steps, a language model at its unigram level), told as a note. A loss that
 learnt half of its initial level has left such a stall whether or not its episode's cooldown
-is over (on a run of fifty epochs it never is). A validation loss stuck (CS302) that fell a
-fifth under where it stood since had a slow start too.
+is over (on a run of fifty epochs it never is). A stall that had lost ground (above where the
+loss started, or back near there after it had learnt) is settled alike, told as a loss that
+learnt again. A validation loss stuck (CS302) that fell a fifth under where it stood since had
+a slow start too.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ from tb_crash_signals.analysis.stats import (
     trailing_median_inclusive_at,
     value_at_or_before,
 )
-from tb_crash_signals.analysis.streaming import Stream, StreamHit, finite_median
+from tb_crash_signals.analysis.streaming import Stream, StreamHit, finite_median, small_median
 
 
 def _train_at_val_steps(data, smooth: int, which=None):
@@ -75,17 +75,9 @@ class _TrainAtVal(Stream):
 
 
 def _median_of_last(xs) -> float:
-    """small_median of Window.tail(len(xs)), given its points newest first (xs is sorted in place):
-    in their order, so equal values (zeros' signs) sort as there."""
-    xs.reverse()
-    xs.sort()
-    n = len(xs)
-    mid = n // 2
-    total = sum(xs)
-    # A NaN makes the sum NaN; so do +inf and -inf together, hence the full check then.
-    if total != total and any(x != x for x in xs):
-        return math.nan
-    return xs[mid] if n % 2 else (xs[mid - 1] + xs[mid]) * 0.5  # / 2.0's value
+    """small_median of Window.tail(len(xs)), given its points newest first: taken in their order,
+    so equal values (zeros' signs) sort as there."""
+    return small_median(reversed(xs))
 
 
 def _describe_overfit(ep, p):

@@ -428,8 +428,8 @@ class PlateauStream(Stream):
         rate still ramps up, `warmed`): one that rose all along, ever faster, was no warm-up (see
         _warmup_ends)."""
         if self.warmed == i - 1:
-            marks, m = self.lr_marks, self.max_warmup
-            if accelerating(*(marks.get(j, math.nan) for j in (0, m // 2, m - 1))):
+            marks = self.lr_marks
+            if accelerating(*(marks.get(j, math.nan) for j in self.marks_at)):
                 self.warmed = -1  # rising all along, ever faster: not a warm-up (see _warmup_ends)
 
     def _head_jitter(self):
@@ -616,11 +616,11 @@ def loss_plateau(data, p: PlateauParams, since=None):
         init0, known_after = initial_level(s.values)
         # The learning rate as the hits see it: gone, fallen (against start_level), or climbed back.
         at, peak, fell = lr_course(data, s.steps[: hit[-1] + 1], p.lr_fell)
-        init = np.where(fell[hit], start_level(s.values, init0, known_after, p.start_points), init0)
+        first = start_level(s.values, init0, known_after, p.start_points)
+        init = np.where(fell[hit], first, init0)
         # One smoothing over the hits' span (a point's smoothed value does not depend on where the
         # span starts), not one per hit: a run stuck after a divergence stalls at every point.
         now = smoothed_loss(s.values, max(1, p.smooth), int(hit[0]), int(hit[-1]) + 1)[hit - hit[0]]
-        first = start_level(s.values, init0, known_after, p.start_points)
         with np.errstate(invalid="ignore"):
             stuck = (hit > known_after) & (now >= p.stuck * init) & ~(now <= p.learnt_drop * first)
         # A stall that began before the initial level was known, or within the first `early_points`,
