@@ -4,7 +4,8 @@ Episodes are per rule and signal; people think in events. A divergence is one
 incident however many rules saw it (growth -> threshold -> blow-up -> NaN), with
 its first alarm, its crash step and how early it was flagged; what follows from
 it (a plateau at chance level, a stuck validation loss, spikes on the way up)
-is folded into it and never gets advice of its own. Recurring events of one
+is folded into it and never gets advice of its own, as is what the loss does
+while it is up in a climb the run came back from. Recurring events of one
 kind (loss spikes, skipped fp16 steps) are one incident with their count.
 
 `build_incidents` is a pure function of a run's episodes, so the offline report
@@ -36,6 +37,7 @@ _PLATEAU = ("CS301", "CS303")
 _STAGNATION = ("CS302",)
 _OVERFIT = ("CS401", "CS402")
 _HERALDS = _SPIKES + _OVERFLOW + _OPTIMIZER_HIGH  # warnings that can come before a crash
+_CONSEQUENCES = _PLATEAU + _STAGNATION + _SPIKES  # what a loss that climbed does meanwhile
 
 ADVICE = {
     "divergence": "lower the learning rate (or stop its ramp), enable gradient clipping, and {resume}",
@@ -156,11 +158,16 @@ def build_incidents(episodes: list[Episode], run_steps: int = 0) -> list[Inciden
         taken.update(members)
         groups.append(("divergence", members))
 
-    # Climbs the run came back from (analysis.recovery): one story, however many.
+    # Climbs the run came back from (analysis.recovery): one story, however many, with what the
+    # loss did while it was up (a stall back near where it started, spikes on the way).
     recovered = [i for i in order if i not in taken and came_back(episodes[i])]
     if recovered:
+        recovered += [
+            i for i in order if i not in taken and i not in recovered and episodes[i].code in _CONSEQUENCES
+            and any(episodes[j].start_step <= episodes[i].start_step <= episodes[j].end_step for j in recovered)
+        ]
         taken.update(recovered)
-        groups.append(("divergence", recovered))
+        groups.append(("divergence", sorted(recovered)))
 
     # Optimizer settings that are too large cause what plateaus with them.
     optimizer = [i for i in order if i not in taken and episodes[i].family == "optimizer"]
@@ -246,8 +253,10 @@ def _incident(kind: str, members: list[int], episodes: list[Episode]) -> Inciden
     headline = _headline(kind, eps, alarm, crash, lead, start, fit)
     occurrences = _occurrences(kind, eps)
     climbs = [e for e in eps if came_back(e)]
-    recovered = kind == "divergence" and severity == "warning" and len(climbs) == len(eps)
+    recovered = (kind == "divergence" and severity == "warning" and climbs
+                 and all(e in climbs or e.code in _CONSEQUENCES for e in eps))
     if recovered:
+        alarm = min(climbs, key=lambda e: (e.start_step, e.code))  # the climb, not what it shook
         headline = _recovered_headline(climbs, start)
         occurrences = _events(climbs)
     # A story from the first logged step has no checkpoint before it to go back to.

@@ -116,6 +116,26 @@ def test_one_recovered_climb_says_when_it_was_over():
     assert incident.headline == "train loss climbed away from its best at steps 100-140, then recovered"
 
 
+def test_what_the_loss_did_while_up_folds_into_the_recovered_climb():
+    # A warm-up that overshot: the loss climbs back to where it started, stalls there, the grad norm
+    # spikes on the way; the schedule's decay brings it back. One story, the climb's.
+    up = episode("CS202", 400, 1000)
+    lost = stall(700, 900, why="back near where it started after it had learnt (1.5x its best level)")
+    spike = episode("CS102", 820, signal="grad_norm")
+    after = episode("CS111", 1200)  # a spike once the loss came back is a story of its own
+    (climb, spikes) = build_incidents(settle([up, lost, spike, after]), run_steps=1500)
+    assert (climb.kind, climb.severity, climb.occurrences) == ("divergence", "warning", 1)
+    assert climb.headline == "train loss climbed away from its best at steps 400-1000, then recovered"
+    assert "came back on its own" in climb.advice
+    assert climb.first_alarm_step == 400 and len(climb.episodes) == 3
+    assert (spikes.kind, spikes.start_step) == ("spikes", 1200)
+
+
+def test_a_stall_before_a_recovered_climb_stays_its_own_story():
+    eps = settle([stall(100, 150), episode("CS202", 400, 500)])
+    assert sorted(i.kind for i in build_incidents(eps, run_steps=1000)) == ["divergence", "plateau"]
+
+
 def test_climbs_recovered_after_a_crash_fold_into_its_incident():
     eps = settle([episode("CS001", 100), episode("CS202", 300, 320), episode("CS202", 500, 520)])
     (incident,) = build_incidents(eps, run_steps=1000)
