@@ -159,12 +159,15 @@ def build_incidents(episodes: list[Episode], run_steps: int = 0) -> list[Inciden
         groups.append(("divergence", members))
 
     # Climbs the run came back from (analysis.recovery): one story, however many, with what the
-    # loss did while it was up (a stall back near where it started, spikes on the way).
+    # loss did while it was up (spikes on the way, a stall back near where it started: one that lost
+    # ground is the climb itself, whenever its rule first saw it).
     recovered = [i for i in order if i not in taken and came_back(episodes[i])]
     if recovered:
         recovered += [
             i for i in order if i not in taken and i not in recovered and episodes[i].code in _CONSEQUENCES
-            and any(episodes[j].start_step <= episodes[i].start_step <= episodes[j].end_step for j in recovered)
+            and any(episodes[j].start_step <= episodes[i].start_step <= episodes[j].end_step
+                    or (_overlap(episodes[i], episodes[j]) and lost_ground(episodes[i].message))
+                    for j in recovered)
         ]
         taken.update(recovered)
         groups.append(("divergence", sorted(recovered)))
@@ -235,9 +238,7 @@ def _incident(kind: str, members: list[int], episodes: list[Episode]) -> Inciden
         ]
         if crash is not None and crash.code == "CS001" and not precursors:
             kind = "nonfinite"
-        growth = [e for e in fits if e.code in _PRECURSOR and (e.first_fit or e.fit) is not None]
-        if growth:
-            start = min(start, min((e.first_fit or e.fit).start_step for e in growth))
+        start = _story_start(eps)
         cause = [e for e in eps if e.code in _OPTIMIZER_HIGH and e.start_step <= alarm.start_step]
         if crash is None and cause:  # too large a learning rate, and the loss suffers: that is the story
             kind = "optimizer"
@@ -256,7 +257,8 @@ def _incident(kind: str, members: list[int], episodes: list[Episode]) -> Inciden
     recovered = (kind == "divergence" and severity == "warning" and climbs
                  and all(e in climbs or e.code in _CONSEQUENCES for e in eps))
     if recovered:
-        alarm = min(climbs, key=lambda e: (e.start_step, e.code))  # the climb, not what it shook
+        first = alarm = min(climbs, key=lambda e: (e.start_step, e.code))  # the climb, not what it shook
+        start = _story_start(climbs)
         headline = _recovered_headline(climbs, start)
         occurrences = _events(climbs)
     # A story from the first logged step has no checkpoint before it to go back to.
@@ -275,6 +277,13 @@ def _incident(kind: str, members: list[int], episodes: list[Episode]) -> Inciden
         occurrences=occurrences, headline=headline, advice=advice,
         episodes=tuple(members), fit=fit,
     )
+
+
+def _story_start(eps: list[Episode]) -> int:
+    """Where a divergence's story starts: its first episode, or the start of the growth its
+    precursors fitted, if earlier."""
+    growth = [(e.first_fit or e.fit).start_step for e in eps if e.fit is not None and e.code in _PRECURSOR]
+    return min([e.start_step for e in eps] + growth)
 
 
 def _occurrences(kind: str, eps: list[Episode]) -> int:

@@ -136,6 +136,15 @@ def test_a_stall_before_a_recovered_climb_stays_its_own_story():
     assert sorted(i.kind for i in build_incidents(eps, run_steps=1000)) == ["divergence", "plateau"]
 
 
+def test_a_stall_that_lost_ground_as_the_loss_turned_up_is_the_climb():
+    # CS301 may see the loss back near where it started a step before CS202 calls the climb.
+    lost = stall(390, 450, why="back near where it started after it had learnt (1.3x its best level)")
+    (incident,) = build_incidents(settle([lost, episode("CS202", 400, 500)]), run_steps=1000)
+    assert incident.kind == "divergence" and len(incident.episodes) == 2
+    assert (incident.start_step, incident.first_alarm_step) == (400, 400)
+    assert incident.headline == "train loss climbed away from its best at steps 400-500, then recovered"
+
+
 def test_climbs_recovered_after_a_crash_fold_into_its_incident():
     eps = settle([episode("CS001", 100), episode("CS202", 300, 320), episode("CS202", 500, 520)])
     (incident,) = build_incidents(eps, run_steps=1000)
