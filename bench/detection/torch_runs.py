@@ -1,10 +1,11 @@
 """Real PyTorch trainings outside the corpus's scenarios, logged as most loops log them.
 
-    python bench/detection/torch_runs.py generate OUT --family schedules|overshoots|practices|amp [--seed0 N]
+    python bench/detection/torch_runs.py generate OUT --family schedules|overshoots|practices|amp|warmups [--seed0 N]
     python bench/detection/torch_runs.py score OUT [OUT ...]
 
-Small MLPs (a 3-class classifier and a regressor, two hidden layers of 64) trained on CPU with
-torch's own optimisers and schedulers, logged with `torch.utils.tensorboard.SummaryWriter`:
+Small MLPs (a 3-class classifier and a regressor, two hidden layers of 64; `warmups` the corpus's
+own models) trained on CPU with torch's own optimisers and schedulers, logged with
+`torch.utils.tensorboard.SummaryWriter`:
 
 - **schedules**: SGD + momentum 0.9 (0.05) or Adam (1e-3) under a constant rate, warm-up +
   cosine, step decay (÷10 every 1000 steps) or one-cycle (4x the base at its peak), logged every
@@ -19,6 +20,11 @@ torch's own optimisers and schedulers, logged with `torch.utils.tensorboard.Summ
   validation loss; `CosineAnnealingWarmRestarts`; 512 training examples (it overfits, and
   its validation loss is of held-out examples); logged every step or every 10, batches of 32;
   3000 steps, a validation loss every 250. Meant healthy but for the small data set.
+- **warmups**: the corpus's char transformer, CNN and char GRU (`train.py`) under AdamW (weight
+  decay 0.01), a linear warm-up over 400 or 1000 steps to a peak of 1e-2, 3e-2 or 1e-1, then a
+  cosine to 0 at step 1500, clipped at norm 1 or not, logged every step (batches of 32, a
+  validation loss every 100). The larger peaks overshoot: the loss climbs back toward where it
+  started during the warm-up, and comes back or not as the rate decays.
 - **amp**: fp16 autocast with torch's dynamic loss scaling (`torch.amp.GradScaler`), its scale
   grown every 50 or 500 steps from 2^16 or 2^24, the gradient norm logged after unscaling (Inf or
   NaN at the steps the scaler skips), as `practices` otherwise. Meant healthy: a skipped step is
@@ -48,7 +54,7 @@ sys.path.insert(0, HERE)
 
 import labels
 
-STEPS = {"schedules": 3000, "overshoots": 800, "practices": 3000, "amp": 3000}
+STEPS = {"schedules": 3000, "overshoots": 800, "practices": 3000, "amp": 3000, "warmups": 1500}
 PRACTICES = ("dropout", "adamw-clip", "label-smoothing", "bf16", "resume", "resume-purge", "accumulation",
              "plateau-sched", "warm-restarts", "small-data")
 # The loss scaler's growth interval and initial scale (log2) of the amp family's runs.
@@ -80,6 +86,10 @@ def _plans(family: str):
         for kind, practice, every in itertools.product(("cls", "reg"), PRACTICES if family == "practices" else SCALERS,
                                                        (1, 10)):
             yield f"{kind}_{practice}_e{every}", kind, practice, every
+    elif family == "warmups":
+        for kind, peak, warm, clip in itertools.product(("tfm", "cnn", "gru"), (1e-2, 3e-2, 1e-1), (400, 1000),
+                                                        (0.0, 1.0)):
+            yield f"{kind}_p{peak:g}_w{warm}_c{clip:g}", kind, peak, warm, clip
     else:
         for kind, opt, sched, every in itertools.product(("cls", "reg"), ("sgd", "adam"), ("lin", "quad"), (1, 10)):
             yield f"{kind}_{opt}_{sched}_e{every}", kind, opt, sched, every, 32
@@ -221,6 +231,37 @@ def _train_practice(torch, path: str, family: str, kind: str, practice: str, eve
     w.close()
 
 
+def _train_warmup(torch, path: str, family: str, kind: str, peak: float, warm: int, clip: float, seed: int):
+    import train
+    from torch.utils.tensorboard import SummaryWriter
+
+    torch.manual_seed(seed)
+    torch.set_num_threads(1)
+    task = train.make_task(kind, seed, 4000, 0.0)
+    model = train.make_model(kind, {"tfm": 32, "cnn": 64, "gru": 48}[kind])
+    loss_fn = train.loss_fn(task)
+    opt = torch.optim.AdamW(model.parameters(), lr=peak, weight_decay=0.01)
+    steps = STEPS[family]
+    g = torch.Generator().manual_seed(seed)
+    with SummaryWriter(path) as w:
+        for step in range(steps):
+            ramp = min(1.0, (step + 1) / warm)
+            decay = 0.5 * (1 + math.cos(math.pi * max(0, step - warm) / (steps - warm)))
+            lr = opt.param_groups[0]["lr"] = peak * (ramp if step < warm else decay)
+            idx = torch.randint(0, task.x_train.shape[0], (32,), generator=g)
+            loss = loss_fn(model(task.x_train[idx]), task.y_train[idx])
+            opt.zero_grad()
+            loss.backward()
+            norm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip or math.inf)
+            opt.step()
+            w.add_scalar(_TAGS["train_loss"], loss.item(), step)
+            w.add_scalar(_TAGS["grad_norm"], norm.item(), step)
+            w.add_scalar(_TAGS["lr"], lr, step)
+            if step % 100 == 99:
+                with torch.no_grad():
+                    w.add_scalar(_TAGS["val_loss"], loss_fn(model(task.x_val[:256]), task.y_val[:256]).item(), step)
+
+
 def _recorded(path: str) -> dict:
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -237,10 +278,10 @@ def generate(out: str, family: str, seed0: int) -> None:
     found = {}
     for i, (name, *plan) in enumerate(_plans(family)):
         path = os.path.join(out, name)
-        train = _train_practice if family in ("practices", "amp") else _train
+        train = {"practices": _train_practice, "amp": _train_practice, "warmups": _train_warmup}.get(family, _train)
         train(torch, path, family, *plan, seed=seed0 + i)
         lab = labels.compute_labels(_recorded(path))
-        every = plan[-1] if family in ("practices", "amp") else plan[3]
+        every = 1 if family == "warmups" else plan[-1] if family in ("practices", "amp") else plan[3]
         found[name] = {"family": family, "every": every, **{k: lab[k] for k in (
             "category", "crash_step", "precursor", "spike_steps", "overfit_onset", "plateau_start",
             "stagnation_start")}}
