@@ -254,8 +254,8 @@ def _incident(kind: str, members: list[int], episodes: list[Episode]) -> Inciden
     headline = _headline(kind, eps, alarm, crash, lead, start, fit)
     occurrences = _occurrences(kind, eps)
     climbs = [e for e in eps if came_back(e)]
-    recovered = (kind == "divergence" and severity == "warning" and climbs
-                 and all(e in climbs or e.code in _CONSEQUENCES for e in eps))
+    recovered = (kind == "divergence" and severity == "warning" and bool(climbs)
+                 and all(came_back(e) or e.code in _CONSEQUENCES for e in eps))
     if recovered:
         first = alarm = min(climbs, key=lambda e: (e.start_step, e.code))  # the climb, not what it shook
         start = _story_start(climbs)
