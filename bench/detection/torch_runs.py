@@ -278,8 +278,8 @@ def generate(out: str, family: str, seed0: int) -> None:
     found = {}
     for i, (name, *plan) in enumerate(_plans(family)):
         path = os.path.join(out, name)
-        train = {"practices": _train_practice, "amp": _train_practice, "warmups": _train_warmup}.get(family, _train)
-        train(torch, path, family, *plan, seed=seed0 + i)
+        trainer = {"practices": _train_practice, "amp": _train_practice, "warmups": _train_warmup}.get(family, _train)
+        trainer(torch, path, family, *plan, seed=seed0 + i)
         lab = labels.compute_labels(_recorded(path))
         every = 1 if family == "warmups" else plan[-1] if family in ("practices", "amp") else plan[3]
         found[name] = {"family": family, "every": every, **{k: lab[k] for k in (
