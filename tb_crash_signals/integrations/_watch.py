@@ -35,6 +35,9 @@ MEASURE_SHARE = 0.0025
 MEASURE_MAX_EVERY = 16
 RATIO_EVERY, RATIO_MAX_EVERY = 10, 80
 
+# A step no cadence reaches: what `Cadence.after` gives for one that never measures.
+NEVER = 1 << 62
+
 CheckEvery = Union[int, str]
 Background = Union[bool, str]
 
@@ -84,6 +87,11 @@ class Cadence:
 
     def due(self, step: int) -> bool:
         return self.every > 0 and step % self.every == 0
+
+    def after(self, step: int) -> int:
+        """The first step after `step` that is due, by `every` as it is now (NEVER if 0)."""
+        every = self.every
+        return (step // every + 1) * every if every > 0 else NEVER
 
     def measure(self, fn, *args):
         """fn(*args), timed under "auto" to adapt `every`."""

@@ -29,6 +29,7 @@ from typing import Iterable
 import numpy as np
 
 from tb_crash_signals.integrations._watch import (
+    NEVER,
     RATIO_EVERY,
     RATIO_MAX_EVERY,
     Background,
@@ -55,13 +56,7 @@ def _numpy(x) -> np.ndarray:
     return np.asarray(_keras.ops.convert_to_numpy(x))
 
 
-_NEVER = 1 << 62
 LR_EVERY = 10  # the learning rate's read, every this many steps at least ("auto")
-
-
-def _after(step: int, every: int) -> int:
-    """The first multiple of `every` after `step` (a cadence's next due step); never if 0."""
-    return (step // every + 1) * every if every > 0 else _NEVER
 
 
 def _torch_utils():
@@ -187,7 +182,7 @@ class CrashSignals(Watching, Cadenced, _keras.callbacks.Callback):
                 else:
                     self._before = [_numpy(v).astype(np.float64) for v in self._trainable()]
                 self._ratio_cost = time.perf_counter() - start
-            self._ratio_due = _after(step, self._ratio_cadence.every)
+            self._ratio_due = self._ratio_cadence.after(step)
 
     def on_train_batch_end(self, batch, logs=None):
         step = self._step = self._next = self._iterations()
@@ -206,7 +201,7 @@ class CrashSignals(Watching, Cadenced, _keras.callbacks.Callback):
                 values["update_ratio"] = ratio
             self._before = None
             self._ratio_cadence.took(self._ratio_cost + time.perf_counter() - start)
-            self._ratio_due = _after(step - 1, self._ratio_cadence.every)  # (its cadence may have moved)
+            self._ratio_due = self._ratio_cadence.after(step - 1)  # (its cadence may have moved)
         self.last = dict(values)  # (a copy: the Watch holds `values` until it feeds them)
         if self._watch.give(step, values):
             self.model.stop_training = True
@@ -226,8 +221,7 @@ class CrashSignals(Watching, Cadenced, _keras.callbacks.Callback):
             norm = self._grad.measure(self._grad_norm)
             if norm is not None:
                 values["grad_norm"] = norm
-        self._due = min(_after(step, self._lr_cadence.every),
-                        _after(step, self._grad.every) if self.grad_norm else _NEVER)
+        self._due = min(self._lr_cadence.after(step), self._grad.after(step) if self.grad_norm else NEVER)
 
     @property
     def lr_every(self) -> int:

@@ -180,10 +180,6 @@ class CrashSignals(Watching, Cadenced, _pl.Callback):
         self._epoch_loop = loop if hasattr(loop, "_batches_that_stepped") else None
         return self._zero
 
-    def _step(self, trainer) -> int:
-        loop = self._epoch_loop
-        return int(loop._batches_that_stepped) if loop is not None else _logged_step(trainer)
-
     def on_train_epoch_start(self, trainer, pl_module):
         self._params_of = None
 
@@ -222,10 +218,7 @@ class CrashSignals(Watching, Cadenced, _pl.Callback):
         """The first step after `step` a gradient norm, an update ratio or a write of the loggers
         is due at, by the cadences as they are now (a stop, which the loggers also write at, is
         looked at every step)."""
-        due = 1 << 62
-        for every in (self._grad.every, self._ratio_cadence.every):
-            if every > 0:
-                due = min(due, (step // every + 1) * every)
+        due = min(self._grad.after(step), self._ratio_cadence.after(step))
         every = trainer.log_every_n_steps if self.log_signals else 0
         if every:  # the loggers write at the steps one before the multiples of theirs
             due = min(due, ((step + 1) // every + 1) * every - 1)
