@@ -67,6 +67,11 @@ class LossGrowthParams:
         1.25, "... or, while the grad norm climbs too (see `grad_rise`), at least this multiple ..."
     )
     z_with_grad: float = param(3.5, "... and this many noise units above it")
+    z_with_lr: float = param(
+        3.0, "... or, while the learning rate is still rising, this many: a loss that climbs as its rate "
+        "keeps rising is on its way up, and a noisy one (a CNN at 10-step logs) would reach several "
+        "times its best before clearing the grad norm's bar"
+    )
     ratio_with_lr: float = param(
         1.1, "... or, while the learning rate is still rising (see `lr_up`), at least this multiple"
     )
@@ -202,7 +207,7 @@ def climbing(level, before, slow, slow_before, best, init, spread, noise, grad_r
             sd = level_noise(spread, width or p.smooth) if spread == spread else 0.0
             if bool(grad_rising) and r >= p.ratio_with_grad and math.log(r) > p.z_with_grad * sd:
                 return "with grad"
-            if bool(lr_rising) and r >= p.ratio_with_lr and math.log(r) > p.z_with_grad * sd:
+            if bool(lr_rising) and r >= p.ratio_with_lr and math.log(r) > p.z_with_lr * sd:
                 return "with grad"
             if r >= p.ratio and math.log(r) > p.z * sd and r < p.max_ratio:
                 return "alone"
@@ -509,7 +514,7 @@ class LossGrowthStream(Stream):
         self.run_smooth = 0  # ... on a smooth loss, told by its fast level
         self.under, self.checked = False, -1  # the level under max_ratio at the last point checked
         # A larger spread raises climbing's bars only for non-negative z's (the defaults).
-        self.bars_fall = p.z >= 0 and p.z_with_grad >= 0
+        self.bars_fall = p.z >= 0 and p.z_with_grad >= 0 and p.z_with_lr >= 0
         self.low_ratio = min(p.ratio_with_grad, p.ratio_with_lr)
 
     def rest(self):
@@ -692,7 +697,8 @@ def loss_growth(data, p: LossGrowthParams, since=None):
     rate still rises (`lr_up` x over `lr_back` points, to its highest yet: a
     ramp or range test left running, a warm-up that overshoots; not a cyclic
     schedule climbing back to its peak; or to `lr_since_best` x the rate where
-    the best level last fell, however slowly per logged point). With one of
+    the best level last fell, however slowly per logged point),
+    `ratio_with_lr` x and `z_with_lr` units. With one of
     those, a per-step loss too noisy for the short level may show the climb in
     its slow level (the trailing median of `best_smooth` points, `slow_ratio`
     x the best). Beyond

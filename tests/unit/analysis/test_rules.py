@@ -556,6 +556,26 @@ def test_a_loss_climbing_as_the_learning_rate_keeps_rising_past_where_it_learnt_
     assert not later or later[0] > batch[0] + 20, (batch, later)
 
 
+def test_a_climb_under_a_rising_learning_rate_has_its_own_noise_bar():
+    # A level 1.38x its best, 3.25 noise units above it (the 7-point level's noise 0.1 in log units):
+    # with the learning rate still rising, a climb (over `z_with_lr`, 3.0); with the grad norm
+    # climbing instead, under its 3.5 units; alone, under `z` (4). A noisy loss climbing as its rate
+    # keeps rising (a CNN logged every 10 steps under an exponential rate) is told that much sooner.
+    from tb_crash_signals.analysis.rules.loss_growth import climbing
+
+    p = RULES["CS202"].default_params()
+    assert p.z_with_lr < 3.25 < p.z_with_grad < p.z
+    spread = 0.1 * math.sqrt(p.smooth) / 1.25
+    level, best = math.exp(0.325), 1.0
+
+    def decide(grad_rising, lr_rising, params=p):
+        return climbing(level, 1.2, math.nan, math.nan, best, 2.0, spread, 0.0, grad_rising, lr_rising, params)
+
+    assert decide(False, True) == "with grad"
+    assert decide(True, False) is False and decide(False, False) is False
+    assert decide(False, True, dataclasses.replace(p, z_with_lr=p.z_with_grad)) is False
+
+
 def test_a_coarse_logged_climb_is_read_against_the_noise_around_its_trend():
     # A run logged every 10 steps: its loss falls 1.5 decades over its first 30 points, holds, and
     # climbs 8 % a point from point 45 as its learning rate keeps ramping. The 200 points the noise
