@@ -67,13 +67,13 @@ class LossGrowthParams:
         1.25, "... or, while the grad norm climbs too (see `grad_rise`), at least this multiple ..."
     )
     z_with_grad: float = param(3.5, "... and this many noise units above it")
-    z_with_lr: float = param(
-        3.0, "... or, while the learning rate is still rising, this many: a loss that climbs as its rate "
-        "keeps rising is on its way up, and a noisy one (a CNN at 10-step logs) would reach several "
-        "times its best before clearing the grad norm's bar"
-    )
     ratio_with_lr: float = param(
         1.1, "... or, while the learning rate is still rising (see `lr_up`), at least this multiple"
+    )
+    z_with_lr: float = param(
+        3.0, "... and this many noise units above it: a loss that climbs as its rate keeps rising is on "
+        "its way up, and a noisy one (a CNN logged every 10 steps) would reach several times its best "
+        "before it cleared the grad norm's bar"
     )
     max_ratio: float = param(
         10.0, "the rule tells the climb only below this multiple of the best level: beyond it the run "

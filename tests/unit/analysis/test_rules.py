@@ -9,6 +9,7 @@ import pytest
 from support.helpers import analyze, codes, episodes_of, healthy_grad, healthy_loss, series, starts_both
 from tb_crash_signals.analysis.config import Config, article_config
 from tb_crash_signals.analysis.rules import FAMILIES, RULES
+from tb_crash_signals.analysis.rules.loss_growth import climbing
 from tb_crash_signals.online.monitor import Monitor
 
 
@@ -561,8 +562,6 @@ def test_a_climb_under_a_rising_learning_rate_has_its_own_noise_bar():
     # with the learning rate still rising, a climb (over `z_with_lr`, 3.0); with the grad norm
     # climbing instead, under its 3.5 units; alone, under `z` (4). A noisy loss climbing as its rate
     # keeps rising (a CNN logged every 10 steps under an exponential rate) is told that much sooner.
-    from tb_crash_signals.analysis.rules.loss_growth import climbing
-
     p = RULES["CS202"].default_params()
     assert p.z_with_lr < 3.25 < p.z_with_grad < p.z
     spread = 0.1 * math.sqrt(p.smooth) / 1.25
