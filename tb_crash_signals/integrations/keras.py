@@ -59,6 +59,12 @@ def _numpy(x) -> np.ndarray:
 LR_EVERY = 10  # the learning rate's read, every this many steps at least ("auto")
 
 
+def _lr_cadence(every: CheckEvery) -> Cadence:
+    """The learning rate's reads: `lr_every` (see the callback), as many steps apart as the update
+    ratio's at most."""
+    return Cadence(every, "lr_every", LR_EVERY, RATIO_MAX_EVERY, never=True)
+
+
 def _torch_utils():
     # Imported when first used: it imports torch, which the other backends do not need.
     from tb_crash_signals import torch_utils
@@ -121,7 +127,7 @@ class CrashSignals(Watching, Cadenced, _keras.callbacks.Callback):
         self._watch = Watch(config, stop_on, stop, lambda severity, line: _print(line), check_every, background)
         self._ratio_cadence = Cadence(ratio_every, "ratio_every", RATIO_EVERY, RATIO_MAX_EVERY, never=True)
         self._ratio_cost = 0.0
-        self._lr_cadence = Cadence(lr_every, "lr_every", LR_EVERY, RATIO_MAX_EVERY, never=True)
+        self._lr_cadence = _lr_cadence(lr_every)
         self._on_torch = _keras.backend.backend() == "torch"
         self.grad_norm = grad_norm and self._on_torch
         self._grad = Cadence(grad_every, "grad_every")
@@ -230,7 +236,7 @@ class CrashSignals(Watching, Cadenced, _keras.callbacks.Callback):
 
     @lr_every.setter
     def lr_every(self, every: CheckEvery):
-        self._lr_cadence = Cadence(every, "lr_every", LR_EVERY, RATIO_MAX_EVERY, never=True)
+        self._lr_cadence = _lr_cadence(every)
         self._due = 0  # (when the next read is due: worked out again at the next batch)
 
     def _lr(self):
