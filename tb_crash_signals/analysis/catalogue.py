@@ -5,7 +5,16 @@ from __future__ import annotations
 import dataclasses
 
 from tb_crash_signals.analysis.config import Config
-from tb_crash_signals.analysis.recovery import BACK, CLEAR_Z, DROPPED, DROPPED_CLEARLY, LEARNT, RECOVERABLE
+from tb_crash_signals.analysis.recovery import (
+    BACK,
+    CLEAR_Z,
+    DROPPED,
+    DROPPED_CLEARLY,
+    LEARNT,
+    NEAR,
+    QUIET_POINTS,
+    RECOVERABLE,
+)
 from tb_crash_signals.analysis.rules import RULES
 from tb_crash_signals.analysis.rules.base import param_bounds, param_doc
 
@@ -59,6 +68,8 @@ def catalogue_markdown(config: Config) -> str:
         "`[rules.<symbol>]` (or `[rules.<code>]`), along with `severity`.",
         "",
         f"A critical climb ({', '.join(RECOVERABLE)}) is critical while it lasts. Once its episode closed",
+        f"(or its rule has been quiet for {QUIET_POINTS} of its signal's points with the loss's level back within",
+        f"{NEAR:g}x its best level: a run that ends before the rule's cooldown)",
         "with nothing critical after it and no learning rate or update size out of band while it lasted,",
         f"on a loss back under its initial level and within {BACK:g}x its best level (or under the level its",
         "climb was first projected to reach: CS202's fit), the report tells it as a",

@@ -19,7 +19,7 @@ from tb_crash_signals.analysis import stats
 from tb_crash_signals.analysis.config import Config
 from tb_crash_signals.analysis.episodes import Episode, EpisodeTrack
 from tb_crash_signals.analysis.incidents import Incident, build_incidents
-from tb_crash_signals.analysis.recovery import LEVEL_POINTS, NOISE_POINTS, last_best, settled
+from tb_crash_signals.analysis.recovery import LEVEL_POINTS, NOISE_POINTS, last_best, quiet_since, settled
 from tb_crash_signals.analysis.rules import RULES, Fit
 from tb_crash_signals.analysis.rules.base import since_index
 from tb_crash_signals.analysis.signals import SIGNALS, LogicalRun
@@ -290,7 +290,8 @@ def analyze_run(
     tracks, levels = _run_tracks(data, config, resume.tracks if since is not None else {}, since, carry)
     episodes, fits = _merged(tracks)
     val = data.get("val_loss")
-    episodes = settled(episodes, lambda: levels, None if val is None else lambda: last_best(val.steps, val.values))
+    episodes = settled(episodes, lambda: levels, None if val is None else lambda: last_best(val.steps, val.values),
+                       lambda signal, step: signal in data and quiet_since(data[signal].steps, step))
     grad = data.get("grad_norm")
     grad_max = None
     if grad is not None:

@@ -48,6 +48,11 @@ LEVEL_POINTS = 31
 # rule still fires. Not less: the 31-point median of a noisy per-step loss wanders several times its
 # lowest (the best is that lowest over thousands of points).
 BACK = 10.0
+# A climb is over before its rule's cooldown (60 points for CS202: on a run logged every 50 steps, longer
+# than the run) once its rule has been quiet for this many of its signal's points and the loss's level is
+# back within NEAR x its best level: a run that ends a few dozen points after a scare came back from it.
+QUIET_POINTS = 20
+NEAR = 2.0
 # A stall near the start was a slow start once the loss's level is at most this share of its initial
 # level: it learnt at least half of it (a run crawling under too low a learning rate has not).
 LEARNT = 0.5
@@ -84,7 +89,8 @@ def came_back(e: Episode) -> bool:
 
 
 def settled(episodes: list[Episode], levels: Callable[[], tuple[float, float, float, float]],
-            val_best: Callable[[], tuple[int, float] | None] | None = None) -> list[Episode]:
+            val_best: Callable[[], tuple[int, float] | None] | None = None,
+            quiet: Callable[[str, int], bool] | None = None) -> list[Episode]:
     """The episodes as the run's end tells them.
 
     A closed critical climb (see RECOVERABLE) after which no critical episode starts, not under
@@ -102,13 +108,34 @@ def settled(episodes: list[Episode], levels: Callable[[], tuple[float, float, fl
     NOISE_POINTS points (NaN if unknown) as of its last point; it is called only if an episode may
     be settled.
 
-    A note made here is no longer open, whatever its rule's cooldown: what it told is over.
+    A climb still open is over too once its rule has been quiet for QUIET_POINTS points and the loss's
+    level is back within NEAR x its best level: `quiet(signal, step)` says whether `signal` has at least
+    QUIET_POINTS points after `step` (None: only the cooldown closes a climb).
+
+    A note made here, and a climb settled here, is no longer open, whatever its rule's cooldown: what
+    it told is over.
     """
-    later = [e.start_step for e in episodes if e.severity == "critical" and e.code not in RECOVERABLE]
-    last_open = max((e.start_step for e in episodes if e.severity == "critical" and e.code in RECOVERABLE and e.open),
-                    default=None)
-    causes = [e for e in episodes if e.code in _CAUSES and e.severity != "info"]
     known = None
+
+    def loss_levels():
+        nonlocal known
+        if known is None:
+            known = levels()
+        return known
+
+    def over(e: Episode) -> bool:
+        """Whether the climb `e` is done: closed, or quiet with the loss back near its best."""
+        if not e.open:
+            return True
+        if quiet is None or not quiet(e.signal, e.end_step):
+            return False
+        level, best = loss_levels()[:2]
+        return level <= NEAR * best
+
+    later = [e.start_step for e in episodes if e.severity == "critical" and e.code not in RECOVERABLE]
+    last_open = max((e.start_step for e in episodes if e.severity == "critical" and e.code in RECOVERABLE
+                     and not (later and max(later) > e.start_step) and not over(e)), default=None)
+    causes = [e for e in episodes if e.code in _CAUSES and e.severity != "info"]
     out = []
     val_read, val_low = False, None  # val_best() is called once, if at all
     for e in episodes:
@@ -132,18 +159,23 @@ def settled(episodes: list[Episode], levels: Callable[[], tuple[float, float, fl
                  and not any(c.start_step <= e.end_step and e.start_step <= c.end_step for c in causes))
         lost = lost_ground(e.message)
         stall = e.code == "CS301" and e.severity == "warning" and (lost or STUCK_NOTE in e.message)
-        if (climb or stall) and not (climb and e.open) and not any(s > e.start_step for s in later):
-            if known is None:
-                known = levels()
-            level, best, initial, noise = known
+        if (climb or stall) and not any(s > e.start_step for s in later) and not (climb and not over(e)):
+            level, best, initial, noise = loss_levels()
             if climb and level < initial and (level <= BACK * best or _under_goal(level, e)):
-                e = dataclasses.replace(e, severity="warning", message=e.message + CAME_BACK, advice=CAME_BACK_ADVICE)
+                e = dataclasses.replace(e, severity="warning", open=False, message=e.message + CAME_BACK,
+                                        advice=CAME_BACK_ADVICE)
             elif stall and (level <= LEARNT * initial or (not e.open and _dropped(level, e.start_value, noise))):
                 e = dataclasses.replace(e, severity="info", open=False,
                                         message=e.message + (LEARNT_AGAIN if lost else SLOW_START),
                                         advice=LEARNT_AGAIN_ADVICE if lost else SLOW_START_ADVICE)
         out.append(e)
     return out
+
+
+def quiet_since(steps, step: int) -> bool:
+    """Whether a signal's steps (an array, or the monitor's recent ones) hold at least QUIET_POINTS
+    points after `step`."""
+    return len(steps) >= QUIET_POINTS and steps[-QUIET_POINTS] > step
 
 
 def last_best(steps, values) -> tuple[int, float] | None:

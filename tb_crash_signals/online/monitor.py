@@ -27,7 +27,7 @@ from tb_crash_signals.analysis.config import Config
 from tb_crash_signals.analysis.engine import headline, health_of, loss_trend
 from tb_crash_signals.analysis.episodes import Episode
 from tb_crash_signals.analysis.incidents import Incident, build_incidents
-from tb_crash_signals.analysis.recovery import LEVEL_POINTS, NOISE_POINTS, settled
+from tb_crash_signals.analysis.recovery import LEVEL_POINTS, NOISE_POINTS, quiet_since, settled
 from tb_crash_signals.analysis.rules import RULES
 from tb_crash_signals.analysis.rules.base import EpisodeView
 from tb_crash_signals.analysis.signals import SIGNALS
@@ -522,7 +522,8 @@ class Monitor:
             recent = list(train.values)[-NOISE_POINTS:]  # as the batch's v[-NOISE_POINTS:]
             return st.loss_level.value, st.loss_level.low, train.initial.value, stats.jitter(recent)
 
-        return settled(eps, levels, lambda: None if st.val_best_step is None else (st.val_best_step, st.val_low))
+        return settled(eps, levels, lambda: None if st.val_best_step is None else (st.val_best_step, st.val_low),
+                       lambda signal, step: quiet_since(st.channels[signal].steps, step))
 
     @property
     def health(self) -> str:

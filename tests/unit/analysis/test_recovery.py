@@ -8,7 +8,7 @@ import pytest
 
 from tb_crash_signals.analysis.episodes import Episode
 from tb_crash_signals.analysis.incidents import build_incidents
-from tb_crash_signals.analysis.recovery import settled
+from tb_crash_signals.analysis.recovery import NEAR, QUIET_POINTS, quiet_since, settled
 from tb_crash_signals.analysis.rules import RULES
 
 
@@ -75,6 +75,33 @@ def test_the_levels_are_read_only_when_an_episode_may_be_settled():
 
 def test_a_climb_still_going_stays_critical():
     assert severities(settle([episode("CS202", 100, 190, open=True)])) == [("CS202", 100, "critical")]
+
+
+def test_a_climb_still_open_is_over_once_quiet_with_the_loss_back_near_its_best():
+    # A run logged every 10 steps that ends 46 points after a scare: CS202's cooldown (60 points) has
+    # not run out, but its signal has been quiet for QUIET_POINTS points and the loss is back.
+    going = episode("CS202", 2530, 2530, open=True)
+    quiet = lambda signal, step: signal == "train_loss" and step == 2530
+    (out,) = settled([going], lambda: (0.03, 0.0217, 1.0, 0.0), quiet=quiet)
+    assert (out.severity, out.open) == ("warning", False)
+    assert out.message.endswith("the run came back from it")
+    # Not while the loss stands over NEAR x its best, nor before its signal has been quiet that long.
+    assert settled([going], lambda: (NEAR * 0.0217 * 1.01, 0.0217, 1.0, 0.0), quiet=quiet) == [going]
+    assert settled([going], lambda: (0.03, 0.0217, 1.0, 0.0), quiet=lambda signal, step: False) == [going]
+    assert settled([going], lambda: (0.03, 0.0217, 1.0, 0.0)) == [going]  # no quiet given: the cooldown alone
+
+
+def test_a_quiet_climb_no_longer_holds_an_earlier_one_critical():
+    eps = [episode("CS202", 100, 120), episode("CS113", 400, 500, open=True)]
+    out = settled(eps, lambda: (0.2, 0.2, 1.0, 0.0), quiet=lambda signal, step: step == 500)
+    assert [e.severity for e in out] == ["warning", "warning"]
+
+
+def test_quiet_since_counts_the_points_after_a_step():
+    steps = list(range(0, 10 * (QUIET_POINTS + 5), 10))
+    assert quiet_since(steps, steps[-QUIET_POINTS - 1])
+    assert not quiet_since(steps, steps[-QUIET_POINTS])
+    assert not quiet_since(steps[: QUIET_POINTS - 1], -1)  # fewer points than that in all
 
 
 def test_a_climb_before_a_crash_stays_critical():
