@@ -32,6 +32,9 @@ _PRECURSOR = ("CS201", "CS202")
 _SPIKES = ("CS102", "CS111", "CS112")
 _OVERFLOW = ("CS003", "CS004")
 _OPTIMIZER_HIGH = ("CS501", "CS512", "CS513")  # the learning rate / updates too large
+# The learning rate at zero or below, or updates too small to learn: the weights barely move (or climb
+# the gradient), so a climb the run came back from meanwhile is their symptom, not a divergence.
+_OPTIMIZER_LOW = ("CS502", "CS511")
 _LR_RAISED = ("CS512", "CS513")  # events that cause a crash, where CS501 is a state
 _PLATEAU = ("CS301", "CS303")
 _STAGNATION = ("CS302",)
@@ -162,6 +165,9 @@ def build_incidents(episodes: list[Episode], run_steps: int = 0) -> list[Inciden
     # loss did while it was up (spikes on the way, a stall back near where it started: one that lost
     # ground is the climb itself, whenever its rule first saw it).
     recovered = [i for i in order if i not in taken and came_back(episodes[i])]
+    low = [j for j in order if j not in taken and episodes[j].code in _OPTIMIZER_LOW]
+    stilled = [i for i in recovered if any(_overlap(episodes[i], episodes[j]) for j in low)]
+    recovered = [i for i in recovered if i not in stilled]
     if recovered:
         recovered += [
             i for i in order if i not in taken and i not in recovered and episodes[i].code in _CONSEQUENCES
@@ -180,7 +186,7 @@ def build_incidents(episodes: list[Episode], run_steps: int = 0) -> list[Inciden
         # Too large a step also shakes the loss: spikes while it lasts are its symptom.
         shaken = [i for i in order if i not in taken and episodes[i].code in _SPIKES
                   and any(_overlap(episodes[i], episodes[j]) for j in high)]
-        folded = plateau + shaken if high else []
+        folded = (plateau + shaken if high else []) + stilled
         taken.update(optimizer + folded)
         groups.append(("optimizer", sorted(optimizer + folded)))
         plateau = [i for i in plateau if i not in taken]
@@ -359,6 +365,8 @@ def _headline(kind, eps, alarm: Episode, crash: Episode | None, lead, start, fit
     if kind == "plateau" and any(e.code in _STAGNATION for e in eps):
         return alarm.message + "; the validation loss is stuck too"
     if kind == "optimizer":
+        if alarm.code in _OPTIMIZER_LOW and any(came_back(e) for e in eps):
+            return alarm.message + "; the train loss wandered above its best meanwhile, and came back"
         if any(e.code in _PRECURSOR for e in eps):
             return alarm.message + "; the train loss climbs away from its best with it"
         if any(e.family in ("plateau", "stagnation") for e in eps):

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from tb_crash_signals.analysis.episodes import Episode
 from tb_crash_signals.analysis.incidents import build_incidents
+from tb_crash_signals.analysis.recovery import CAME_BACK
 from tb_crash_signals.analysis.rules import RULES
 from tb_crash_signals.analysis.rules.base import Fit
 
@@ -89,3 +92,16 @@ def test_a_nan_without_a_critical_before_it_names_the_warning_that_came_first():
     (incident,) = build_incidents(eps, run_steps=300)
     assert incident.episodes == (0, 1)
     assert incident.headline == "train loss became NaN/Inf at step 270 with no warning sign before"
+
+
+def test_a_climb_the_run_came_back_from_at_a_zero_learning_rate_is_the_optimizer_story():
+    # The weights do not move: the loss's wandering is no divergence of its own.
+    climb = episode("CS202", 767, 767)
+    climb = dataclasses.replace(climb, severity="warning", message=climb.message + CAME_BACK)
+    eps = [episode("CS511", 165, 799, signal="lr"), climb]
+    (incident,) = build_incidents(eps, run_steps=800)
+    assert (incident.kind, incident.episodes, incident.severity) == ("optimizer", (0, 1), "warning")
+    assert incident.headline.endswith("the train loss wandered above its best meanwhile, and came back")
+    # Apart from such a stretch, it is a climb the run came back from, as before.
+    incidents = build_incidents([episode("CS511", 165, 300, signal="lr"), climb], run_steps=800)
+    assert kinds(incidents) == [("divergence", [1]), ("optimizer", [0])]
