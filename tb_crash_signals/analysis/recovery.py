@@ -133,6 +133,8 @@ def settled(episodes: list[Episode], levels: Callable[[], tuple[float, float, fl
         return level <= NEAR * best
 
     later = [e.start_step for e in episodes if e.severity == "critical" and e.code not in RECOVERABLE]
+    # The last climb still going holds those before it critical. One a crash follows holds nothing the
+    # crash does not (it holds those before it too), so whether it is over is not asked.
     last_open = max((e.start_step for e in episodes if e.severity == "critical" and e.code in RECOVERABLE
                      and not (later and max(later) > e.start_step) and not over(e)), default=None)
     causes = [e for e in episodes if e.code in _CAUSES and e.severity != "info"]
