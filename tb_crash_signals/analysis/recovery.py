@@ -132,11 +132,18 @@ def settled(episodes: list[Episode], levels: Callable[[], tuple[float, float, fl
         level, best = loss_levels()[:2]
         return level <= NEAR * best
 
-    later = [e.start_step for e in episodes if e.severity == "critical" and e.code not in RECOVERABLE]
+    # Where the last critical episode a run does not come back from (a NaN, an explosion) starts:
+    # nothing before it is settled.
+    last_crash = max((e.start_step for e in episodes if e.severity == "critical" and e.code not in RECOVERABLE),
+                     default=None)
+
+    def crash_after(e: Episode) -> bool:
+        return last_crash is not None and last_crash > e.start_step
+
     # The last climb still going holds those before it critical. One a crash follows holds nothing the
     # crash does not (it holds those before it too), so whether it is over is not asked.
     last_open = max((e.start_step for e in episodes if e.severity == "critical" and e.code in RECOVERABLE
-                     and not (later and max(later) > e.start_step) and not over(e)), default=None)
+                     and not crash_after(e) and not over(e)), default=None)
     causes = [e for e in episodes if e.code in _CAUSES and e.severity != "info"]
     out = []
     val_read, val_low = False, None  # val_best() is called once, if at all
@@ -152,7 +159,7 @@ def settled(episodes: list[Episode], levels: Callable[[], tuple[float, float, fl
                                                message=e.message + VAL_BACK.format(step=val_low[0])))
                 continue
             if (val_low is not None and e.code == "CS302" and e.start_value is not None
-                    and val_low[1] <= DROPPED * e.start_value and not any(s > e.start_step for s in later)):
+                    and val_low[1] <= DROPPED * e.start_value and not crash_after(e)):
                 out.append(dataclasses.replace(e, severity="info", advice=SLOW_START_ADVICE,
                                                message=e.message + SLOW_START))
                 continue
@@ -161,7 +168,7 @@ def settled(episodes: list[Episode], levels: Callable[[], tuple[float, float, fl
                  and not any(c.start_step <= e.end_step and e.start_step <= c.end_step for c in causes))
         lost = lost_ground(e.message)
         stall = e.code == "CS301" and e.severity == "warning" and (lost or STUCK_NOTE in e.message)
-        if (climb or stall) and not any(s > e.start_step for s in later) and not (climb and not over(e)):
+        if (climb or stall) and not crash_after(e) and not (climb and not over(e)):
             level, best, initial, noise = loss_levels()
             if climb and level < initial and (level <= BACK * best or _under_goal(level, e)):
                 e = dataclasses.replace(e, severity="warning", open=False, message=e.message + CAME_BACK,
