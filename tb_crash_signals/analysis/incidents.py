@@ -20,7 +20,7 @@ import re
 from tb_crash_signals.analysis.episodes import Episode
 from tb_crash_signals.analysis.recovery import came_back
 from tb_crash_signals.analysis.rules.base import Fit, fmt
-from tb_crash_signals.analysis.rules.plateau import lost_ground
+from tb_crash_signals.analysis.rules.plateau import large_updates, lost_ground
 from tb_crash_signals.analysis.signals import SIGNAL_LABELS
 
 KINDS = ("divergence", "nonfinite", "overfit", "optimizer", "plateau", "stagnation", "spikes", "overflow")
@@ -61,6 +61,11 @@ ADVICE = {
 LOST_ADVICE = ("the loss lost the ground it had: something undoes the training (a learning rate too high for "
                "this stage, a warm-up or one-cycle peak, weight decay of the wrong sign, a gradient-accumulation "
                "bug); lower the learning rate and resume from the checkpoint at its best step")
+# A loss stuck near its start after updates far too large (CS301's `large_updates`): a learning rate too
+# high, not too low.
+LARGE_UPDATES_ADVICE = ("the updates were far too large for the weights, and the model stopped learning (dead or "
+                        "saturated units): lower the learning rate 10x or more, or add a warm-up, and restart from "
+                        "scratch: these weights are spoilt")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -272,6 +277,8 @@ def _incident(kind: str, members: list[int], episodes: list[Episode]) -> Inciden
     advice = ADVICE[kind].format(resume=resume) if kind in ADVICE else alarm.advice
     if kind == "plateau" and alarm.code == "CS301" and lost_ground(alarm.message):
         advice = LOST_ADVICE
+    elif kind == "plateau" and alarm.code == "CS301" and large_updates(alarm.message):
+        advice = LARGE_UPDATES_ADVICE
     if kind == "optimizer" or severity == "info":  # a note's advice is its rule's own
         advice = alarm.advice
     elif recovered:

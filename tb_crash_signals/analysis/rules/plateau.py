@@ -36,6 +36,9 @@ from tb_crash_signals.analysis.streaming import Stream, StreamHit, recent_logs, 
 STUCK_NOTE = "near where it started"
 ABOVE_NOTE = "above where it started"
 BACK_NOTE = "back near where it started after it had learnt"
+# ... and, of a loss stuck near its start, that updates far larger than training takes came before:
+# a learning rate too high wrecked the weights (the incidents tell it with `large_updates`).
+LARGE_UPDATES_NOTE = "after updates far too large"
 ABOVE = 1.25
 # The learning rate has fallen when it is under this share of its peak so far (`lr_fell`'s default;
 # CS402 reads a schedule's course with it too).
@@ -105,6 +108,13 @@ class PlateauParams:
         LR_FELL, "the learning rate fell when it was under this share of its peak so far (as the loss's "
         "points see it: its value at or before each)", above=0.0,
     )
+    updates_high: float = param(
+        0.05, "a loss stuck near where it started after an update ratio (the updates' norm over the "
+        "weights') of at least this is told so: a learning rate too high spoilt the weights (dead or "
+        "saturated units), not one too low. Healthy runs of the detection corpus peak at 0.04; its runs "
+        "at a learning rate far too high, and its transformers without warm-up, at 0.05-0.35; 0: never",
+        at_least=0.0,
+    )
     noise_window: int = noise_window_param()
     max_noise: float = max_noise_param("plateau")
     cooldown: int = param(50, "points after which a new episode starts")
@@ -117,12 +127,15 @@ def _describe_plateau(ep, p):
     )
 
 
-def plateau_note(patience, lr_fraction, lr_climb=math.nan, level=math.nan, best=math.nan, learnt=math.nan) -> str:
+def plateau_note(patience, lr_fraction, lr_climb=math.nan, level=math.nan, best=math.nan, learnt=math.nan,
+                 updates=math.nan, updates_high=0.0) -> str:
     """How long the loss stood still, and why it is a plateau: the learning rate gone (its share
     of its peak), or climbing far above where it was (its multiple of the peak as of the stall's
     start), else the loss stuck near where it started, above it (`level`: the smoothed loss over
     its initial level, at least ABOVE), or back near it after it had learnt (`best`: its best
-    level over the initial one, under `learnt`; the level at least ABOVE times that best)."""
+    level over the initial one, under `learnt`; the level at least ABOVE times that best). Stuck
+    near its start, the note adds updates far too large when the update ratio's peak so far
+    (`updates`) reached `updates_high` (> 0)."""
     if lr_fraction == lr_fraction:
         why = f", with the learning rate at {fmt(100 * lr_fraction)}% of its peak"
     elif lr_climb == lr_climb:
@@ -131,6 +144,8 @@ def plateau_note(patience, lr_fraction, lr_climb=math.nan, level=math.nan, best=
         why = f", {ABOVE_NOTE} ({fmt(level)}x its initial level)"
     elif best < learnt and level >= ABOVE * best:
         why = f", {BACK_NOTE} ({fmt(level / best)}x its best level)"
+    elif updates_high > 0 and updates >= updates_high:
+        why = f", {STUCK_NOTE} {LARGE_UPDATES_NOTE} (update ratio up to {fmt(updates)})"
     else:
         why = f", {STUCK_NOTE}"
     return f"{int(patience)} points{why}"
@@ -140,6 +155,21 @@ def lost_ground(message: str) -> bool:
     """Whether a CS301 message tells a stall above where the loss started, or back near there
     after it had learnt (see plateau_note)."""
     return ABOVE_NOTE in message or BACK_NOTE in message
+
+
+def large_updates(message: str) -> bool:
+    """Whether a CS301 message tells a loss stuck near its start after updates far too large."""
+    return LARGE_UPDATES_NOTE in message
+
+
+def updates_peak(updates, step) -> float:
+    """The largest finite update ratio logged before `step` (the monitor takes a step's update ratio
+    after its loss), NaN if none: the `updates` Series, or None."""
+    if updates is None:
+        return math.nan
+    before = updates.values[: int(np.searchsorted(updates.steps, step, side="left"))]
+    before = before[np.isfinite(before)]
+    return float(before.max()) if before.size else math.nan
 
 
 def start_level(values, init: float, known_after: int, points: int) -> float:
@@ -339,6 +369,9 @@ class PlateauStream(Stream):
         # The learning rate's recent points (its channel is updated first).
         self.lr_channel = channels["lr"]
         self.lr = channels["lr"].values
+        # The update ratio's peak so far (-inf before any), for the note of a loss stuck near its start.
+        self.updates = channels["update_ratio"]
+        self.updates_high = p.updates_high
 
     def check(self, i, step, v):
         if self.head_logs is not None:
@@ -474,7 +507,8 @@ class PlateauStream(Stream):
                 return StreamHit(note=plateau_note(patience, self.lr_peak.fraction() if gone else math.nan,
                                                    climb if climbed and not gone else math.nan,
                                                    level / init if positive else math.nan,
-                                                   best / init if positive else math.nan, self.stuck))
+                                                   best / init if positive else math.nan, self.stuck,
+                                                   self.updates.max_finite, self.updates_high))
         return None
 
     def _climb(self, start):
@@ -571,7 +605,7 @@ def _capped_from(fraction, min_patience, cap):
 
 @rule(
     code="CS301", symbol="loss-plateau", family="plateau", severity="warning",
-    signals=("train_loss",), params=PlateauParams, describe=_describe_plateau, peak="first",
+    signals=("train_loss", "update_ratio"), params=PlateauParams, describe=_describe_plateau, peak="first",
     stream=PlateauStream,
     advice="the model stopped learning: check the learning rate (too low or decayed to 0), "
     "frozen parameters, or dead activations; stop the run if it has converged",
@@ -597,7 +631,10 @@ def loss_plateau(data, p: PlateauParams, since=None):
     flat by a tiny warm-up learning rate has not had its chance yet. A
     learning rate rising exponentially (from the 20th point), or ever faster
     through all `max_warmup` points, is no warm-up. A run that learnt and
-    slows down under a working learning rate is converging.
+    slows down under a working learning rate is converging. A loss stuck
+    near where it started after an update ratio of `updates_high` or more
+    (logged before the point) is told as such: the learning rate was too
+    high and spoilt the weights, which its incident's advice says.
     """
     s = data.get("train_loss")
     if s is None or len(s) <= p.min_patience:
@@ -646,10 +683,13 @@ def loss_plateau(data, p: PlateauParams, since=None):
         if hit.size:
             hit = hit[~noisy_at(s.values, hit, p.noise_window, p.max_noise)]
     if hit.size:
+        updates = data.get("update_ratio")
+
         def note(i):
             j = int(np.searchsorted(noted, i))
             return plateau_note(plateau_patience(np.int64(i), p), float(fractions[j]), float(climbs[j]),
-                                float(levels[j]), float(bests[j]), p.stuck)
+                                float(levels[j]), float(bests[j]), p.stuck,
+                                updates_peak(updates, s.steps[i]), p.updates_high)
 
         yield Hits("train_loss", hit, note=note)
 

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 
 from tb_crash_signals.analysis.episodes import Episode
-from tb_crash_signals.analysis.incidents import build_incidents
+from tb_crash_signals.analysis.incidents import LARGE_UPDATES_ADVICE, build_incidents
 from tb_crash_signals.analysis.recovery import CAME_BACK
 from tb_crash_signals.analysis.rules import RULES
 from tb_crash_signals.analysis.rules.base import Fit
+from tb_crash_signals.analysis.rules.plateau import plateau_note
 
 
 def episode(code, start, end=None, signal="train_loss", fit_from=None):
@@ -74,6 +76,19 @@ def test_a_loss_that_levelled_off_is_a_note_until_a_plateau_warning_joins_it():
                                   run_steps=1000)
     assert incident.kind == "plateau" and incident.first_alarm_step == 600
     assert incident.headline == "CS302 at 600; the train loss stopped improving too"
+
+
+def test_a_loss_stuck_at_its_start_after_updates_far_too_large_is_told_to_lower_the_learning_rate():
+    stuck = episode("CS301", 30, 200)
+    (plain,) = build_incidents([stuck], run_steps=300)
+    assert plain.advice.startswith("the model stopped learning: check the learning rate (too low")
+    note = plateau_note(10, math.nan, updates=0.2, updates_high=0.05)
+    told = dataclasses.replace(stuck, message=f"train loss has not improved by 1% for {note} (around 2.3 at step 30)")
+    (incident,) = build_incidents([told], run_steps=300)
+    assert incident.kind == "plateau" and incident.headline == told.message
+    assert "updates far too large (update ratio up to 0.2)" in incident.headline
+    assert incident.advice == LARGE_UPDATES_ADVICE and "lower the learning rate 10x" in incident.advice
+    assert "too low" not in incident.advice
 
 
 def test_a_nan_without_a_critical_before_it_names_the_warning_that_came_first():

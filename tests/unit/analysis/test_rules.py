@@ -786,6 +786,33 @@ def test_plateau_that_lost_ground_says_so_in_scan_and_the_monitor():
         assert why in batch[0].message, batch[0].message
 
 
+def test_plateau_near_the_start_after_updates_far_too_large_says_so_in_scan_and_the_monitor():
+    # A loss stuck at chance from the start; its update ratio logged every 10 steps. Updates of 20 %
+    # of the weights a step at first (a learning rate far too high) are told in the note; the usual
+    # 1e-3 are not, nor a large ratio logged only at the step the stall is first told (the monitor
+    # takes a step's update ratio after its loss, so the note reads the ones before it).
+    rng = np.random.default_rng(6)
+    flat = 2.30 + 0.003 * rng.standard_normal(80)
+    for ratios, told in ((np.r_[0.2, 0.12, np.full(6, 0.03)], True), (np.full(8, 1e-3), False)):
+        updates = series(ratios, steps=np.arange(0, 80, 10))
+        batch = episodes_of(analyze(train_loss=flat, update_ratio=updates), "CS301")
+        m = Monitor()
+        for i, v in enumerate(flat.tolist()):
+            m.update(i, train_loss=v, **({"update_ratio": float(ratios[i // 10])} if i % 10 == 0 else {}))
+        online = [e for e in m.episodes() if e.code == "CS301"]
+        assert batch and [e.message for e in batch] == [e.message for e in online]
+        said = "near where it started after updates far too large (update ratio up to 0.2)"
+        assert (said in batch[0].message) is told
+    start = episodes_of(analyze(train_loss=flat), "CS301")[0].start_step
+    late = series([1e-3, 0.5], steps=[0, start])
+    (ep,) = episodes_of(analyze(train_loss=flat, update_ratio=late), "CS301")
+    assert "updates far too large" not in ep.message
+    off = dataclasses.replace(RULES["CS301"].default_params(), updates_high=0.0)
+    updates = series(np.r_[0.2, np.full(7, 0.03)], steps=np.arange(0, 80, 10))
+    (ep,) = episodes_of(analyze(Config(params={"CS301": off}), train_loss=flat, update_ratio=updates), "CS301")
+    assert "updates far too large" not in ep.message
+
+
 def test_plateau_after_a_fivefold_fall_in_the_first_points_is_convergence():
     # Logged every 10 steps at a constant rate: a regression at its noise floor by its 3rd point
     # (1.4, 0.14, 0.1, then ~0.02): its initial level (the median of its first 10 points) is
