@@ -30,6 +30,7 @@ _SEVERITY_RANK = {"critical": 0, "warning": 1, "info": 2}
 _CRASH = ("CS001", "CS002", "CS101", "CS113", "CS114", "CS115", "CS116", "CS117")
 _PRECURSOR = ("CS201", "CS202")
 _SPIKES = ("CS102", "CS111", "CS112")
+_JUMPS = ("CS114", "CS115")  # a crash in one point: a spike, once the run came back from it
 _OVERFLOW = ("CS003", "CS004")
 _OPTIMIZER_HIGH = ("CS501", "CS512", "CS513")  # the learning rate / updates too large
 # The learning rate at zero or below, or updates too small to learn: the weights barely move (or climb
@@ -166,10 +167,15 @@ def build_incidents(episodes: list[Episode], run_steps: int = 0) -> list[Inciden
         taken.update(members)
         groups.append(("divergence", members))
 
+    # A jump the run came back from at a spike's step (within 2 steps, as _occurrences counts) is
+    # that spike: told with the spikes, not as a climb.
+    spiked = [episodes[j].start_step for j in order if j not in taken and episodes[j].code in _SPIKES]
+    jumps = [i for i in order if i not in taken and episodes[i].code in _JUMPS and came_back(episodes[i])
+             and any(abs(episodes[i].start_step - s) <= 2 for s in spiked)]
     # Climbs the run came back from (analysis.recovery): one story, however many, with what the
     # loss did while it was up (spikes on the way, a stall back near where it started: one that lost
     # ground is the climb itself, whenever its rule first saw it).
-    recovered = [i for i in order if i not in taken and came_back(episodes[i])]
+    recovered = [i for i in order if i not in taken and i not in jumps and came_back(episodes[i])]
     low = [j for j in order if j not in taken and episodes[j].code in _OPTIMIZER_LOW]
     stilled = [i for i in recovered if any(_overlap(episodes[i], episodes[j]) for j in low)]
     recovered = [i for i in recovered if i not in stilled]
@@ -198,6 +204,8 @@ def build_incidents(episodes: list[Episode], run_steps: int = 0) -> list[Inciden
     for kind, codes in (("plateau", _PLATEAU), ("stagnation", _STAGNATION), ("overfit", _OVERFIT),
                         ("spikes", _SPIKES), ("overflow", _OVERFLOW)):
         members = [i for i in order if i not in taken and episodes[i].code in codes]
+        if kind == "spikes":
+            members = sorted(members + [i for i in jumps if i not in taken])
         if kind == "plateau":  # a stuck validation loss during or after a plateau is the same story
             members += [i for i in order if i not in taken and episodes[i].code in _STAGNATION
                         and any(episodes[i].end_step >= episodes[j].start_step for j in members)]

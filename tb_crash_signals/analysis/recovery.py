@@ -31,11 +31,14 @@ from typing import Callable
 import numpy as np
 
 from tb_crash_signals.analysis.episodes import Episode
+from tb_crash_signals.analysis.rules.blowup import after_lr_jump
 from tb_crash_signals.analysis.rules.plateau import STUCK_NOTE, lost_ground
 
 # The rules whose episodes a run can come back from: a climb, a level that lost what it learnt,
-# a jump. A NaN, an explosion past a bound or a threshold is no scare.
-RECOVERABLE = ("CS113", "CS115", "CS202")
+# a jump with the grad norm, a loss that blew up in one point (but not right after the learning rate
+# jumped: that is the jump's doing, see _CAUSES). A NaN, an explosion past a bound or a threshold is
+# no scare.
+RECOVERABLE = ("CS113", "CS114", "CS115", "CS202")
 # Optimizer settings too large (incidents._OPTIMIZER_HIGH): a climb while one lasts is their symptom,
 # and the run is sick however often the loss comes back.
 _CAUSES = ("CS501", "CS512", "CS513")
@@ -81,6 +84,11 @@ LEARNT_AGAIN_ADVICE = ("nothing to do: the loss lost ground for a while, then le
                        "again, lower the learning rate (or its peak)")
 VAL_BACK_ADVICE = ("nothing to do: the validation loss rose for a while, then came back to its best; keep the "
                    "checkpoint at its best if it rises again")
+
+
+def recoverable(e: Episode) -> bool:
+    """Whether `e` is of a kind a run can come back from (see RECOVERABLE)."""
+    return e.code in RECOVERABLE and not (e.code == "CS114" and after_lr_jump(e.message))
 
 
 def came_back(e: Episode) -> bool:
@@ -134,7 +142,7 @@ def settled(episodes: list[Episode], levels: Callable[[], tuple[float, float, fl
 
     # Where the last critical episode a run does not come back from (a NaN, an explosion) starts:
     # nothing before it is settled.
-    last_crash = max((e.start_step for e in episodes if e.severity == "critical" and e.code not in RECOVERABLE),
+    last_crash = max((e.start_step for e in episodes if e.severity == "critical" and not recoverable(e)),
                      default=None)
 
     def crash_after(e: Episode) -> bool:
@@ -142,7 +150,7 @@ def settled(episodes: list[Episode], levels: Callable[[], tuple[float, float, fl
 
     # The last climb still going holds those before it critical. One a crash follows holds nothing the
     # crash does not (it holds those before it too), so whether it is over is not asked.
-    last_open = max((e.start_step for e in episodes if e.severity == "critical" and e.code in RECOVERABLE
+    last_open = max((e.start_step for e in episodes if e.severity == "critical" and recoverable(e)
                      and not crash_after(e) and not over(e)), default=None)
     causes = [e for e in episodes if e.code in _CAUSES and e.severity != "info"]
     out = []
@@ -163,7 +171,7 @@ def settled(episodes: list[Episode], levels: Callable[[], tuple[float, float, fl
                 out.append(dataclasses.replace(e, severity="info", advice=SLOW_START_ADVICE,
                                                message=e.message + SLOW_START))
                 continue
-        climb = (e.severity == "critical" and e.code in RECOVERABLE
+        climb = (e.severity == "critical" and recoverable(e)
                  and not (last_open is not None and last_open > e.start_step)
                  and not any(c.start_step <= e.end_step and e.start_step <= c.end_step for c in causes))
         lost = lost_ground(e.message)

@@ -146,14 +146,23 @@ def climbed(before, x, p: BlowupParams) -> bool:
     return True
 
 
+# How the note tells a jump the learning rate caused (`after_lr_jump`): no scare the run came back
+# from, however soon the loss falls back (analysis.recovery).
+AFTER_LR_NOTE = "right after the learning rate jumped"
+
+
+def after_lr_jump(message: str) -> bool:
+    """Whether a CS114 message tells a jump right after the learning rate jumped."""
+    return AFTER_LR_NOTE in message
+
+
 def _note(kind, x, med, lr_ratio, start=None) -> str:
     if kind == "big":
         return f"{fmt(x / med)}x its recent median {fmt(med)} in one point"
     if kind == "climb":
         return f"{fmt(x / med)}x its recent median {fmt(med)}, multiplying at every point from {fmt(start)}"
     return (
-        f"{fmt(x / med)}x its recent median {fmt(med)} right after the learning rate jumped "
-        f"{fmt(lr_ratio)}x"
+        f"{fmt(x / med)}x its recent median {fmt(med)} {AFTER_LR_NOTE} {fmt(lr_ratio)}x"
     )
 
 

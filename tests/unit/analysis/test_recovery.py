@@ -35,7 +35,7 @@ def severities(eps):
     return [(e.code, e.start_step, e.severity) for e in eps]
 
 
-@pytest.mark.parametrize("code", ["CS113", "CS115", "CS202"])
+@pytest.mark.parametrize("code", ["CS113", "CS114", "CS115", "CS202"])
 def test_a_closed_climb_with_nothing_critical_after_it_is_a_warning(code):
     (out,) = settle([episode(code, 100, 120)])
     assert out.severity == "warning"
@@ -124,9 +124,40 @@ def test_a_climb_under_a_learning_rate_out_of_band_stays_critical():
     assert severities(settle(eps))[1] == ("CS202", 100, "critical")
 
 
-@pytest.mark.parametrize("code", ["CS001", "CS002", "CS101", "CS114", "CS201"])
+@pytest.mark.parametrize("code", ["CS001", "CS002", "CS101", "CS201"])
 def test_a_crash_or_a_growth_fit_is_never_settled(code):
     assert settle([episode(code, 100, 110)])[0].severity == "critical"
+
+
+def test_a_blow_up_right_after_the_learning_rate_jumped_is_the_jumps_doing_and_stays_critical():
+    # A one-step learning-rate mishap: the loss blew up at the next step and fell back. The jump is the
+    # cause, and what it did holds the climbs before it critical too, as a crash does.
+    jumped = episode("CS114", 269, message="train loss blew up at step 269: 46.1x its recent median 0.669 right "
+                                          "after the learning rate jumped 49.7x")
+    eps = settle([episode("CS202", 100, 120), episode("CS512", 268, signal="lr"), jumped])
+    assert severities(eps) == [("CS202", 100, "critical"), ("CS512", 268, "warning"), ("CS114", 269, "critical")]
+    alone = episode("CS114", 269, message="train loss blew up at step 269: 163x its recent median 0.215 in one point")
+    assert settle([alone])[0].severity == "warning"
+
+
+def test_a_jump_the_run_came_back_from_at_a_spikes_step_is_that_spike():
+    # Loss spikes 40-280x in one point with the grad norm, each back at the next step: one story, the
+    # spikes', not "climbed away from its best" beside "3 spikes".
+    eps = []
+    for s in (244, 280, 698):
+        eps += [episode("CS115", s), episode("CS102", s, signal="grad_norm"),
+                episode("CS112", s, message=f"train loss spike at step {s}: 44x its recent median 0.2; fast "
+                                           "recovery in 1 step")]
+    eps.append(episode("CS114", 781))
+    eps.append(episode("CS112", 782, message="train loss spike at step 782: 277x its recent median 0.14; fast "
+                                            "recovery in 1 step"))
+    (incident,) = build_incidents(settle(eps), run_steps=1000)
+    assert (incident.kind, incident.severity, incident.occurrences) == ("spikes", "warning", 4)
+    assert incident.headline == "4 loss and grad-norm spikes from step 244, each recovered within 1 step"
+    assert len(incident.episodes) == len(eps)
+    # A climb the run came back from is still a climb, spikes or not.
+    (climb, spikes) = build_incidents(settle([episode("CS202", 100, 140), episode("CS112", 500)]), run_steps=1000)
+    assert (climb.kind, spikes.kind) == ("divergence", "spikes")
 
 
 def test_recovered_climbs_are_one_warning_incident_with_their_count():
