@@ -7,8 +7,11 @@ import dataclasses
 import numpy as np
 
 from tb_crash_signals.analysis.rules.base import BandEdge, Hits, fmt, param, rule, since_index
-from tb_crash_signals.analysis.stats import run_lengths
-from tb_crash_signals.analysis.streaming import HIT, Stream
+from tb_crash_signals.analysis.stats import initial_level, run_lengths, smoothed_level, value_at_or_before
+from tb_crash_signals.analysis.streaming import HIT, Stream, shared_level
+
+# The train loss's level CS502 reads: its trailing median of this many points (CS301's).
+LOSS_SMOOTH = 9
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,6 +35,12 @@ class UpdateRatioLowParams(UpdateRatioParams):
         "converged dip under it for a few points (an easy task near zero loss, a decayed schedule); "
         "a learning rate far too low keeps them there"
     )
+    converged: float = param(
+        1e-3, "... and not while the train loss's level (the median of its last 9 points) is at most this "
+        "share of its initial level: a loss that fell three decades has little left to learn, and its "
+        "updates shrink with its gradient (a memorised training set, a batch overfit on purpose), whatever "
+        "the learning rate; 0: never", at_least=0.0,
+    )
 
 
 def _run_start(s, since, consecutive: int) -> tuple[int, int]:
@@ -51,8 +60,23 @@ def _out_of_band(data, p, above: bool, since):
     out[: max(p.warmup - a, 0)] = False
     idx = np.flatnonzero(run_lengths(out) >= p.consecutive) + a
     idx = idx[idx >= i0]
+    if idx.size and not above and p.converged > 0:
+        idx = idx[~(converged_at(data.get("train_loss"), s.steps[idx]) <= p.converged)]
     if idx.size:
         yield Hits("update_ratio", idx)
+
+
+def converged_at(train, steps) -> np.ndarray:
+    """The train loss's level over its initial level at its last point at or before each step (the
+    monitor takes a step's loss before its update ratio; NaN while either is unknown)."""
+    if train is None or len(train) == 0:
+        return np.full(np.shape(steps), np.nan)
+    level = smoothed_level(train.values, LOSS_SMOOTH)
+    init, known_after = initial_level(train.values)
+    ratio = np.full(level.shape, np.nan)
+    if init > 0:
+        ratio[known_after:] = level[known_after:] / init
+    return value_at_or_before(train.steps, ratio, steps)
 
 
 def _describe_ratio(ep, p, above):
@@ -86,6 +110,21 @@ class RatioHighStream(_RatioBand):
 class RatioLowStream(_RatioBand):
     above = False
 
+    def __init__(self, p, signal, channels):
+        super().__init__(p, signal, channels)
+        self.converged = p.converged
+        loss = channels["train_loss"]
+        self.level = shared_level(loss, LOSS_SMOOTH)
+        self.initial = loss.initial  # the loss is taken before the update ratio at a step
+
+    def check(self, i, step, v):
+        hit = super().check(i, step, v)
+        if hit is not None and self.converged > 0:
+            init = self.initial.value
+            if init > 0 and self.level.value <= self.converged * init:
+                return None
+        return hit
+
 
 @rule(
     code="CS501", symbol="update-ratio-high", family="optimizer", severity="warning",
@@ -105,7 +144,7 @@ def update_ratio_high(data, p: UpdateRatioParams, since=None):
 
 @rule(
     code="CS502", symbol="update-ratio-low", family="optimizer", severity="warning",
-    signals=("update_ratio",), params=UpdateRatioLowParams,
+    signals=("update_ratio", "train_loss"), params=UpdateRatioLowParams,
     describe=lambda ep, p: _describe_ratio(ep, p, False), peak="min",
     stream=RatioLowStream, overlays=(BandEdge("update_ratio", "low", "low"),),
     advice="the weights barely move: raise the learning rate, check that the schedule did "
@@ -115,6 +154,8 @@ def update_ratio_low(data, p: UpdateRatioLowParams, since=None):
     """Parameter updates are too small to learn anything.
 
     Fires when |delta theta| / |theta| stays below `low` for `consecutive`
-    logged points (after `warmup`).
+    logged points (after `warmup`), unless the train loss's level has fallen
+    to `converged` x its initial level or under: a loss that learnt nearly
+    all there was to learn takes small steps, its gradient nearly gone.
     """
     yield from _out_of_band(data, p, above=False, since=since)

@@ -1116,6 +1116,28 @@ def test_update_ratio_out_of_band_both_ways():
     assert not codes(analyze(update_ratio=np.full(50, 1e-3))) & {"CS501", "CS502"}
 
 
+def test_updates_too_small_on_a_loss_that_learnt_everything_are_no_misconfiguration():
+    # A training set memorised: the loss falls from 0.5 to 1e-10 and the updates shrink with its
+    # gradient, under the band from step 60. Raising the learning rate would be the wrong advice. The
+    # same updates under a loss that stays near its start (a learning rate far too low) still warn;
+    # scan and the monitor alike (the loss is logged every step, the update ratio every other).
+    t = np.arange(120)
+    memorised = 0.5 * np.exp(-t / 5.0)
+    stuck = np.full(120, 0.5) * (1 + 0.01 * np.sin(t))
+    ratio = np.where(t < 60, 1e-3, 1e-8)
+    steps = np.arange(0, 120, 2)
+    for loss, warned in ((memorised, []), (stuck, [74])):
+        data = {"train_loss": loss, "update_ratio": series(ratio[steps], steps=steps)}
+        assert [e.start_step for e in episodes_of(analyze(**data), "CS502")] == warned
+        m = Monitor()
+        for i in range(120):
+            m.update(i, train_loss=float(loss[i]), **({"update_ratio": float(ratio[i])} if i % 2 == 0 else {}))
+        assert [e.start_step for e in m.episodes() if e.code == "CS502"] == warned
+    off = dataclasses.replace(RULES["CS502"].default_params(), converged=0.0)
+    data = {"train_loss": memorised, "update_ratio": series(ratio[steps], steps=steps)}
+    assert [e.start_step for e in episodes_of(analyze(Config(params={"CS502": off}), **data), "CS502")] == [74]
+
+
 def test_learning_rate_anomalies():
     lr = np.full(40, 1e-3)
     lr[25:] = 0.0
