@@ -28,6 +28,15 @@ detectors may not. The rules, all on logged points:
   come down to 75 % of the initial level first (a loss that cannot double,
   back at chance) (`sustained`: lost what it had learnt). None if none
   happens.
+- **plain crash step** (crash runs): where the crash is plain from the points
+  logged so far, with no look-ahead: the first non-finite train loss or
+  non-finite grad norm that is not an overflow step, or the first train-loss
+  point whose trailing median of 5 points is >= 10x the lowest trailing median
+  of 5 points before it and >= half the initial loss level (as `jump` above: a
+  tiny batch's loss near zero moves 10x in noise). None if the run never gets there (a loss that climbs
+  2-5x and stays). The crash step above reads a centred median, up to 4
+  points ahead of its step; this one is what a causal detector can be held
+  to, as "critical before the loss turns NaN" is.
 - **precursor** (crash runs): for the train loss and the grad norm, over
   their finite points before the crash (smoothed as above, within those
   points only, so the crash itself cannot leak into them; a grad norm that
@@ -149,6 +158,35 @@ def overflow_steps(loss, grad) -> list[int]:
                 continue
         out.extend(gs[a:b].astype(int).tolist())
     return out
+
+
+PLAIN_FACTOR, PLAIN_POINTS = 10.0, 5  # the plain crash: 10x the lowest trailing median of 5 points
+
+
+def plain_crash(loss, grad, overflow) -> int | None:
+    """The plain crash step -- see the module doc."""
+    cands = []
+    if grad is not None:
+        ov = set(overflow)
+        bad = [i for i in np.flatnonzero(~np.isfinite(grad[1])).tolist() if int(grad[0][i]) not in ov]
+        if bad:
+            cands.append(int(grad[0][bad[0]]))
+    if loss is not None:
+        s, v = loss
+        f0 = v[np.isfinite(v)]
+        init = float(np.median(f0[:10])) if f0.size else float("nan")
+        low = np.inf
+        for i in range(len(v)):
+            if not np.isfinite(v[i]):
+                cands.append(int(s[i]))
+                break
+            if i + 1 >= PLAIN_POINTS:
+                m = float(np.median(v[i + 1 - PLAIN_POINTS:i + 1]))
+                if m >= PLAIN_FACTOR * low and m >= 0.5 * init:
+                    cands.append(int(s[i]))
+                    break
+                low = min(low, m)
+    return min(cands) if cands else None
 
 
 def crash(loss, grad, overflow) -> tuple[int | None, str | None]:
@@ -417,6 +455,7 @@ def compute_labels(recorded: dict) -> dict:
         "category": cat,
         "crash_step": crash_at,
         "crash_how": how,
+        "plain_crash_step": plain_crash(loss, grad, overflow) if crash_at is not None else None,
         "precursor": pre_start is not None,
         "precursor_start": pre_start,
         "precursor_signal": pre_sig,

@@ -27,7 +27,9 @@ Corpus measures (labels: `labels.py`; "alarm" = an incident, or an episode):
   critical, and criticals starting at an overflow step (target: none).
 - divergence: diverged runs whose earliest critical (incident
   `first_alarm_step`, else episode start) is at or before the crash step;
-  lead = crash step - that step.
+  lead = crash step - that step. The same against the plain crash
+  (`labels.plain_crash`, no look-ahead; corpora labelled before it lack it),
+  and, of the divergences that never reach one, those with a critical at all.
 - precursor: the same leads on runs labelled with a precursor (target:
   median >= 30 steps, none < 10).
 - growth fit: runs whose grad norm crosses 100 (label) with a CS201 fit
@@ -251,7 +253,8 @@ def score_corpus(outputs: dict, meta_runs: dict, val_steps: dict | None = None) 
     healthy = {"runs": 0, "steps": 0, "critical": 0, "critical_incidents": 0, "warnings": 0,
                "warning_incidents": 0, "runs_with_critical": [], "by_code": {}}
     overflow = {"runs": 0, "runs_with_critical": [], "critical_at_overflow": 0}
-    div = {"n": 0, "flagged": 0, "missed": [], "leads": [], "by_how": {}}
+    div = {"n": 0, "flagged": 0, "missed": [], "leads": [], "by_how": {},
+           "plain_n": 0, "plain_flagged": 0, "plain_missed": [], "never_plain": 0, "never_plain_critical": 0}
     pre = {"n": 0, "leads": [], "late": []}
     growth = {"n_crossing": 0, "n_fit": 0, "within20": 0, "errors": [], "runs": [],
               "episodes": 0, "latest_shown": 0}
@@ -316,6 +319,19 @@ def score_corpus(outputs: dict, meta_runs: dict, val_steps: dict | None = None) 
             row = div["by_how"].setdefault(how, {"n": 0, "flagged": 0})
             row["n"] += 1
             fc = first_critical(out)
+            # The plain crash (labels.plain_crash: NaN/Inf, or 10x with no look-ahead), where the
+            # corpus's labels have it (labels of older corpora lack it).
+            plain = lab.get("plain_crash_step")
+            if plain is not None:
+                div["plain_n"] += 1
+                if fc is not None and fc <= plain:
+                    div["plain_flagged"] += 1
+                else:
+                    div["plain_missed"].append(f"{name}: plain crash {plain}, first critical "
+                                               f"{'none' if fc is None else fc}")
+            elif "plain_crash_step" in lab:
+                div["never_plain"] += 1
+                div["never_plain_critical"] += fc is not None
             if lab["precursor"]:
                 pre["n"] += 1
             if fc is not None and fc <= crash:

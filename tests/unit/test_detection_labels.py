@@ -72,3 +72,22 @@ def test_skipped_fp16_steps_in_a_row_are_overflow_not_a_crash():
     grad[200:] = np.nan
     labels = compute_labels({"train_loss": points(loss, 1), "grad_norm": points(grad, 1)})
     assert labels["crash_step"] == 200 and 200 not in labels["overflow_steps"]
+
+
+def test_the_plain_crash_reads_no_point_ahead():
+    # Learns 2.3 -> 0.2 (60 points logged every 10 steps), then the loss multiplies by 1.5 every
+    # point until it is NaN at point 84. The labels' crash (a centred median at 2x the best) comes
+    # first. The plain crash is the first point whose trailing median of 5 reaches 10x the lowest
+    # such median (0.2, so 2.0) and half the initial level: at point 67 the last five are 1.01,
+    # 1.52, 2.28, 3.42, 5.13 (median 2.28), at point 66 their median is 1.52.
+    learn = 0.2 + 2.1 * np.exp(-np.arange(60) / 8)
+    climb = 0.2 * 1.5 ** np.arange(1, 25)
+    labels = compute_labels({"train_loss": points(np.concatenate([learn, climb, [np.nan]]))})
+    assert labels["category"] == "diverged"
+    assert labels["plain_crash_step"] == 670 and labels["crash_step"] < 670
+    # A loss that climbs 4.5x and stays is a crash for the labels but never a plain one.
+    labels = compute_labels({"train_loss": points(np.concatenate([learn, np.full(60, 0.9)]))})
+    assert labels["crash_step"] is not None and labels["plain_crash_step"] is None
+    # A NaN is the plain crash at once; a run that did not crash has none.
+    assert compute_labels({"train_loss": points(np.r_[learn, np.nan])})["plain_crash_step"] == 600
+    assert compute_labels({"train_loss": points(learn)})["plain_crash_step"] is None
