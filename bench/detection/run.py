@@ -70,6 +70,8 @@ def measure_rows(r: dict, anchor: bool) -> list[tuple[str, str, str]]:
         ("lead, median (min–max) steps", "", _q(d["lead"])),
         ("with precursor: lead median (min–max); < 10 or missed", "≥ 30; 0",
          f"{_q(p['lead'])}; {p['under10']}/{p['n']}"),
+        ("... to the plain crash, of those that reach one", "≥ 30; 0",
+         f"{_q(p['plain_lead'])}; {p['plain_under10']}/{p['plain_n']}"),
     ]
     if anchor:
         rows += [(m, t, NA) for m, t in (

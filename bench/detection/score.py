@@ -31,7 +31,7 @@ Corpus measures (labels: `labels.py`; "alarm" = an incident, or an episode):
   (`labels.plain_crash`, no look-ahead; corpora labelled before it lack it),
   and, of the divergences that never reach one, those with a critical at all.
 - precursor: the same leads on runs labelled with a precursor (target:
-  median >= 30 steps, none < 10).
+  median >= 30 steps, none < 10); and their leads to the plain crash.
 - growth fit: runs whose grad norm crosses 100 (label) with a CS201 fit
   ending before the crossing: the first fit's projected remaining distance
   (`projected_step - end_step`) against the true one (crossing - `end_step`),
@@ -255,7 +255,7 @@ def score_corpus(outputs: dict, meta_runs: dict, val_steps: dict | None = None) 
     overflow = {"runs": 0, "runs_with_critical": [], "critical_at_overflow": 0}
     div = {"n": 0, "flagged": 0, "missed": [], "leads": [], "by_how": {},
            "plain_n": 0, "plain_flagged": 0, "plain_missed": [], "never_plain": 0, "never_plain_critical": 0}
-    pre = {"n": 0, "leads": [], "late": []}
+    pre = {"n": 0, "leads": [], "late": [], "plain": []}  # plain: leads to the plain crash, None if late
     growth = {"n_crossing": 0, "n_fit": 0, "within20": 0, "errors": [], "runs": [],
               "episodes": 0, "latest_shown": 0}
     spikes = {"labelled": 0, "found": 0, "episodes": 0, "matched": 0, "runs": {}}
@@ -329,6 +329,8 @@ def score_corpus(outputs: dict, meta_runs: dict, val_steps: dict | None = None) 
                 else:
                     div["plain_missed"].append(f"{name}: plain crash {plain}, first critical "
                                                f"{'none' if fc is None else fc}")
+                if lab["precursor"]:
+                    pre["plain"].append(plain - fc if fc is not None and fc <= plain else None)
             elif "plain_crash_step" in lab:
                 div["never_plain"] += 1
                 div["never_plain_critical"] += fc is not None
@@ -440,7 +442,9 @@ def score_corpus(outputs: dict, meta_runs: dict, val_steps: dict | None = None) 
         "divergence": {**div, "lead": _q(div["leads"])},
         "precursor": {"n": pre["n"], "flagged": len(leads), "lead": _q(leads),
                       "under10": sum(x < 10 for x in leads) + (pre["n"] - len(leads)),
-                      "late": pre["late"]},
+                      "late": pre["late"],
+                      "plain_n": len(pre["plain"]), "plain_lead": _q([x for x in pre["plain"] if x is not None]),
+                      "plain_under10": sum(x is None or x < 10 for x in pre["plain"])},
         "growth": {**growth, "abs_error": _q([abs(x) for x in growth["errors"]])},
         "spikes": {**spikes,
                    "recall": spikes["found"] / spikes["labelled"] if spikes["labelled"] else None,
