@@ -61,7 +61,9 @@ def _out_of_band(data, p, above: bool, since):
     idx = np.flatnonzero(run_lengths(out) >= p.consecutive) + a
     idx = idx[idx >= i0]
     if idx.size and not above and p.converged > 0:
-        idx = idx[~(converged_at(data.get("train_loss"), s.steps[idx]) <= p.converged)]
+        ratio = converged_at(data.get("train_loss"), s.steps[idx])
+        with np.errstate(invalid="ignore"):
+            idx = idx[~((ratio >= 0.0) & (ratio <= p.converged))]
     if idx.size:
         yield Hits("update_ratio", idx)
 
@@ -121,7 +123,8 @@ class RatioLowStream(_RatioBand):
         hit = super().check(i, step, v)
         if hit is not None and self.converged > 0:
             init = self.initial.value
-            if init > 0 and self.level.value <= self.converged * init:
+            level = self.level.value
+            if init > 0 and level >= 0.0 and level <= self.converged * init:  # a loss below 0 fell no decades
                 return None
         return hit
 

@@ -1124,9 +1124,10 @@ def test_updates_too_small_on_a_loss_that_learnt_everything_are_no_misconfigurat
     t = np.arange(120)
     memorised = 0.5 * np.exp(-t / 5.0)
     stuck = np.full(120, 0.5) * (1 + 0.01 * np.sin(t))
+    below_zero = 0.5 - t / 60.0  # a loss that can go negative fell no decades
     ratio = np.where(t < 60, 1e-3, 1e-8)
     steps = np.arange(0, 120, 2)
-    for loss, warned in ((memorised, []), (stuck, [74])):
+    for loss, warned in ((memorised, []), (stuck, [74]), (below_zero, [74])):
         data = {"train_loss": loss, "update_ratio": series(ratio[steps], steps=steps)}
         assert [e.start_step for e in episodes_of(analyze(**data), "CS502")] == warned
         m = Monitor()
