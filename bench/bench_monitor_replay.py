@@ -1,7 +1,7 @@
 """Online monitor on real series: Monitor.update next to the article's check(), step by step.
 
     python bench/bench_monitor_replay.py [--real-logs DIR] [--corpus DIR] [--passes 7] [--profile]
-                                         [--thrash MB]
+                                         [--thrash MB] [--per-check]
 
 Replays every logical run of three sets, each step's values in one call, as a
 training loop would: the demo logs, the third-party logs (`--real-logs`, else
@@ -16,12 +16,18 @@ machine load; per-step time is a pass's total time over its total steps, and
 the best and median pass are printed with their ratios. With `--thrash MB`, that
 many MB are written between steps, off the clock, as a training step does: the
 Monitor then reads its state from cold caches, as it does inside a training loop
-(each step timed on its own, ~0.1 us of clock overhead in both).
+(each step timed on its own, ~0.1 us of clock overhead in both). With
+`--per-check`, one more pass over each set times every rule's check inside the
+Monitor (a timer around each call, its own cost measured on an empty check and
+taken off): where a step's microseconds go, rule by rule; the untimed pass's
+time less all checks' is the Monitor's own work a point (approximately: the
+timers disturb the caches too).
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import cProfile
 import gc
 import os
@@ -136,6 +142,7 @@ def main(argv=None):
     ap.add_argument("--corpus", default=None, help="the detection corpus' dev half (default: its cache)")
     ap.add_argument("--passes", type=int, default=7)
     ap.add_argument("--profile", action="store_true", help="print where Monitor.update spends its time")
+    ap.add_argument("--per-check", action="store_true", help="time each rule's check (one more pass per set)")
     ap.add_argument("--thrash", type=float, default=0.0, metavar="MB",
                     help="write this many MB between steps, off the clock, as a training step evicts "
                     "the caches (each step then timed on its own)")
@@ -155,6 +162,8 @@ def main(argv=None):
         runs = replay_of(path)
         everything += runs
         report(label, runs, args.passes, thrash)
+        if args.per_check:
+            per_check(runs)
     if len(everything) > 1:
         report("all", everything, args.passes, thrash)
     if args.profile:
@@ -163,6 +172,65 @@ def main(argv=None):
         pass_ours(everything)
         prof.disable()
         pstats.Stats(prof).sort_stats("tottime").print_stats(18)
+
+
+class _Timed:
+    """A check with a timer around it (pickled as nothing: the Monitor's snapshots skip it)."""
+
+    __slots__ = ("check", "key", "spent", "calls")
+
+    def __init__(self, check, key, spent, calls):
+        self.check, self.key, self.spent, self.calls = check, key, spent, calls
+
+    def __call__(self, i, step, v):
+        t0 = time.perf_counter()
+        hit = self.check(i, step, v)
+        self.spent[self.key] += time.perf_counter() - t0
+        self.calls[self.key] += 1
+        return hit
+
+    def __reduce__(self):
+        return (str, ("",))
+
+
+def _timed_monitor(spent, calls) -> Monitor:
+    """A Monitor whose checks run timed, with no periodic snapshots (which would pickle them)."""
+    m = Monitor()
+    m._snapshot = lambda: None
+    for ch in m._state.channels.values():
+        wrapped = {}
+        for attr in ("checks", "always", "checks_at_rest", "always_at_rest"):
+            checks = getattr(ch, attr, None)
+            if checks is not None:
+                setattr(ch, attr, [wrapped.setdefault(c, _Timed(c, (ch.codes[c], ch.name), spent, calls))
+                                   for c in checks])
+        ch.codes = {w: ch.codes[w.check] for w in wrapped.values()}
+    return m
+
+
+def per_check(runs):
+    """Each rule's check's share of a step, from one timed pass."""
+    spent, calls = collections.Counter(), collections.Counter()
+    n = sum(len(steps) for _, steps in runs)
+    total = 0.0
+    for _, steps in runs:
+        update = _timed_monitor(spent, calls).update
+        t0 = time.perf_counter()
+        for step, values in steps:
+            update(step, **values)
+        total += time.perf_counter() - t0
+    empty = _Timed(lambda i, step, v: None, "empty", collections.Counter(), collections.Counter())
+    t0 = time.perf_counter()
+    for _ in range(200_000):
+        empty(0, 0, 0.0)
+    cost = (time.perf_counter() - t0) / 200_000  # a timed call of a check that does nothing
+    net = {k: max(spent[k] - cost * calls[k], 0.0) for k in spent}
+    print(f"  per check (a timed pass: {us(total / n)} a step, {sum(calls.values()) / n:.1f} checks a step, "
+          f"{us(cost)} a timed call taken off each):")
+    for (code, signal), t in sorted(net.items(), key=lambda kv: -kv[1])[:12]:
+        print(f"    {code} on {signal:12s} {us(t / n):>9s} a step ({calls[code, signal] / n:.2f} calls)")
+    print(f"    all checks      {us(sum(net.values()) / n):>9s} (next to update()'s untimed best above: the "
+          "rest is the Monitor's own work a point)")
 
 
 def report(label, runs, passes, thrash=None):
