@@ -102,8 +102,10 @@ def elevated(level, best, init, p: DivergenceParams):
 
 
 def out_of_noise(level, best, spread, p: DivergenceParams) -> bool:
-    """Whether the level stands `z` noise units above the best (a spread unknown, NaN: yes)."""
-    return not spread > 0.0 or math.log(level / best) > p.z * level_noise(spread, max(1, p.smooth))
+    """Whether the level stands `z` noise units above the best (a spread unknown, NaN: yes). A
+    level at or under zero (a loss that goes negative) stands no ratio above a positive best."""
+    ratio = level / best
+    return not spread > 0.0 or (ratio > 0.0 and math.log(ratio) > p.z * level_noise(spread, max(1, p.smooth)))
 
 
 def out_of_noise_at(level, best, spread, p: DivergenceParams) -> np.ndarray:

@@ -1218,3 +1218,19 @@ def test_an_exponential_learning_rate_is_told_on_a_log_scale():
             lr = 1e-4 * 100 ** (t / 40)
             lr[at] = bad
             assert not exponential(lr, 40)
+
+
+def test_the_divergence_noise_bar_takes_a_level_at_or_under_zero():
+    # Found by bench/fuzz.py: a loss that goes negative under a positive (denormal) best level made
+    # CS113's log of their ratio raise. Such a level stands no ratio above the best: not out of noise
+    # (with a known spread), and the array version agrees point by point.
+    from tb_crash_signals.analysis.rules.divergence import out_of_noise, out_of_noise_at
+
+    p = RULES["CS113"].default_params()
+    levels = np.array([-1.0, 0.0, -0.0, 1e-300, 3.0])
+    bests = np.array([5e-324, 0.5, 0.5, 1e-300, 1.0])
+    spreads = np.array([1034.4, 0.1, 0.1, 0.1, 0.1])
+    one_by_one = [out_of_noise(float(lv), float(b), float(s), p) for lv, b, s in zip(levels, bests, spreads)]
+    assert one_by_one == [False, False, False, False, True]
+    assert out_of_noise_at(levels, bests, spreads, p).tolist() == one_by_one
+    assert out_of_noise(-1.0, 5e-324, float("nan"), p)  # an unknown spread: the level is let through, as before
