@@ -33,10 +33,10 @@ detectors may not. The rules, all on logged points:
   non-finite grad norm that is not an overflow step, or the first train-loss
   point whose trailing median of 5 points is >= 10x the lowest trailing median
   of 5 points before it and >= half the initial loss level (as `jump` above: a
-  tiny batch's loss near zero moves 10x in noise). None if the run never gets there (a loss that climbs
-  2-5x and stays). The crash step above reads a centred median, up to 4
-  points ahead of its step; this one is what a causal detector can be held
-  to, as "critical before the loss turns NaN" is.
+  tiny batch's loss near zero moves 10x in noise). None if the run never gets
+  there (a loss that climbs 2-5x and stays). The crash step above reads a
+  centred median, up to 4 points ahead of its step; this one is what a causal
+  detector can be held to, as "critical before the loss turns NaN" is.
 - **precursor** (crash runs): for the train loss and the grad norm, over
   their finite points before the crash (smoothed as above, within those
   points only, so the crash itself cannot leak into them; a grad norm that
@@ -163,14 +163,25 @@ def overflow_steps(loss, grad) -> list[int]:
 PLAIN_FACTOR, PLAIN_POINTS = 10.0, 5  # the plain crash: 10x the lowest trailing median of 5 points
 
 
-def plain_crash(loss, grad, overflow) -> int | None:
-    """The plain crash step -- see the module doc."""
+def first_nonfinite(loss, grad, overflow) -> int | None:
+    """The step of the first NaN/Inf train loss, or grad norm that is not an overflow step."""
     cands = []
+    if loss is not None:
+        bad = np.flatnonzero(~np.isfinite(loss[1]))
+        if bad.size:
+            cands.append(int(loss[0][bad[0]]))
     if grad is not None:
         ov = set(overflow)
         bad = [i for i in np.flatnonzero(~np.isfinite(grad[1])).tolist() if int(grad[0][i]) not in ov]
         if bad:
             cands.append(int(grad[0][bad[0]]))
+    return min(cands) if cands else None
+
+
+def plain_crash(loss, grad, overflow) -> int | None:
+    """The plain crash step -- see the module doc."""
+    nonfinite = first_nonfinite(loss, grad, overflow)
+    cands = [] if nonfinite is None else [nonfinite]
     if loss is not None:
         s, v = loss
         f0 = v[np.isfinite(v)]
@@ -178,8 +189,7 @@ def plain_crash(loss, grad, overflow) -> int | None:
         low = np.inf
         for i in range(len(v)):
             if not np.isfinite(v[i]):
-                cands.append(int(s[i]))
-                break
+                break  # a NaN/Inf loss: first_nonfinite has it
             if i + 1 >= PLAIN_POINTS:
                 m = float(np.median(v[i + 1 - PLAIN_POINTS:i + 1]))
                 if m >= PLAIN_FACTOR * low and m >= 0.5 * init:
@@ -191,16 +201,8 @@ def plain_crash(loss, grad, overflow) -> int | None:
 
 def crash(loss, grad, overflow) -> tuple[int | None, str | None]:
     """(crash step, how) -- see the module doc."""
-    cands = []
-    if loss is not None:
-        bad = np.flatnonzero(~np.isfinite(loss[1]))
-        if bad.size:
-            cands.append((int(loss[0][bad[0]]), "nonfinite"))
-    if grad is not None:
-        ov = set(overflow)
-        bad = [i for i in np.flatnonzero(~np.isfinite(grad[1])).tolist() if int(grad[0][i]) not in ov]
-        if bad:
-            cands.append((int(grad[0][bad[0]]), "nonfinite"))
+    nonfinite = first_nonfinite(loss, grad, overflow)
+    cands = [] if nonfinite is None else [(nonfinite, "nonfinite")]
     if loss is not None:
         s, v = loss
         f0 = v[np.isfinite(v)]
