@@ -39,7 +39,7 @@ _OPTIMIZER_LOW = ("CS502", "CS511")
 _LR_RAISED = ("CS512", "CS513")  # events that cause a crash, where CS501 is a state
 _PLATEAU = ("CS301", "CS303")
 _STAGNATION = ("CS302",)
-_OVERFIT = ("CS401", "CS402")
+_OVERFIT = ("CS401", "CS402", "CS403")
 _HERALDS = _SPIKES + _OVERFLOW + _OPTIMIZER_HIGH  # warnings that can come before a crash
 _CONSEQUENCES = _PLATEAU + _STAGNATION + _SPIKES  # what a loss that climbed does meanwhile
 

@@ -1,4 +1,4 @@
-"""CS401, CS402: the model stops generalising (validation vs training)."""
+"""CS401, CS402, CS403: the model stops generalising (validation vs training)."""
 
 from __future__ import annotations
 
@@ -11,11 +11,13 @@ import numpy as np
 from tb_crash_signals.analysis.rules.base import Hits, fmt, param, rule, since_index
 from tb_crash_signals.analysis.rules.plateau import LR_FELL, lr_course
 from tb_crash_signals.analysis.stats import (
+    initial_level,
     run_lengths,
+    smoothed_level,
     trailing_median_inclusive_at,
     value_at_or_before,
 )
-from tb_crash_signals.analysis.streaming import Stream, StreamHit, finite_median, small_median
+from tb_crash_signals.analysis.streaming import Stream, StreamHit, finite_median, shared_level, small_median
 
 
 def _train_at_val_steps(data, smooth: int, which=None):
@@ -264,3 +266,91 @@ def val_divergence(data, p: ValDivergenceParams, since=None):
             "val_loss", out,
             note=lambda i: f"{fmt(best[i])} at step {int(val.steps[best_idx[i]])}",
         )
+
+
+@dataclasses.dataclass(frozen=True)
+class MemorisedParams:
+    smooth: int = param(9, "trailing points whose median is the train loss's level", at_least=1)
+    learnt: float = param(
+        1e-3, "the train loss's level must be at most this share of its initial level (the median of "
+        "its first 10 points): three decades down, the training set is learnt by heart", above=0.0,
+    )
+    unlearnt: float = param(
+        0.5, "... while the validation loss is at least this share of the train loss's initial level: it "
+        "learnt nothing that generalises. Runs that memorised a small training set stand at 1.1-15 x it "
+        "in the detection corpus; healthy tiny-batch runs on an easy task, whose train loss also falls "
+        "three decades, at 0.04 x", above=0.0,
+    )
+    cooldown: int = param(10, "evaluations after which a new episode starts")
+
+
+def _describe_memorised(ep, p):
+    return (
+        f"train loss at {ep.note} while validation loss {fmt(ep.start_value)} has learnt nothing "
+        f"(step {ep.start_step}): the model learnt its training set by heart"
+    )
+
+
+def _memorised_note(level, init) -> str:
+    return f"{fmt(level)}, {fmt(level / init)}x where it started ({fmt(init)}),"
+
+
+class MemorisedStream(Stream):
+    """memorised, at each validation point (the train loss's level read from its channel)."""
+
+    hits = ("val_loss",)
+
+    def __init__(self, p, signal, channels):
+        train = channels["train_loss"]  # updated before the validation channel at a step
+        self.level = shared_level(train, p.smooth)
+        self.initial = train.initial
+        self.learnt, self.unlearnt = p.learnt, p.unlearnt
+
+    def check(self, i, step, v):
+        init = self.initial.value
+        if not init > 0.0:
+            return None
+        level = self.level.value
+        if level >= 0.0 and level <= self.learnt * init and v >= self.unlearnt * init:
+            return StreamHit(note=_memorised_note(level, init))
+        return None
+
+
+@rule(
+    code="CS403", symbol="memorised", family="overfit", severity="warning",
+    signals=("train_loss", "val_loss"), params=MemorisedParams, describe=_describe_memorised,
+    stream=MemorisedStream,
+    advice="the model memorised the training set: keep the checkpoint at the best validation step; add "
+    "regularisation (weight decay, dropout, augmentation) or more data",
+)
+def memorised(data, p: MemorisedParams, since=None):
+    """The train loss fell three decades while the validation loss learnt nothing.
+
+    At each validation point: the train loss's level (the trailing median of
+    `smooth` points at its last point at or before the step) is at most
+    `learnt` x its initial level (the median of its first 10 points), and the
+    validation loss is at least `unlearnt` x that initial level. The
+    article's overfitting rule (CS401) on the run's own scale: a train loss
+    under 0.1 with a validation loss 5x it is any classifier on an easy
+    task; a train loss a thousandth of where it started with a validation
+    loss still where training started is a training set learnt by heart,
+    whether or not the validation loss rises (CS402).
+    """
+    train, val = data.get("train_loss"), data.get("val_loss")
+    if train is None or val is None or len(train) == 0 or len(val) == 0:
+        return
+    init, known_after = initial_level(train.values)
+    if not init > 0.0:
+        return
+    level = smoothed_level(train.values, p.smooth)
+    # The level at the train loss's last point at or before each validation step, once the
+    # initial level is known there (from its 10th finite point on).
+    known = np.full(level.shape, np.nan)
+    known[known_after:] = level[known_after:]
+    i0 = since_index(val, since)
+    at = value_at_or_before(train.steps, known, val.steps[i0:])
+    with np.errstate(invalid="ignore"):
+        hit = (at >= 0.0) & (at <= p.learnt * init) & (val.values[i0:] >= p.unlearnt * init)
+    idx = np.flatnonzero(hit) + i0
+    if idx.size:
+        yield Hits("val_loss", idx, note=lambda i: _memorised_note(float(at[i - i0]), init))

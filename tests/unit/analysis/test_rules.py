@@ -1234,3 +1234,28 @@ def test_the_divergence_noise_bar_takes_a_level_at_or_under_zero():
     assert one_by_one == [False, False, False, False, True]
     assert out_of_noise_at(levels, bests, spreads, p).tolist() == one_by_one
     assert out_of_noise(-1.0, 5e-324, float("nan"), p)  # an unknown spread: the level is let through, as before
+
+
+def test_a_training_set_learnt_by_heart_is_told_whether_or_not_the_validation_loss_rises():
+    # The train loss falls from 2.3 to 1e-5 (logged every step); the validation loss, evaluated
+    # every 20 steps, stays at 2.0 (learnt nothing), or falls with it to 0.05 (an easy task: a
+    # healthy run whose train loss also falls three decades). CS403 tells the first only, from the
+    # first evaluation after the train loss's 9-point level reached a thousandth of its start;
+    # scan and the monitor alike. The validation loss never rises: CS402 has nothing to say.
+    t = np.arange(400)
+    train = 2.3 * np.exp(-t / 30.0)
+    evals = np.arange(0, 400, 20)
+    level = np.array([np.median(train[max(0, i - 8):i + 1]) for i in t])
+    first = int(evals[np.flatnonzero(level[evals] <= 1e-3 * np.median(train[:10]))[0]])
+    for val, told in ((np.full(evals.size, 2.0), [first]), (0.05 + 2.0 * np.exp(-evals / 40.0), [])):
+        data = {"train_loss": train, "val_loss": series(val, steps=evals)}
+        result = analyze(**data)
+        assert [e.start_step for e in episodes_of(result, "CS403")] == told
+        assert not episodes_of(result, "CS402")
+        m = Monitor()
+        for i in t:
+            m.update(int(i), train_loss=float(train[i]), **({"val_loss": float(val[i // 20])} if i % 20 == 0 else {}))
+        assert [e.start_step for e in m.episodes() if e.code == "CS403"] == told
+    stuck = analyze(train_loss=train, val_loss=series(np.full(evals.size, 2.0), steps=evals))
+    (incident,) = [i for i in stuck.incidents if i.kind == "overfit"]
+    assert incident.headline.endswith("the model learnt its training set by heart")
