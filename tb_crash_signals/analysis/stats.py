@@ -709,6 +709,18 @@ def initial_level(values: np.ndarray) -> tuple[float, int]:
     return float(np.median(values[where])), int(where[-1])
 
 
+def known_level_at(series, k: int, steps) -> tuple[np.ndarray, float]:
+    """A series' level (smoothed_level of k points) at its last point at or before each of
+    `steps`, NaN where its initial level was not known yet (before its 10th finite point), and that
+    initial level (NaN if it never is): what a stream reads from the channel's shared level and
+    initial level at a later signal's point of the same step."""
+    init, known_after = initial_level(series.values)
+    level = smoothed_level(series.values, k)
+    known = np.full(level.shape, np.nan)
+    known[known_after:] = level[known_after:]
+    return value_at_or_before(series.steps, known, steps), init
+
+
 _NETWORK_MAX = 9  # windows up to this size use a sorting network
 
 

@@ -11,9 +11,8 @@ import numpy as np
 from tb_crash_signals.analysis.rules.base import Hits, fmt, param, rule, since_index
 from tb_crash_signals.analysis.rules.plateau import LR_FELL, lr_course
 from tb_crash_signals.analysis.stats import (
-    initial_level,
+    known_level_at,
     run_lengths,
-    smoothed_level,
     trailing_median_inclusive_at,
     value_at_or_before,
 )
@@ -339,16 +338,10 @@ def memorised(data, p: MemorisedParams, since=None):
     train, val = data.get("train_loss"), data.get("val_loss")
     if train is None or val is None or len(train) == 0 or len(val) == 0:
         return
-    init, known_after = initial_level(train.values)
+    i0 = since_index(val, since)
+    at, init = known_level_at(train, p.smooth, val.steps[i0:])
     if not init > 0.0:
         return
-    level = smoothed_level(train.values, p.smooth)
-    # The level at the train loss's last point at or before each validation step, once the
-    # initial level is known there (from its 10th finite point on).
-    known = np.full(level.shape, np.nan)
-    known[known_after:] = level[known_after:]
-    i0 = since_index(val, since)
-    at = value_at_or_before(train.steps, known, val.steps[i0:])
     with np.errstate(invalid="ignore"):
         hit = (at >= 0.0) & (at <= p.learnt * init) & (val.values[i0:] >= p.unlearnt * init)
     idx = np.flatnonzero(hit) + i0

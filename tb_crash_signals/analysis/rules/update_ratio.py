@@ -7,7 +7,7 @@ import dataclasses
 import numpy as np
 
 from tb_crash_signals.analysis.rules.base import BandEdge, Hits, fmt, param, rule, since_index
-from tb_crash_signals.analysis.stats import initial_level, run_lengths, smoothed_level, value_at_or_before
+from tb_crash_signals.analysis.stats import known_level_at, run_lengths
 from tb_crash_signals.analysis.streaming import HIT, Stream, shared_level
 
 # The train loss's level CS502 reads: its trailing median of this many points (CS301's).
@@ -60,25 +60,15 @@ def _out_of_band(data, p, above: bool, since):
     out[: max(p.warmup - a, 0)] = False
     idx = np.flatnonzero(run_lengths(out) >= p.consecutive) + a
     idx = idx[idx >= i0]
-    if idx.size and not above and p.converged > 0:
-        ratio = converged_at(data.get("train_loss"), s.steps[idx])
-        with np.errstate(invalid="ignore"):
-            idx = idx[~((ratio >= 0.0) & (ratio <= p.converged))]
+    train = data.get("train_loss")
+    if idx.size and not above and p.converged > 0 and train is not None and len(train):
+        # The loss is taken before the update ratio at a step: its level at the same step counts.
+        level, init = known_level_at(train, LOSS_SMOOTH, s.steps[idx])
+        if init > 0:
+            with np.errstate(invalid="ignore"):
+                idx = idx[~((level >= 0.0) & (level <= p.converged * init))]
     if idx.size:
         yield Hits("update_ratio", idx)
-
-
-def converged_at(train, steps) -> np.ndarray:
-    """The train loss's level over its initial level at its last point at or before each step (the
-    monitor takes a step's loss before its update ratio; NaN while either is unknown)."""
-    if train is None or len(train) == 0:
-        return np.full(np.shape(steps), np.nan)
-    level = smoothed_level(train.values, LOSS_SMOOTH)
-    init, known_after = initial_level(train.values)
-    ratio = np.full(level.shape, np.nan)
-    if init > 0:
-        ratio[known_after:] = level[known_after:] / init
-    return value_at_or_before(train.steps, ratio, steps)
 
 
 def _describe_ratio(ep, p, above):
