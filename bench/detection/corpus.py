@@ -29,6 +29,7 @@ measures become on runs nobody looked at while tuning, beside the test half.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import shutil
@@ -44,18 +45,20 @@ CORPUS_VERSION = 5
 SPLITS = ("dev", "test")
 
 
-def default_dir(fresh: int = 0, start: int = 0, split: str | None = None) -> str:
+def default_dir(fresh: int = 0, start: int = 0, split: str | None = None, log_every: int | None = None) -> str:
     if not fresh:
         name = f"tbcs-detection-corpus-v{CORPUS_VERSION}"
     else:
         name = f"tbcs-detection-fresh{fresh}" + (f"-from{start}" if start else "") + (f"-{split}" if split else "")
         name += f"-v{CORPUS_VERSION}"
+    if log_every:
+        name += f"-log{log_every}"
     return os.path.join(tempfile.gettempdir(), name)
 
 
-def train_one(root: str, index: int, fresh: int = 0, start: int = 0) -> dict:
+def train_one(root: str, index: int, fresh: int = 0, start: int = 0, log_every: int | None = None) -> dict:
     """Trains run `index` of the plan (`scenarios.plan(fresh, start)`) into root/<split>/<run> and
-    returns its metadata."""
+    returns its metadata; `log_every` replaces the scenario's logging cadence."""
     from labels import compute_labels
     from scenarios import plan, spec_for
     from train import train_run
@@ -63,6 +66,8 @@ def train_one(root: str, index: int, fresh: int = 0, start: int = 0) -> dict:
 
     p = plan(fresh, start)[index]
     spec = spec_for(p)
+    if log_every:
+        spec = dataclasses.replace(spec, log_every=log_every)
     opt_name = {"adam": "Adam", "adamw": "AdamW", "sgd": "SGD"}[spec.opt]
     log = Logger(os.path.join(root, p.split), p.run, p.style, opt_name,
                  batch_loss=p.seed % 2 == 0 and spec.resume is None)
@@ -85,28 +90,31 @@ def _job(args):
     return train_one(*args)
 
 
-def _load(out: str, fresh: int = 0, start: int = 0, split: str | None = None) -> dict | None:
+def _load(out: str, fresh: int = 0, start: int = 0, split: str | None = None,
+          log_every: int | None = None) -> dict | None:
     path = os.path.join(out, "labels.json")
     if not os.path.isfile(path):
         return None
     with open(path) as f:
         meta = json.load(f)
     same = (meta.get("version") == CORPUS_VERSION and meta.get("fresh", 0) == fresh
-            and meta.get("fresh_from", 0) == start and meta.get("split") == split)
+            and meta.get("fresh_from", 0) == start and meta.get("split") == split
+            and meta.get("log_every") == log_every)
     return meta if same else None
 
 
 def generate(out: str | None = None, jobs: int = 1, force: bool = False, quiet: bool = False,
              only: list[int] | None = None, fresh: int = 0, start: int = 0,
-             split: str | None = None) -> dict:
+             split: str | None = None, log_every: int | None = None) -> dict:
     """Generates the corpus into `out` (or returns the cached one); `fresh` > 0: that many
     fresh-seed replicates of every scenario instead, numbered from `start` (see
-    `scenarios.plan`); `split`: only the runs of that half."""
+    `scenarios.plan`); `split`: only the runs of that half; `log_every`: every run logged at
+    that cadence instead of its scenario's."""
     from scenarios import plan, split_table
 
-    out = out or default_dir(fresh, start, split)
+    out = out or default_dir(fresh, start, split, log_every)
     if not force and only is None:
-        meta = _load(out, fresh, start, split)
+        meta = _load(out, fresh, start, split, log_every)
         if meta is not None:
             return meta
     if os.path.isdir(out):
@@ -115,7 +123,7 @@ def generate(out: str | None = None, jobs: int = 1, force: bool = False, quiet: 
     planned = plan(fresh, start)
     todo = list(range(len(planned))) if only is None else list(only)
     todo = [i for i in todo if split is None or planned[i].split == split]
-    args = [(out, i, fresh, start) for i in todo]
+    args = [(out, i, fresh, start, log_every) for i in todo]
     t0 = time.time()
     runs = {}
 
@@ -136,6 +144,7 @@ def generate(out: str | None = None, jobs: int = 1, force: bool = False, quiet: 
         for a in args:
             done(_job(a))
     meta = {"version": CORPUS_VERSION, "fresh": fresh, "fresh_from": start, "split": split,
+            "log_every": log_every,
             "seconds": round(time.time() - t0, 1), "jobs": jobs,
             "runs": dict(sorted(runs.items()))}
     with open(os.path.join(out, "labels.json"), "w") as f:
@@ -148,7 +157,8 @@ def generate(out: str | None = None, jobs: int = 1, force: bool = False, quiet: 
     return meta
 
 
-def relabel(out: str | None = None, fresh: int = 0, start: int = 0, split: str | None = None) -> dict:
+def relabel(out: str | None = None, fresh: int = 0, start: int = 0, split: str | None = None,
+            log_every: int | None = None) -> dict:
     """Recomputes the labels of a generated corpus from its event files (after a labels.py change).
 
     The event files hold exactly the recorded scalars (float32, TensorBoard's
@@ -157,8 +167,8 @@ def relabel(out: str | None = None, fresh: int = 0, start: int = 0, split: str |
     from events import RawReader
     from labels import compute_labels
 
-    out = out or default_dir(fresh, start, split)
-    meta = _load(out, fresh, start, split)
+    out = out or default_dir(fresh, start, split, log_every)
+    meta = _load(out, fresh, start, split, log_every)
     if meta is None:
         raise SystemExit(f"no corpus of version {CORPUS_VERSION} in {out}")
     readers = {s: RawReader(os.path.join(out, s)) for s in SPLITS if os.path.isdir(os.path.join(out, s))}
@@ -223,6 +233,9 @@ def main(argv=None):
     ap.add_argument("--fresh-from", type=int, default=0, metavar="R",
                     help="number the fresh replicates from R (new seeds and cells; default 0)")
     ap.add_argument("--split", choices=SPLITS, default=None, help="generate only this half")
+    ap.add_argument("--log-every", type=int, default=None, metavar="N",
+                    help="log every run's train loss, grad norm and learning rate every N steps "
+                         "instead of its scenario's cadence (Lightning's default is 50)")
     ap.add_argument("--jobs", type=int, default=1, help="worker processes (default 1)")
     ap.add_argument("--force", action="store_true", help="regenerate even if cached")
     ap.add_argument("--only", type=int, nargs="*", help="plan indices only (for development)")
@@ -231,11 +244,12 @@ def main(argv=None):
     a = ap.parse_args(argv)
     if a.fresh_from and not a.fresh:
         ap.error("--fresh-from needs --fresh N")
-    a.out = a.out or default_dir(a.fresh, a.fresh_from, a.split)
+    a.out = a.out or default_dir(a.fresh, a.fresh_from, a.split, a.log_every)
     if a.relabel:
-        meta = relabel(a.out, a.fresh, a.fresh_from, a.split)
+        meta = relabel(a.out, a.fresh, a.fresh_from, a.split, a.log_every)
     else:
-        meta = generate(a.out, a.jobs, a.force, only=a.only, fresh=a.fresh, start=a.fresh_from, split=a.split)
+        meta = generate(a.out, a.jobs, a.force, only=a.only, fresh=a.fresh, start=a.fresh_from,
+                        split=a.split, log_every=a.log_every)
     print(f"{len(meta['runs'])} runs in {a.out} ({meta['seconds']} s)")
     print("\n".join(summary_rows(meta)))
     print()

@@ -428,7 +428,8 @@ def train_run(spec: RunSpec, logger, opt_name_out: list | None = None) -> dict:
             opt.zero_grad(set_to_none=True)
         else:
             gn = float(torch.nn.utils.clip_grad_norm_(params, spec.clip or float("inf")))
-        measure = t % 10 == 0 and not skip
+        # the update ratio every 10 steps, or at the logging cadence when that is sparser
+        measure = t % max(10, every) == 0 and not skip
         if measure:
             before = torch.cat([p.detach().reshape(-1).clone() for p in params])
         if not skip:
