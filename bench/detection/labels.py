@@ -102,6 +102,10 @@ JUMP = 10.0
 # learnt at least down to LEARNT x its initial level.
 LOST = 0.9
 LEARNT = 0.75
+# A sustained divergence needs this many finite loss points: a run logged every 50 steps for
+# 600 holds 12.
+MIN_SUSTAINED = 10
+SHORT = 30
 
 
 def purged(points) -> tuple[np.ndarray, np.ndarray]:
@@ -131,6 +135,15 @@ def _smooth(v: np.ndarray, k: int) -> np.ndarray:
     h = k // 2
     pad = np.concatenate([np.full(h, v[0]), v, np.full(h, v[-1])])
     return np.median(np.lib.stride_tricks.sliding_window_view(pad, k), axis=1)
+
+
+def _initial(finite: np.ndarray) -> float:
+    """The initial loss level: the median of the first 10 finite points, or of the first quarter
+    (at least 3) of a run logged sparsely enough to hold fewer than 40 (every 50 steps, 12-24
+    points: its first 10 would reach far into the run)."""
+    if not finite.size:
+        return float("nan")
+    return float(np.median(finite[:min(10, max(3, finite.size // 4))]))
 
 
 def _k(n: int) -> int:
@@ -185,7 +198,7 @@ def plain_crash(loss, grad, overflow) -> int | None:
     if loss is not None:
         s, v = loss
         f0 = v[np.isfinite(v)]
-        init = float(np.median(f0[:10])) if f0.size else float("nan")
+        init = _initial(f0)
         low = np.inf
         for i in range(len(v)):
             if not np.isfinite(v[i]):
@@ -206,7 +219,7 @@ def crash(loss, grad, overflow) -> tuple[int | None, str | None]:
     if loss is not None:
         s, v = loss
         f0 = v[np.isfinite(v)]
-        init = float(np.median(f0[:10])) if f0.size else float("nan")
+        init = _initial(f0)
         for i in range(20, len(v)):
             if not np.isfinite(v[i]):
                 break
@@ -222,17 +235,21 @@ def crash(loss, grad, overflow) -> tuple[int | None, str | None]:
                     break
         ok = np.isfinite(v)
         fs, fv = s[ok], v[ok]
-        if fv.size >= 15:
-            sm = _smooth(fv, _k(fv.size))
+        if fv.size >= MIN_SUSTAINED:
+            # A run too short for the 9-point median (logged every 50 steps, or a few dozen epochs
+            # cut short) is smoothed over 3 points, and its divergence may end it 2 points later.
+            short = fv.size < SHORT
+            tail = 2 if short else 5
+            sm = _smooth(fv, 3 if short else _k(fv.size))
             best = np.minimum.accumulate(sm)
-            init = float(np.median(fv[:10]))
+            init = _initial(fv)
             # from point p on the smoothed loss never comes back under 2x its best at p
             stays = np.minimum.accumulate((sm >= 2 * best)[::-1])[::-1]
             idx = np.flatnonzero(stays)
             if idx.size:
                 p = int(idx[0])
                 top = float(sm[p:].max())
-                if best[p] > 0 and top >= 3 * best[p] and top >= 0.5 * init and fv.size - p >= 5:
+                if best[p] > 0 and top >= 3 * best[p] and top >= 0.5 * init and fv.size - p >= tail:
                     cands.append((int(fs[p]), "sustained"))
             # Or back at its initial level for good, having learnt: a loss whose start is under 2x
             # its best cannot double, and is back at chance when it has lost (nearly) all of it.
@@ -240,7 +257,7 @@ def crash(loss, grad, overflow) -> tuple[int | None, str | None]:
                 back = (sm >= best + LOST * (init - best)) & (best <= LEARNT * init)
             stays = np.minimum.accumulate(back[::-1])[::-1]
             idx = np.flatnonzero(stays)
-            if idx.size and fv.size - int(idx[0]) >= 5 and init > 0:
+            if idx.size and fv.size - int(idx[0]) >= tail and init > 0:
                 cands.append((int(fs[int(idx[0])]), "sustained"))
     if not cands:
         return None, None
@@ -300,7 +317,7 @@ def spike_steps(loss, grad, crash_at):
     init = None
     if loss is not None:
         f = loss[1][np.isfinite(loss[1])]
-        init = float(np.median(f[:10])) if f.size else None
+        init = _initial(f) if f.size else None
     for sig, factor, back, floor in ((loss, 3.0, 1.5, True), (grad, 5.0, 2.0, False)):
         if sig is None:
             continue
@@ -362,7 +379,7 @@ def plateau_start(loss, crash_at):
         return None
     sm = _smooth(v, 21 if n >= 100 else 3)
     future_min = np.minimum.accumulate(sm[::-1])[::-1]
-    init = float(np.median(v[:10]))
+    init = _initial(v)
     hit = np.flatnonzero(future_min >= 0.98 * sm)
     if not hit.size:
         return None

@@ -27,7 +27,7 @@ KINDS = ("divergence", "nonfinite", "overfit", "optimizer", "plateau", "stagnati
 _SEVERITY_RANK = {"critical": 0, "warning": 1, "info": 2}
 
 # Rules whose episode is the crash itself, and those that predict it.
-_CRASH = ("CS001", "CS002", "CS101", "CS113", "CS114", "CS115", "CS116", "CS117")
+_CRASH = ("CS001", "CS002", "CS101", "CS113", "CS114", "CS115", "CS116", "CS117", "CS118")
 _PRECURSOR = ("CS201", "CS202")
 _SPIKES = ("CS102", "CS111", "CS112")
 _JUMPS = ("CS114", "CS115")  # a crash in one point: a spike, once the run came back from it
@@ -412,6 +412,7 @@ def _divergence_headline(kind, eps, alarm, crash, lead, start, fit) -> str:
         "CS115": "grad norm and train loss jumped together",
         "CS116": "train loss collapsed onto a uniform guess",
         "CS117": "validation loss and train loss jumped together",
+        "CS118": "train loss diverged",
     }[crash.code]
     at = f"{what} at step {crash.start_step}"
     if kind == "nonfinite":

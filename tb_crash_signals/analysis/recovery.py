@@ -38,7 +38,7 @@ from tb_crash_signals.analysis.rules.plateau import STUCK_NOTE, lost_ground
 # a jump with the grad norm, a loss that blew up in one point (but not right after the learning rate
 # jumped: that is the jump's doing, see _CAUSES). A NaN, an explosion past a bound or a threshold is
 # no scare.
-RECOVERABLE = ("CS113", "CS114", "CS115", "CS202")
+RECOVERABLE = ("CS113", "CS114", "CS115", "CS118", "CS202")
 # Optimizer settings too large (incidents._OPTIMIZER_HIGH): a climb while one lasts is their symptom,
 # and the run is sick however often the loss comes back.
 _CAUSES = ("CS501", "CS512", "CS513")

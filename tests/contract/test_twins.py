@@ -170,3 +170,38 @@ def test_whole_episodes_agree_on_logged_runs(name, root):
         assert [i.to_json() for i in online.incidents()] == [i.to_json() for i in offline.incidents], run.name
         checked += 1
     assert checked >= 8
+
+
+@st.composite
+def sparse_runs(draw):
+    """A loss logged every few dozen steps (Lightning's default 50, or 25-500): a handful to a few
+    dozen points, noisy or not, that may climb away, spike or turn NaN (CS118's regime)."""
+    n = draw(st.integers(5, 40))
+    every = draw(st.sampled_from([25, 50, 500]))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    t = np.arange(n)
+    loss = (2.0 * np.exp(-t / draw(st.sampled_from([2.0, 5.0, 15.0]))) + draw(st.sampled_from([0.01, 0.3]))) * np.exp(
+        draw(st.sampled_from([0.02, 0.2, 1.5])) * rng.standard_normal(n))
+    if draw(st.booleans()):
+        a = draw(st.integers(2, n - 1))
+        loss[a:] *= np.exp(draw(st.sampled_from([0.1, 0.4, 1.5])) * np.arange(n - a))
+    for _ in range(draw(st.integers(0, 2))):
+        loss[draw(st.integers(0, n - 1))] *= draw(st.sampled_from([3.0, 100.0]))
+    if draw(st.integers(0, 3)) == 0:
+        loss[draw(st.integers(0, n - 1))] = draw(st.sampled_from([math.nan, math.inf]))
+    steps = (t + 1) * every - 1
+    lr = np.full(n, 0.01)
+    return {"train_loss": Series.from_arrays(steps, loss), "lr": Series.from_arrays(steps, lr)}
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_whole_episodes_agree_on_sparsely_logged_runs(d):
+    data = d.draw(sparse_runs())
+    small = d.draw(st.booleans())
+    config = Config(params={"CS118": small_params(d.draw, "CS118")}) if small else Config()
+    offline = analyze_run(logical(**data), data, config)
+    online = monitored(data, config)
+    assert whole(online.episodes()) == whole(offline.episodes)
+    assert [i.to_json() for i in online.incidents()] == [i.to_json() for i in offline.incidents]

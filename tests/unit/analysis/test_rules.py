@@ -1259,3 +1259,51 @@ def test_a_training_set_learnt_by_heart_is_told_whether_or_not_the_validation_lo
     stuck = analyze(train_loss=train, val_loss=series(np.full(evals.size, 2.0), steps=evals))
     (incident,) = [i for i in stuck.incidents if i.kind == "overfit"]
     assert incident.headline.endswith("the model learnt its training set by heart")
+
+
+def _sparse_starts(loss, every=50, config=None):
+    """CS118's episode starts on a loss logged every `every` steps: from the batch rules, and from a
+    Monitor fed the same points."""
+    steps = (np.arange(len(loss)) + 1) * every - 1
+    batch = [e.start_step for e in episodes_of(analyze(config, train_loss=series(loss, steps)), "CS118")]
+    m = Monitor(config)
+    for s, v in zip(steps.tolist(), loss):
+        m.update(s, train_loss=float(v))
+    return batch, [e.start_step for e in m.episodes() if e.code == "CS118"]
+
+
+# A classifier's loss logged every 50 steps (Lightning's default): it learns for 8 points, then climbs
+# away under a learning rate too high (a negative weight decay, an exponential schedule).
+_SPARSE_CLIMB = [2.3, 1.6, 1.1, 0.9, 0.8, 0.74, 0.71, 0.70, 0.86, 1.3, 1.9, 2.4, 2.6, 2.7]
+
+
+def test_a_loss_logged_every_50_steps_that_lost_what_it_learnt_is_critical_within_a_few_points():
+    batch, online = _sparse_starts(_SPARSE_CLIMB)
+    # 3-point medians from the best 0.71 and the initial 1.6: 1.3 at point 10 (step 549) lost half of
+    # the progress, and so has 1.9 at point 11 (step 599): two points in a row.
+    assert batch == online == [599]
+    message = episodes_of(analyze(train_loss=series(_SPARSE_CLIMB, (np.arange(14) + 1) * 50 - 1)), "CS118")[0]
+    assert message.severity == "critical" and "x its best level" in message.message
+    # The sustained divergence's 31 points are far off: alone, it would say nothing.
+    assert "CS113" not in codes(analyze(train_loss=series(_SPARSE_CLIMB, (np.arange(14) + 1) * 50 - 1)))
+
+
+def test_the_coarse_divergence_reads_only_sparsely_logged_losses():
+    # The same points logged every step are the first 14 steps of a run: the rule stays out of them.
+    assert _sparse_starts(_SPARSE_CLIMB, every=1) == ([], [])
+    assert _sparse_starts(_SPARSE_CLIMB, every=20) == ([], [])
+
+
+def test_the_coarse_divergence_ignores_sampled_noise():
+    rng = np.random.default_rng(3)
+    # A tiny batch's per-step loss near zero, sampled every 50 steps: it spans decades.
+    tiny = 0.02 * np.exp(2.5 * rng.standard_normal(40))
+    assert _sparse_starts(tiny) == ([], [])
+    # A loss at its floor from its first logged point, 25 % noise: its 3-point medians wander 1.3x
+    # over their lowest without any divergence.
+    flat = 0.15 * np.exp(0.25 * rng.standard_normal(40))
+    assert _sparse_starts(flat) == ([], [])
+    # A loss that learnt and is noisy at its floor (40 %): its medians wander over half of its
+    # progress, within its own noise (`z`).
+    learnt = np.concatenate([[2.3, 1.4, 0.9], 0.6 * np.exp(0.4 * np.random.default_rng(2).standard_normal(30))])
+    assert _sparse_starts(learnt) == ([], [])

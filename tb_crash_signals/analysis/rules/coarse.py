@@ -1,0 +1,206 @@
+"""CS118: a train loss logged every few dozen steps lost what the run had learnt, within a few points."""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import math
+
+import numpy as np
+
+from tb_crash_signals.analysis.rules.base import Hits, fmt, param, rule, since_index
+from tb_crash_signals.analysis.rules.divergence import elevated
+from tb_crash_signals.analysis.signals import SIGNAL_LABELS
+from tb_crash_signals.analysis.stats import percentile_sorted, run_lengths
+from tb_crash_signals.analysis.streaming import Rest, Stream, StreamHit, small_median
+
+
+@dataclasses.dataclass(frozen=True)
+class CoarseParams:
+    every: float = param(
+        25.0, "the rule reads a loss whose first `min_points` points lie at least this many steps apart "
+        "on average (Lightning logs every 50 steps by default, the HuggingFace Trainer every 500): "
+        "each point is a stretch of training, and the sustained divergence (CS113), whose windows "
+        "of 9 and 31 points suit a loss logged every few steps, would need a thousand steps or more",
+        above=0.0,
+    )
+    points: int = param(
+        3, "trailing points whose median is the loss's level (its best level: the lowest such median "
+        "so far; its initial level: the median of its first this many finite points)", at_least=1,
+    )
+    factor: float = param(2.0, "the level must be at least this multiple of the best level ...")
+    lost: float = param(
+        0.5, "... and have lost at least this share of the progress from the initial level to the best"
+    )
+    learnt: float = param(
+        0.5, "... unless the best level is at most this share of the initial level: a run that learnt "
+        "that much has diverged once it lost `lost` of it, at any multiple of its best (less than "
+        "CS113's 0.75: 3-point medians of a loss sampled every 50 steps are noisy, and a loss that "
+        "learnt a quarter of its start wanders over half of that in noise)", above=0.0,
+    )
+    z: float = param(
+        2.0, "... and at least this many noise units above the best level: the robust log spread of the "
+        "points before the level's window (1.4826 x their MAD), x 1.25 over the square root of "
+        "`points`: a noisy per-step loss sampled every 50 steps wanders that far over its lowest "
+        "3-point median", at_least=0.0,
+    )
+    consecutive: int = param(2, "points in a row at that level before the rule fires", at_least=1)
+    back: float = param(
+        1.5, "once fired, the divergence lasts until the level is back under this multiple of the best",
+        above=0.0,
+    )
+    noise_points: int = param(
+        50, "no alarm while the (up to) this many points before the level's ... (at least 4 of them)",
+        at_least=4,
+    )
+    max_noise: float = param(
+        0.5, "... have quartiles this many decades apart or more: the per-step loss of tiny batches, "
+        "sampled once every few dozen steps, spans decades", above=0.0,
+    )
+    min_points: int = param(6, "points needed before the rule can fire", at_least=2)
+    cooldown: int = param(10, "points back under that level after which a new episode starts")
+
+
+# Fewer positive points than this before the level's window: no quartiles, no alarm.
+_NOISE_MIN = 4
+
+
+def quiet(level, best, before, p: CoarseParams) -> bool:
+    """Whether the level stands no divergence over the best for the points before its window
+    (`before`): too few of them to tell, pure noise at the loss's scale (tiny batches), or the level
+    within `z` noise units of the best."""
+    logs = sorted(math.log10(x) for x in before if 0.0 < x < math.inf)
+    n = len(logs)
+    if n < _NOISE_MIN or percentile_sorted(logs, 0.75) - percentile_sorted(logs, 0.25) >= p.max_noise:
+        return True
+    if p.z <= 0.0:
+        return False
+    mid = n // 2
+    med = logs[mid] if n % 2 else (logs[mid - 1] + logs[mid]) / 2.0
+    dev = sorted(abs(x - med) for x in logs)
+    mad = dev[mid] if n % 2 else (dev[mid - 1] + dev[mid]) / 2.0
+    unit = 1.25 * 1.4826 * mad * math.log(10.0) / math.sqrt(p.points)  # in natural-log units
+    return not (level > 0.0 and math.log(level / best) > p.z * unit)
+
+
+def _note(level, best) -> str:
+    return f"{fmt(level / best)}x its best level {fmt(best)}"
+
+
+def _describe(ep, p):
+    return (
+        f"{SIGNAL_LABELS[ep.signal]} at {ep.note} from step {ep.start_step}: the run lost what it "
+        f"had learnt (peak {fmt(ep.peak_value)}; logged every ~{fmt(p.every)}+ steps, read over "
+        f"{p.points}-point medians)"
+    )
+
+
+class CoarseDivergenceStream(Stream):
+    hits = ("train_loss",)
+
+    def __init__(self, p, signal, channels):
+        self.p = p
+        self.first_step = None
+        self.dense = False  # decided at the `min_points`-th point: then the rule is done
+        self.window = collections.deque(maxlen=p.points)
+        self.before = collections.deque(maxlen=p.noise_points)  # the points before the window
+        self.head = []  # the first `points` finite points (the initial level's)
+        self.init = math.nan
+        self.best = math.nan
+        self.run = 0
+        self.inside = False
+        # Busy until the loss is told dense: then the monitor's rest screen skips the check (one
+        # call a point saved on the runs it was not made for).
+        self.busy = True
+
+    def rest(self):
+        return Rest(after=self.p.min_points)
+
+    def check(self, i, step, v):
+        if self.dense:
+            return None
+        p = self.p
+        if i == 0:
+            self.first_step = step
+        elif i == p.min_points - 1 and step - self.first_step < p.every * i:
+            self.dense = True
+            self.busy = False
+            return None
+        window = self.window
+        if len(window) == p.points:
+            self.before.append(window[0])
+        window.append(v)
+        if len(self.head) < p.points and v - v == 0.0:
+            self.head.append(v)
+            if len(self.head) == p.points:
+                self.init = small_median(self.head)
+        if len(window) < p.points:
+            return None
+        level = small_median(window)
+        if level == level and not level >= self.best:
+            self.best = level
+        best, init = self.best, self.init
+        up = (i >= p.min_points - 1 and init == init and v - v == 0.0
+              and bool(elevated(level, best, init, p)) and not quiet(level, best, self.before, p))
+        self.run = self.run + 1 if up else 0
+        if up and self.run >= p.consecutive:
+            self.inside = True
+        elif level < p.back * best:
+            self.inside = False
+        if self.inside and v - v == 0.0:
+            return StreamHit(note=_note(level, best))
+        return None
+
+
+@rule(
+    code="CS118", symbol="coarse-divergence", family="divergence", severity="critical",
+    signals=("train_loss",), params=CoarseParams, describe=_describe, stream=CoarseDivergenceStream,
+    advice="the run is diverging: stop it, restore an earlier checkpoint, lower the learning rate",
+)
+def coarse_divergence(data, p: CoarseParams, since=None):
+    """A train loss logged every few dozen steps lost what the run had learnt, within a few points.
+
+    On a loss whose first `min_points` points lie `every` (25) steps apart or
+    more on average, the sustained divergence is read over `points` (3)-point
+    medians: the level has lost at least `lost` of the progress from the
+    initial level (the median of the first `points` finite points) to its best
+    level so far (the lowest such median), and is at least `factor` x that
+    best, unless the best is at most `learnt` x the initial level, for
+    `consecutive` points in a row, from the `min_points`-th point on; never
+    while the points before the level's window are pure noise (tiny batches:
+    their quartiles `max_noise` decades apart or more) or fewer than 4. Once
+    fired, every finite point is part of the divergence until the level is
+    back under `back` x the best. A run logged every 50 steps for 1 000 holds
+    20 points, fewer than the 31 the sustained divergence (CS113) waits for.
+    """
+    s = data.get("train_loss")
+    if s is None or len(s) < p.min_points:
+        return
+    k = p.min_points - 1
+    if s.steps[k] - s.steps[0] < p.every * k:
+        return
+    v = s.values
+    n = len(v)
+    m = p.points
+    level = np.full(n, np.nan)
+    if n >= m:
+        level[m - 1:] = np.median(np.lib.stride_tricks.sliding_window_view(v, m), axis=1)
+    best = np.fmin.accumulate(level)
+    finite = np.flatnonzero(np.isfinite(v))
+    if finite.size < m:
+        return
+    init = float(np.median(v[finite[:m]]))
+    known = int(finite[m - 1])  # the initial level is known from this point on
+    up = elevated(level, best, init, p) & np.isfinite(v)
+    up[: max(k, known)] = False
+    for i in np.flatnonzero(up).tolist():
+        if quiet(level[i], best[i], v[max(0, i - m + 1 - p.noise_points):max(0, i - m + 1)].tolist(), p):
+            up[i] = False
+    points = np.arange(n)
+    fired = np.maximum.accumulate(np.where(run_lengths(up) >= p.consecutive, points, -1))
+    with np.errstate(invalid="ignore"):
+        recovered = np.maximum.accumulate(np.where(level < p.back * best, points, -1))
+    idx = np.flatnonzero((fired >= 0) & (fired >= recovered) & np.isfinite(v))
+    idx = idx[idx >= since_index(s, since)]
+    if idx.size:
+        yield Hits("train_loss", idx, note=lambda i: _note(level[i], best[i]))
