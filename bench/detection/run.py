@@ -1,12 +1,13 @@
 """Regenerates docs/detection.md in one command: corpus (cached), every detector, the tables.
 
-    python bench/detection/run.py --real-logs ../shared/real_logs --out docs/detection.md
+    python bench/detection/run.py --real-logs ../shared/real_logs --fresh 6 --sparse 6 --out docs/detection.md
     python bench/detection/run.py --config after=tuned.toml --out /dev/stdout
 
 The corpus is generated into --corpus (default: corpus.default_dir(), under
 the temp dir) unless a complete one of the same version is there. `--fresh N`
 also generates N fresh-seed replicates of every scenario (`corpus.py --fresh`)
-and scores every detector but `before` on them, dev and test cells apart. Detectors:
+and scores every detector but `before` on them, dev and test cells apart; `--sparse N`
+does the same with N more, every run logged every 50 steps (`corpus.py --log-every 50`). Detectors:
 the defaults (`ours`), `before` (the package as of BEFORE_REVISION, the last
 commit before the corpus-v5 retuning, run from a `git archive` of it), the article's four rules, the four
 anchors, plus any `--config NAME=TOML`. The prose around the tables is
@@ -147,7 +148,7 @@ def offenders(results: dict, det: str = "ours") -> list[str]:
     """The worst offenders of one detector, per split and on the real logs."""
     lines = []
     r = results.get(det, {})
-    for split in ("dev", "test", "fresh-dev", "fresh-test"):
+    for split in ("dev", "test", "fresh-dev", "fresh-test", "sparse-dev", "sparse-test"):
         if split not in r:
             continue
         m = r[split]
@@ -201,7 +202,26 @@ def fresh_section(results: dict, fresh_meta: dict | None) -> str:
     return "\n".join(parts).rstrip()
 
 
-def render(results: dict, meta: dict, fresh_meta: dict | None = None) -> str:
+# The sparse-logging set: replicates from this number (fresh seeds no other set has), every run logged
+# every SPARSE_EVERY steps, as Lightning logs by default.
+SPARSE_FROM, SPARSE_EVERY = 64, 50
+
+
+def sparse_section(results: dict, sparse_meta: dict | None) -> str:
+    """The sparse-logging set: what it holds and the measures on its dev and test cells."""
+    if sparse_meta is None:
+        return "(not generated here: `run.py --sparse N` generates and scores it)"
+    parts = [f"{len(sparse_meta['runs'])} runs ({sparse_meta['fresh']} replicates of every scenario, "
+             f"replicates {SPARSE_FROM}-{SPARSE_FROM + sparse_meta['fresh'] - 1}, every one logged every "
+             f"{SPARSE_EVERY} steps), generated in {sparse_meta.get('seconds')} s:", "",
+             *corpus.summary_rows(sparse_meta), ""]
+    for split in ("dev", "test"):
+        parts += [f"### Logged every {SPARSE_EVERY} steps, {split} cells", "",
+                  *split_table(results, f"sparse-{split}"), ""]
+    return "\n".join(parts).rstrip()
+
+
+def render(results: dict, meta: dict, fresh_meta: dict | None = None, sparse_meta: dict | None = None) -> str:
     with open(os.path.join(HERE, "detection_template.md")) as f:
         template = f.read()
     subs = {
@@ -213,6 +233,7 @@ def render(results: dict, meta: dict, fresh_meta: dict | None = None) -> str:
         "{{TEST}}": "\n".join(split_table(results, "test")),
         "{{REAL}}": "\n".join(real_table(results)),
         "{{FRESH}}": fresh_section(results, fresh_meta),
+        "{{SPARSE}}": sparse_section(results, sparse_meta),
         "{{MISSES}}": "\n".join(offenders(results)) or "- none",
     }
     for k, v in subs.items():
@@ -230,6 +251,9 @@ def main(argv=None):
     ap.add_argument("--force", action="store_true", help="regenerate the corpus")
     ap.add_argument("--fresh", type=int, default=0, metavar="N",
                     help="also generate N fresh-seed replicates of every scenario and score them")
+    ap.add_argument("--sparse", type=int, default=0, metavar="N",
+                    help=f"also generate N replicates of every scenario logged every {SPARSE_EVERY} steps "
+                         f"(from replicate {SPARSE_FROM}) and score them")
     ap.add_argument("--config", action="append", metavar="NAME=TOML",
                     help="also score a TOML config as detector NAME (repeatable)")
     ap.add_argument("--detectors", default="ours,before,article,olmo,megatron,foundry,wandb",
@@ -253,10 +277,18 @@ def main(argv=None):
         fresh = score.evaluate(fresh_dir, None, {d: f for d, f in detectors.items() if d != "before"})
         for d, by_split in fresh.items():
             results[d].update({f"fresh-{split}": m for split, m in by_split.items()})
+    sparse_meta = None
+    if a.sparse:
+        sparse_dir = corpus.default_dir(a.sparse, SPARSE_FROM, None, SPARSE_EVERY)
+        sparse_meta = corpus.generate(sparse_dir, a.jobs, a.force, fresh=a.sparse, start=SPARSE_FROM,
+                                      log_every=SPARSE_EVERY)
+        sparse = score.evaluate(sparse_dir, None, {d: f for d, f in detectors.items() if d != "before"})
+        for d, by_split in sparse.items():
+            results[d].update({f"sparse-{split}": m for split, m in by_split.items()})
     if a.json:
         with open(a.json, "w") as f:
             json.dump(results, f, indent=1)
-    md = render(results, meta, fresh_meta)
+    md = render(results, meta, fresh_meta, sparse_meta)
     if a.out:
         with open(a.out, "w") as f:
             f.write(md)

@@ -5,14 +5,15 @@ from __future__ import annotations
 import collections
 import dataclasses
 import math
+from itertools import islice
 
 import numpy as np
 
 from tb_crash_signals.analysis.rules.base import Hits, fmt, param, rule, since_index
-from tb_crash_signals.analysis.rules.divergence import elevated
+from tb_crash_signals.analysis.rules.divergence import elevated, rest_factor
 from tb_crash_signals.analysis.signals import SIGNAL_LABELS
-from tb_crash_signals.analysis.stats import percentile_sorted, run_lengths
-from tb_crash_signals.analysis.streaming import Rest, Stream, StreamHit, small_median
+from tb_crash_signals.analysis.stats import best_levels, percentile_sorted, run_lengths, smoothed_level
+from tb_crash_signals.analysis.streaming import Rest, Stream, StreamHit, shared_level, small_median
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,21 +101,29 @@ class CoarseDivergenceStream(Stream):
 
     def __init__(self, p, signal, channels):
         self.p = p
+        ch = channels["train_loss"]
+        self.level = shared_level(ch, p.points)
+        self.best_level = shared_level(ch, p.points, best=True)
+        self.values = ch.values  # this point included when the check runs
+        # A config whose windows outgrow the channel's recent points keeps its own (and never rests).
+        self.own = p.points + p.noise_points > ch.values.maxlen
+        if self.own:
+            self.values = collections.deque(maxlen=p.points + p.noise_points)
         self.first_step = None
         self.dense = False  # decided at the `min_points`-th point: then the rule is done
-        self.window = collections.deque(maxlen=p.points)
-        self.before = collections.deque(maxlen=p.noise_points)  # the points before the window
         self.head = []  # the first `points` finite points (the initial level's)
         self.init = math.nan
-        self.best = math.nan
         self.run = 0
         self.inside = False
-        # Busy until the loss is told dense: then the monitor's rest screen skips the check (one
-        # call a point saved on the runs it was not made for).
+        # Busy until the loss is told dense, or while something is counted: else the monitor's rest
+        # screen may skip the check below the bar (see rest).
         self.busy = True
 
     def rest(self):
-        return Rest(after=self.p.min_points)
+        if self.own:
+            return None
+        # Under rest_factor x the best nothing is elevated (see divergence.rest_factor).
+        return Rest(after=self.p.min_points, bars=((self.level, rest_factor(self.p), self.best_level),))
 
     def check(self, i, step, v):
         if self.dense:
@@ -126,28 +135,30 @@ class CoarseDivergenceStream(Stream):
             self.dense = True
             self.busy = False
             return None
-        window = self.window
-        if len(window) == p.points:
-            self.before.append(window[0])
-        window.append(v)
-        if len(self.head) < p.points and v - v == 0.0:
+        values = self.values
+        if self.own:
+            values.append(v)
+        finite = v - v == 0.0
+        if finite and len(self.head) < p.points:
             self.head.append(v)
             if len(self.head) == p.points:
                 self.init = small_median(self.head)
-        if len(window) < p.points:
-            return None
-        level = small_median(window)
-        if level == level and not level >= self.best:
-            self.best = level
-        best, init = self.best, self.init
-        up = (i >= p.min_points - 1 and init == init and v - v == 0.0
-              and bool(elevated(level, best, init, p)) and not quiet(level, best, self.before, p))
+        level, best, init = self.level.value, self.best_level.low, self.init
+        up = False
+        if finite and i >= p.min_points - 1 and init == init and best > 0.0:
+            if ((level >= p.factor * best or best <= p.learnt * init)
+                    and not (init > best and level - best < p.lost * (init - best))):
+                n = len(values)
+                hi = max(n - p.points, 0)
+                up = not quiet(level, best, list(islice(values, max(hi - p.noise_points, 0), hi)), p)
         self.run = self.run + 1 if up else 0
         if up and self.run >= p.consecutive:
             self.inside = True
         elif level < p.back * best:
             self.inside = False
-        if self.inside and v - v == 0.0:
+        # The initial level's points must all be seen, whatever the rest screen could skip.
+        self.busy = self.run > 0 or self.inside or len(self.head) < p.points
+        if self.inside and finite:
             return StreamHit(note=_note(level, best))
         return None
 
@@ -182,10 +193,8 @@ def coarse_divergence(data, p: CoarseParams, since=None):
     v = s.values
     n = len(v)
     m = p.points
-    level = np.full(n, np.nan)
-    if n >= m:
-        level[m - 1:] = np.median(np.lib.stride_tricks.sliding_window_view(v, m), axis=1)
-    best = np.fmin.accumulate(level)
+    level = smoothed_level(v, m)
+    best = best_levels(v, m)
     finite = np.flatnonzero(np.isfinite(v))
     if finite.size < m:
         return
@@ -194,7 +203,8 @@ def coarse_divergence(data, p: CoarseParams, since=None):
     up = elevated(level, best, init, p) & np.isfinite(v)
     up[: max(k, known)] = False
     for i in np.flatnonzero(up).tolist():
-        if quiet(level[i], best[i], v[max(0, i - m + 1 - p.noise_points):max(0, i - m + 1)].tolist(), p):
+        hi = max(i + 1 - m, 0)
+        if quiet(level[i], best[i], v[max(hi - p.noise_points, 0):hi].tolist(), p):
             up[i] = False
     points = np.arange(n)
     fired = np.maximum.accumulate(np.where(run_lengths(up) >= p.consecutive, points, -1))

@@ -87,6 +87,11 @@ class PlateauParams:
         "level) only on a smooth loss (see `early_jitter`): a per-step loss at chance for its first "
         "~20 steps is a slow start", at_least=1, at_most=64,
     )
+    early_steps: int = param(
+        150, "... but a stall that began this many steps or more after the first logged point is no early "
+        "one, whatever its point: logged every 50 steps (Lightning's default), 15 points are 750 steps, "
+        "far past any slow start; logged every 1-10 steps, the 15 points come first", at_least=1,
+    )
     early_jitter: float = param(
         0.003, "a smooth loss: the noise of "
         "its points so far (its first 64 at most) around their own trend (see `jitter`) under this. Epoch "
@@ -182,6 +187,16 @@ def start_level(values, init: float, known_after: int, points: int) -> float:
     # At most the 10 points the initial level reads (the stream keeps those only).
     head = head[np.isfinite(head)][: min(points, 10)]
     return max(init, float(np.median(head)))
+
+
+def sparse_start(values, steps, init: float, known_after: int, early_steps: int) -> float:
+    """The initial level a stall is told against: `init` (stats.initial_level of `values`, its 10
+    finite points ending at `known_after`), or the first finite point if higher when those 10 span
+    `early_steps` steps or more: a loss logged every 50 steps fell most of its fall before its
+    second point, and the median of its first 10 is a level it learnt, not where it started."""
+    if init != init or steps[known_after] - steps[0] < early_steps:
+        return init
+    return max(init, float(values[np.isfinite(values)][0]))
 
 
 def plateau_patience(index, p: PlateauParams):
@@ -335,6 +350,12 @@ class PlateauStream(Stream):
         self.head_diffs = []
         self.head_done = 0
         self.early_jitter, self.early_points = p.early_jitter, p.early_points
+        self.early_steps = p.early_steps
+        self.head_steps = []  # the steps of the first `early_points` points (`_early`)
+        # The steps of the points until the initial level is known, then None; and that level as the
+        # stalls are told against it (sparse_start), NaN until then.
+        self.init_steps = []
+        self.init_value = math.nan
         # The smoothed loss at this point, and its best so far (`_running_best`'s).
         self.level = shared_level(channels["train_loss"], p.smooth)
         self.warmed = -1  # the last point of the warm-up (a rising learning rate), -1 if none
@@ -374,13 +395,20 @@ class PlateauStream(Stream):
         self.updates_high = p.updates_high
 
     def check(self, i, step, v):
+        if self.init_steps is not None:
+            if self.initial.known == _inf:
+                self.init_steps.append(step)
+            else:
+                self._sparse_start()
         if self.head_logs is not None:
+            if i < self.early_points:
+                self.head_steps.append(step)
             if i >= self.head_from and i - self.patience.at(i) >= self.initial.known:
                 self.head_logs = self.head_raw = None  # i - patience never decreases: no later stall began that early
             elif i < _HEAD and v > 0.0 and v < _inf:
                 self.head_raw.append(v)  # its log (numpy's, as the batch rule's jitter takes it) when read
         lrs = self.lr
-        init = self.initial.value
+        init = self.init_value
         if lrs:
             lr_now = lrs[-1]
             peak = self.lr_channel.max_finite
@@ -443,6 +471,23 @@ class PlateauStream(Stream):
             self.own.append(v)
         return hit
 
+    def _sparse_start(self):
+        """sparse_start, once the initial level is known (its 10th finite point was the last one)."""
+        steps, initial = self.init_steps, self.initial
+        init = initial.value
+        if steps[initial.known - 1] - steps[0] >= self.early_steps:
+            init = max(init, initial.head[0])
+        self.init_value = init
+        self.init_steps = None
+
+    def _early(self, start):
+        """Whether a stall that began at point `start` began early: before the initial level was
+        known, or within `early_points` and `early_steps` (read while the head's logs are kept)."""
+        if start < self.initial.known:
+            return True
+        steps = self.head_steps
+        return start < self.early_points and steps[start] - steps[0] < self.early_steps
+
     def _start_level(self, init):
         """start_level, once the initial level (`init`) is known: its first 10 finite points are in."""
         if self.start != self.start:
@@ -500,8 +545,9 @@ class PlateauStream(Stream):
             climbed = climb >= self.lr_climb
             level = self.level.value
             stuck = level >= self.stuck * init and (
-                self.head_logs is None or self._head_jitter() < self.early_jitter) and not (
-                level <= self.learnt_drop * self._start_level(self.initial.value))
+                self.head_logs is None or not self._early(i - patience)
+                or self._head_jitter() < self.early_jitter) and not (
+                level <= self.learnt_drop * self._start_level(self.init_value))
             if gone or climbed or stuck:
                 positive = init > 0.0
                 return StreamHit(note=plateau_note(patience, self.lr_peak.fraction() if gone else math.nan,
@@ -622,7 +668,7 @@ def loss_plateau(data, p: PlateauParams, since=None):
     learning rate has fallen, x the median of its first `start_points` points
     if higher; on a smooth loss only, its jitter under `early_jitter`, if the
     stall began within the 10 points that set that level or the first
-    `early_points`), its learning rate
+    `early_points` and `early_steps`), its learning rate
     has decayed to ~0 (`lr_floor` x its peak), or its learning rate, after it
     fell, climbed back to `lr_climb` x its peak as of the stall's start (a
     schedule gone wrong: the loss stalls under a step too large). The P
@@ -651,6 +697,7 @@ def loss_plateau(data, p: PlateauParams, since=None):
     if hit.size:
         # Only a run stuck near where it started, or whose learning rate is gone, is on a plateau.
         init0, known_after = initial_level(s.values)
+        init0 = sparse_start(s.values, s.steps, init0, known_after, p.early_steps)
         # The learning rate as the hits see it: gone, fallen (against start_level), or climbed back.
         at, peak, fell = lr_course(data, s.steps[: hit[-1] + 1], p.lr_fell)
         first = start_level(s.values, init0, known_after, p.start_points)
@@ -663,7 +710,8 @@ def loss_plateau(data, p: PlateauParams, since=None):
         # A stall that began before the initial level was known, or within the first `early_points`,
         # counts only on a smooth loss.
         start = hit - plateau_patience(hit, p)  # the stall's start, >= 0: the stall needs its patience
-        for j in np.flatnonzero(stuck & ((start <= known_after) | (start < p.early_points))).tolist():
+        early = (start < p.early_points) & (s.steps[np.minimum(start, n - 1)] - s.steps[0] < p.early_steps)
+        for j in np.flatnonzero(stuck & ((start <= known_after) | early)).tolist():
             stuck[j] = jitter(s.values[: min(hit[j] + 1, _HEAD)]) < p.early_jitter
         with np.errstate(invalid="ignore", divide="ignore"):
             fraction = np.where(peak > 0, at / peak, np.nan)  # of its peak so far, at each point

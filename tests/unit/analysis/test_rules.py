@@ -1307,3 +1307,35 @@ def test_the_coarse_divergence_ignores_sampled_noise():
     # progress, within its own noise (`z`).
     learnt = np.concatenate([[2.3, 1.4, 0.9], 0.6 * np.exp(0.4 * np.random.default_rng(2).standard_normal(30))])
     assert _sparse_starts(learnt) == ([], [])
+
+
+def _plateau_starts(loss, every):
+    steps = (np.arange(len(loss)) + 1) * every - 1
+    batch = [e.start_step for e in episodes_of(analyze(train_loss=series(loss, steps)), "CS301")]
+    m = Monitor()
+    for s, v in zip(steps.tolist(), loss):
+        m.update(s, train_loss=float(v))
+    return batch, [e.start_step for e in m.episodes() if e.code == "CS301"]
+
+
+def test_a_loss_logged_every_50_steps_stuck_at_its_start_is_a_plateau():
+    # A learning rate far too low: the per-batch loss at chance (ln 10) for 1 200 steps, sampled
+    # every 50. Its first 15 points are 750 steps: no slow start.
+    rng = np.random.default_rng(5)
+    stuck = 2.3 * np.exp(0.05 * rng.standard_normal(24))
+    batch, online = _plateau_starts(stuck, every=50)
+    assert batch == online and len(batch) == 1
+    # The same 24 points logged every step are a per-step loss's first 24 steps: a slow start, if
+    # anything, on a loss that noisy.
+    assert _plateau_starts(stuck, every=1) == ([], [])
+
+
+def test_a_loss_logged_every_50_steps_is_told_against_its_first_point():
+    # It fell 2.1 -> 1.2 before its second logged point and stays there, noisy: the median of its
+    # first 10 points is a level it learnt, not where it started (a healthy run's floor).
+    rng = np.random.default_rng(6)
+    learnt = np.concatenate([[2.1], 1.2 * np.exp(0.03 * rng.standard_normal(23))])
+    assert _plateau_starts(learnt, every=50) == ([], [])
+    flat_from_second = np.concatenate([[1.25], learnt[1:]])  # no fall seen: stuck where it started
+    batch, online = _plateau_starts(flat_from_second, every=50)
+    assert batch == online and len(batch) == 1
