@@ -26,8 +26,13 @@ class CoarseParams:
         above=0.0,
     )
     points: int = param(
-        3, "trailing points whose median is the loss's level (its best level: the lowest such median "
-        "so far; its initial level: the median of its first this many finite points)", at_least=1,
+        3, "trailing points whose median is the loss's level (its initial level: the median of its "
+        "first this many finite points)", at_least=1,
+    )
+    best_points: int = param(
+        5, "trailing points whose median, at its lowest so far, is the loss's best level: the lowest of "
+        "many 3-point medians of a noisy loss is far under its level (a frozen network's per-batch loss "
+        "sampled every 50 steps doubles its lowest 3-point median in noise)", at_least=1,
     )
     factor: float = param(2.0, "the level must be at least this multiple of the best level ...")
     lost: float = param(
@@ -103,7 +108,7 @@ class CoarseDivergenceStream(Stream):
         self.p = p
         ch = channels["train_loss"]
         self.level = shared_level(ch, p.points)
-        self.best_level = shared_level(ch, p.points, best=True)
+        self.best_level = shared_level(ch, p.best_points, best=True)
         self.values = ch.values  # this point included when the check runs
         # A config whose windows outgrow the channel's recent points keeps its own (and never rests).
         self.own = p.points + p.noise_points > ch.values.maxlen
@@ -194,7 +199,7 @@ def coarse_divergence(data, p: CoarseParams, since=None):
     n = len(v)
     m = p.points
     level = smoothed_level(v, m)
-    best = best_levels(v, m)
+    best = best_levels(v, p.best_points)
     finite = np.flatnonzero(np.isfinite(v))
     if finite.size < m:
         return
