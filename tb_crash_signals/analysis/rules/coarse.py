@@ -89,15 +89,14 @@ def quiet(level, best, before, p: CoarseParams) -> bool:
     return not (level > 0.0 and math.log(level / best) > p.z * unit)
 
 
-def _note(level, best) -> str:
-    return f"{fmt(level / best)}x its best level {fmt(best)}"
+def _note(level, best, gap) -> str:
+    return f"{fmt(level / best)}x its best level {fmt(best)} (logged every {fmt(gap)} steps)"
 
 
 def _describe(ep, p):
     return (
         f"{SIGNAL_LABELS[ep.signal]} at {ep.note} from step {ep.start_step}: the run lost what it "
-        f"had learnt (peak {fmt(ep.peak_value)}; logged every ~{fmt(p.every)}+ steps, read over "
-        f"{p.points}-point medians)"
+        f"had learnt (peak {fmt(ep.peak_value)})"
     )
 
 
@@ -115,6 +114,7 @@ class CoarseDivergenceStream(Stream):
         if self.own:
             self.values = collections.deque(maxlen=p.points + p.noise_points)
         self.first_step = None
+        self.gap = math.nan
         self.dense = False  # decided at the `min_points`-th point: then the rule is done
         self.head = []  # the first `points` finite points (the initial level's)
         self.init = math.nan
@@ -136,10 +136,12 @@ class CoarseDivergenceStream(Stream):
         p = self.p
         if i == 0:
             self.first_step = step
-        elif i == p.min_points - 1 and step - self.first_step < p.every * i:
-            self.dense = True
-            self.busy = False
-            return None
+        elif i == p.min_points - 1:
+            if step - self.first_step < p.every * i:
+                self.dense = True
+                self.busy = False
+                return None
+            self.gap = (step - self.first_step) / i  # the cadence its note gives
         values = self.values
         if self.own:
             values.append(v)
@@ -164,7 +166,7 @@ class CoarseDivergenceStream(Stream):
         # The initial level's points must all be seen, whatever the rest screen could skip.
         self.busy = self.run > 0 or self.inside or len(self.head) < p.points
         if self.inside and finite:
-            return StreamHit(note=_note(level, best))
+            return StreamHit(note=_note(level, best, self.gap))
         return None
 
 
@@ -195,6 +197,7 @@ def coarse_divergence(data, p: CoarseParams, since=None):
     k = p.min_points - 1
     if s.steps[k] - s.steps[0] < p.every * k:
         return
+    gap = (int(s.steps[k]) - int(s.steps[0])) / k
     v = s.values
     n = len(v)
     m = p.points
@@ -218,4 +221,4 @@ def coarse_divergence(data, p: CoarseParams, since=None):
     idx = np.flatnonzero((fired >= 0) & (fired >= recovered) & np.isfinite(v))
     idx = idx[idx >= since_index(s, since)]
     if idx.size:
-        yield Hits("train_loss", idx, note=lambda i: _note(level[i], best[i]))
+        yield Hits("train_loss", idx, note=lambda i: _note(level[i], best[i], gap))
