@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import math
-from itertools import islice
 
 import numpy as np
 
 from tb_crash_signals.analysis.rules.base import Hits, fmt, param, rule, since_index
-from tb_crash_signals.analysis.rules.divergence import elevated, rest_factor
+from tb_crash_signals.analysis.rules.divergence import elevated
 from tb_crash_signals.analysis.signals import SIGNAL_LABELS
-from tb_crash_signals.analysis.stats import best_levels, percentile_sorted, run_lengths, smoothed_level
-from tb_crash_signals.analysis.streaming import Rest, Stream, StreamHit, shared_level, small_median
+from tb_crash_signals.analysis.stats import percentile_sorted, run_lengths
+from tb_crash_signals.analysis.streaming import Stream, StreamHit, small_median
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,35 +98,34 @@ def _describe(ep, p):
     )
 
 
+def _median_of_last(values, k):
+    """np.median of the last `k` of a list of values (NaN while fewer, or if one is NaN), in pure
+    Python; three comparisons for 3."""
+    if len(values) < k:
+        return math.nan
+    if k == 3:
+        a, b, c = values[-3], values[-2], values[-1]
+        if a != a or b != b or c != c:
+            return math.nan
+        return max(min(a, b), min(max(a, b), c))
+    return small_median(values[-k:])
+
+
 class CoarseDivergenceStream(Stream):
     hits = ("train_loss",)
 
     def __init__(self, p, signal, channels):
         self.p = p
-        ch = channels["train_loss"]
-        self.level = shared_level(ch, p.points)
-        self.best_level = shared_level(ch, p.best_points, best=True)
-        self.values = ch.values  # this point included when the check runs
-        # A config whose windows outgrow the channel's recent points keeps its own (and never rests).
-        self.own = p.points + p.noise_points > ch.values.maxlen
-        if self.own:
-            self.values = collections.deque(maxlen=p.points + p.noise_points)
+        self.values = []  # the last `keep` points (a list: its slices are cheap)
+        self.keep = max(p.points, p.best_points) + p.noise_points
         self.first_step = None
         self.gap = math.nan
         self.dense = False  # decided at the `min_points`-th point: then the rule is done
         self.head = []  # the first `points` finite points (the initial level's)
         self.init = math.nan
+        self.best = math.nan
         self.run = 0
         self.inside = False
-        # Busy until the loss is told dense, or while something is counted: else the monitor's rest
-        # screen may skip the check below the bar (see rest).
-        self.busy = True
-
-    def rest(self):
-        if self.own:
-            return None
-        # Under rest_factor x the best nothing is elevated (see divergence.rest_factor).
-        return Rest(after=self.p.min_points, bars=((self.level, rest_factor(self.p), self.best_level),))
 
     def check(self, i, step, v):
         if self.dense:
@@ -139,35 +136,45 @@ class CoarseDivergenceStream(Stream):
         elif i == p.min_points - 1:
             if step - self.first_step < p.every * i:
                 self.dense = True
-                self.busy = False
                 return None
             self.gap = (step - self.first_step) / i  # the cadence its note gives
         values = self.values
-        if self.own:
-            values.append(v)
+        values.append(v)
+        if len(values) > self.keep:
+            del values[0]
         finite = v - v == 0.0
         if finite and len(self.head) < p.points:
             self.head.append(v)
             if len(self.head) == p.points:
                 self.init = small_median(self.head)
-        level, best, init = self.level.value, self.best_level.low, self.init
+        level = _median_of_last(values, p.points)
+        low = _median_of_last(values, p.best_points)
+        if low == low and not low >= self.best:
+            self.best = low
+        best, init = self.best, self.init
         up = False
         if finite and i >= p.min_points - 1 and init == init and best > 0.0:
             if ((level >= p.factor * best or best <= p.learnt * init)
                     and not (init > best and level - best < p.lost * (init - best))):
                 n = len(values)
                 hi = max(n - p.points, 0)
-                up = not quiet(level, best, list(islice(values, max(hi - p.noise_points, 0), hi)), p)
+                up = not quiet(level, best, values[max(hi - p.noise_points, 0):hi], p)
         self.run = self.run + 1 if up else 0
         if up and self.run >= p.consecutive:
             self.inside = True
         elif level < p.back * best:
             self.inside = False
-        # The initial level's points must all be seen, whatever the rest screen could skip.
-        self.busy = self.run > 0 or self.inside or len(self.head) < p.points
         if self.inside and finite:
             return StreamHit(note=_note(level, best, self.gap))
         return None
+
+
+def _medians(v, k):
+    """The median of the `k` values ending at each point, NaN while fewer or when one is NaN."""
+    out = np.full(v.shape[0], np.nan)
+    if v.shape[0] >= k:
+        out[k - 1:] = np.median(np.lib.stride_tricks.sliding_window_view(v, k), axis=1)
+    return out
 
 
 @rule(
@@ -201,8 +208,8 @@ def coarse_divergence(data, p: CoarseParams, since=None):
     v = s.values
     n = len(v)
     m = p.points
-    level = smoothed_level(v, m)
-    best = best_levels(v, p.best_points)
+    level = _medians(v, m)
+    best = np.fmin.accumulate(_medians(v, p.best_points))
     finite = np.flatnonzero(np.isfinite(v))
     if finite.size < m:
         return
