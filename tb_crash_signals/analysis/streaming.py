@@ -250,6 +250,9 @@ class StreamHit:
 
 
 HIT = StreamHit()
+# What a check returns once it will never fire again on its channel (a rule for another kind of
+# series, told apart by its first points): the monitor stops calling it.
+RETIRED = StreamHit()
 
 
 class SortedSpan:

@@ -31,7 +31,7 @@ from tb_crash_signals.analysis.recovery import LEVEL_POINTS, NOISE_POINTS, quiet
 from tb_crash_signals.analysis.rules import RULES
 from tb_crash_signals.analysis.rules.base import EpisodeView
 from tb_crash_signals.analysis.signals import SIGNALS
-from tb_crash_signals.analysis.streaming import ORDER, Channel, shared_level, small_median
+from tb_crash_signals.analysis.streaming import ORDER, RETIRED, Channel, shared_level, small_median
 from tb_crash_signals.online.screen import RestScreen, Screen
 from tb_crash_signals.report.document import fit_to_json
 
@@ -43,6 +43,16 @@ _SIGNAL_SET = frozenset(SIGNALS)
 # last _SNAPSHOTS of them kept, with the updates since the oldest for replay.
 _SNAPSHOT_EVERY = 1024
 _SNAPSHOTS = 4
+
+
+
+def _retire(ch, check):
+    """Stops calling a check that returned RETIRED: its channel's lists without it, as new lists
+    (the point being checked goes on over the old one; `always` keeps its identity test apart)."""
+    for attr in ("checks", "always", "checks_at_rest", "always_at_rest"):
+        checks = getattr(ch, attr)
+        if checks is not None:
+            setattr(ch, attr, [c for c in checks if c != check])  # bound methods: equal, not one object
 
 
 class _Record:
@@ -320,6 +330,9 @@ class Monitor:
             for check in checks:
                 hit = check(i, step, v)
                 if hit is not None:
+                    if hit is RETIRED:
+                        _retire(ch, check)
+                        continue
                     code = ch.codes[check]
                     hits.append((code, name))
                     ep = self._hit(code, name, i, step, v, hit)

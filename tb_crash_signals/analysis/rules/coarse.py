@@ -11,7 +11,7 @@ from tb_crash_signals.analysis.rules.base import Hits, fmt, param, rule, since_i
 from tb_crash_signals.analysis.rules.divergence import elevated
 from tb_crash_signals.analysis.signals import SIGNAL_LABELS
 from tb_crash_signals.analysis.stats import percentile_sorted, run_lengths
-from tb_crash_signals.analysis.streaming import Stream, StreamHit, small_median
+from tb_crash_signals.analysis.streaming import RETIRED, Stream, StreamHit, small_median
 
 
 @dataclasses.dataclass(frozen=True)
@@ -129,35 +129,33 @@ class CoarseDivergenceStream(Stream):
 
     def check(self, i, step, v):
         if self.dense:
-            return None
+            return RETIRED
         p = self.p
-        if i == 0:
-            self.first_step = step
-        elif i == p.min_points - 1:
+        k = p.min_points - 1
+        if i < k:
+            # Nothing fires before the `min_points`-th point: the points wait there, and a dense
+            # loss is told apart before any work on them.
+            if i == 0:
+                self.first_step = step
+            self.values.append(v)
+            return None
+        if i == k:
             if step - self.first_step < p.every * i:
                 self.dense = True
-                return None
+                self.values = []
+                return RETIRED  # a dense loss: CS113 reads it
             self.gap = (step - self.first_step) / i  # the cadence its note gives
-        values = self.values
-        values.append(v)
-        if len(values) > self.keep:
-            del values[0]
-        finite = v - v == 0.0
-        if finite and len(self.head) < p.points:
-            self.head.append(v)
-            if len(self.head) == p.points:
-                self.init = small_median(self.head)
-        level = _median_of_last(values, p.points)
-        low = _median_of_last(values, p.best_points)
-        if low == low and not low >= self.best:
-            self.best = low
+            waiting, self.values = self.values, []
+            for x in waiting:
+                self._advance(x)
+        level, finite = self._advance(v)
         best, init = self.best, self.init
         up = False
-        if finite and i >= p.min_points - 1 and init == init and best > 0.0:
+        if finite and init == init and best > 0.0:
             if ((level >= p.factor * best or best <= p.learnt * init)
                     and not (init > best and level - best < p.lost * (init - best))):
-                n = len(values)
-                hi = max(n - p.points, 0)
+                values = self.values
+                hi = max(len(values) - p.points, 0)
                 up = not quiet(level, best, values[max(hi - p.noise_points, 0):hi], p)
         self.run = self.run + 1 if up else 0
         if up and self.run >= p.consecutive:
@@ -167,6 +165,24 @@ class CoarseDivergenceStream(Stream):
         if self.inside and finite:
             return StreamHit(note=_note(level, best, self.gap))
         return None
+
+    def _advance(self, v):
+        """Takes point v into the windows, the initial level and the best level: its level, and
+        whether it is finite."""
+        p = self.p
+        values = self.values
+        values.append(v)
+        if len(values) > self.keep:
+            del values[0]
+        finite = v - v == 0.0
+        if finite and len(self.head) < p.points:
+            self.head.append(v)
+            if len(self.head) == p.points:
+                self.init = small_median(self.head)
+        low = _median_of_last(values, p.best_points)
+        if low == low and not low >= self.best:
+            self.best = low
+        return _median_of_last(values, p.points), finite
 
 
 def _medians(v, k):
