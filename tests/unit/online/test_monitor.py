@@ -25,6 +25,7 @@ from support.helpers import healthy_grad, healthy_loss
 from support.paths import SCHEMA
 from tb_crash_signals import Monitor
 from tb_crash_signals.analysis.config import Config
+from tb_crash_signals.analysis.rules import RULES
 from tb_crash_signals.online.screen import RestScreen, Screen
 from tb_crash_signals.scan import scan_logdir
 
@@ -266,3 +267,26 @@ def test_config_path_and_selection(tmp_path):
     m.update(0, grad_norm=6.0, train_loss=float("nan"))
     assert [e.code for e in m.episodes()] == ["CS101"]
     assert Monitor(Config(select=("CS0",))).update(0, train_loss=float("nan"))[0].code == "CS001"
+
+
+def test_a_retired_check_is_no_longer_called(monkeypatch):
+    from tb_crash_signals.analysis.rules.coarse import CoarseDivergenceStream
+
+    calls = []
+    check = CoarseDivergenceStream.check
+
+    def counted(self, i, step, v):
+        calls.append(i)
+        return check(self, i, step, v)
+
+    monkeypatch.setattr(CoarseDivergenceStream, "check", counted)
+    points = RULES["CS118"].default_params().min_points
+    dense = Monitor()
+    for i in range(200):
+        dense.update(i, train_loss=2.0 / (1 + i))
+    assert calls == list(range(points))  # retired at its `min_points`-th point: a loss logged every step
+    calls.clear()
+    sparse = Monitor()
+    for i in range(200):
+        sparse.update(50 * i + 49, train_loss=2.0 / (1 + i))
+    assert calls == list(range(200))  # logged every 50 steps: it reads them all
