@@ -197,6 +197,7 @@ class ValDivergenceStream(_TrainAtVal):
             and self.above >= p.evaluations
             and i - self.best_i >= p.evaluations
             and self.train_now() < self._at_best()
+            and not self.train.values[-1] > self.rise * self._at_best()
             and not (self.lr.values and self.lr.values[-1] > self.lr_bar)
         ):
             return StreamHit(note=f"{fmt(self.best)} at step {self.best_step}")
@@ -223,7 +224,10 @@ def val_divergence(data, p: ValDivergenceParams, since=None):
 
     Fires at a validation point when the last `evaluations` validation losses
     all sit `min_rise` above the best one before them, and the (smoothed)
-    train loss is lower than it was at that best validation step -- unless
+    train loss is lower than it was at that best validation step, its last
+    point no `min_rise` above that level (a smoothed loss logged every 50
+    steps lags far behind a train loss climbing with the validation loss:
+    a divergence, not overfitting) -- unless
     the learning rate, which had fallen by that step, has climbed back to
     `lr_restart` x what it was then (a warm restart, a cyclic schedule).
     """
@@ -245,6 +249,8 @@ def val_divergence(data, p: ValDivergenceParams, since=None):
     _, train = _train_at_val_steps(data, p.smooth, np.union1d(idx[i0:], best_idx[i0:]))
     if train is None:
         return
+    # The last train point at or before each validation point, as logged.
+    _, last = _train_at_val_steps(data, 1, idx[i0:])
     with np.errstate(invalid="ignore"):
         above = finite & (v >= best * (1 + p.min_rise)) & (best > 0)
         hit = (
@@ -252,6 +258,7 @@ def val_divergence(data, p: ValDivergenceParams, since=None):
             & (run_lengths(above) >= p.evaluations)
             & (idx - best_idx >= p.evaluations)
             & (train < train[best_idx])
+            & ~(last > (1 + p.min_rise) * train[best_idx])
         )
     if hit.any():
         # The schedule climbed back since the best: its larger steps, not overfitting.

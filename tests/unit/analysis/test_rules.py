@@ -1339,3 +1339,31 @@ def test_a_loss_logged_every_50_steps_is_told_against_its_first_point():
     flat_from_second = np.concatenate([[1.25], learnt[1:]])  # no fall seen: stuck where it started
     batch, online = _plateau_starts(flat_from_second, every=50)
     assert batch == online and len(batch) == 1
+
+
+def test_a_validation_rise_while_the_train_loss_climbs_back_is_no_overfitting():
+    # Logged every 50 steps under an exponential learning rate: the validation loss rises as the
+    # train loss does, from step 450; the 5-point median of the train loss lags 250 steps and still
+    # stands under its level at the best validation step (1.76), but its last point is 1.6x that.
+    steps = np.arange(50, 650, 50) - 1
+    train = [2.25, 1.83, 1.76, 1.57, 1.54, 1.54, 1.64, 1.75, 2.82, 2.87, 3.39, 11.9]
+    val = [2.2, 1.9, 1.7, 1.55, 1.52, 1.6, 1.62, 1.7, 2.84, 2.9, 3.5, 12.0]
+    data = {"train_loss": series(train, steps), "val_loss": series(val, steps + 1)}
+    assert starts_both_at("CS402", data) == ([], [])
+    # The same validation rise while the train loss keeps falling is overfitting, and is told.
+    falling = [2.25, 1.83, 1.76, 1.57, 1.54, 1.5, 1.45, 1.4, 1.36, 1.33, 1.3, 1.28]
+    batch, online = starts_both_at("CS402", {"train_loss": series(falling, steps), "val_loss": series(val, steps + 1)})
+    assert batch == online and batch
+
+
+def starts_both_at(code, data):
+    """Where `code`'s episodes start, from the batch rules and a Monitor fed the series' own steps."""
+    batch = [e.start_step for e in episodes_of(analyze(**data), code)]
+    m = Monitor()
+    by_step = {}
+    for sig, s in data.items():
+        for step, v in zip(s.steps.tolist(), s.values.tolist()):
+            by_step.setdefault(step, {})[sig] = v
+    for step in sorted(by_step):
+        m.update(step, **by_step[step])
+    return batch, [e.start_step for e in m.episodes() if e.code == code]
