@@ -54,12 +54,12 @@ class CoarseParams:
         above=0.0,
     )
     noise_points: int = param(
-        50, "no alarm while the (up to) this many points before the level's ... (at least 4 of them)",
-        at_least=4,
+        50, "the points before the level's window (the last this many) whose spread is the loss's "
+        "noise; with fewer than 4 of them, no alarm", at_least=4,
     )
     max_noise: float = param(
-        0.5, "... have quartiles this many decades apart or more: the per-step loss of tiny batches, "
-        "sampled once every few dozen steps, spans decades", above=0.0,
+        0.5, "no alarm while their quartiles lie this many decades apart or more: the per-step loss of "
+        "tiny batches, sampled once every few dozen steps, spans decades", above=0.0,
     )
     min_points: int = param(6, "points needed before the rule can fire", at_least=2)
     cooldown: int = param(10, "points back under that level after which a new episode starts")
@@ -205,11 +205,12 @@ def coarse_divergence(data, p: CoarseParams, since=None):
     more on average, the sustained divergence is read over `points` (3)-point
     medians: the level has lost at least `lost` of the progress from the
     initial level (the median of the first `points` finite points) to its best
-    level so far (the lowest such median), and is at least `factor` x that
-    best, unless the best is at most `learnt` x the initial level, for
-    `consecutive` points in a row, from the `min_points`-th point on; never
-    while the points before the level's window are pure noise (tiny batches:
-    their quartiles `max_noise` decades apart or more) or fewer than 4. Once
+    level so far (the lowest median of `best_points` points), and is at least
+    `factor` x that best, unless the best is at most `learnt` x the initial
+    level, and `z` noise units above it, for `consecutive` points in a row,
+    from the `min_points`-th point on; never while the points before the
+    level's window are pure noise (tiny batches: their quartiles `max_noise`
+    decades apart or more) or fewer than 4. Once
     fired, every finite point is part of the divergence until the level is
     back under `back` x the best. A run logged every 50 steps for 1 000 holds
     20 points, fewer than the 31 the sustained divergence (CS113) waits for.

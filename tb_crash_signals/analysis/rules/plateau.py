@@ -666,7 +666,8 @@ def loss_plateau(data, p: PlateauParams, since=None):
     the best as of P points earlier -- while the run is stuck near where it
     started (its best still `stuck` x the initial level, or, once its
     learning rate has fallen, x the median of its first `start_points` points
-    if higher; on a smooth loss only, its jitter under `early_jitter`, if the
+    if higher, and x its first point if higher on a loss whose first 10
+    points span `early_steps` steps or more; on a smooth loss only, its jitter under `early_jitter`, if the
     stall began within the 10 points that set that level or the first
     `early_points` and `early_steps`), its learning rate
     has decayed to ~0 (`lr_floor` x its peak), or its learning rate, after it
