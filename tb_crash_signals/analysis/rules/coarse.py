@@ -8,9 +8,9 @@ import math
 import numpy as np
 
 from tb_crash_signals.analysis.rules.base import Hits, fmt, param, rule, since_index
-from tb_crash_signals.analysis.rules.divergence import elevated
+from tb_crash_signals.analysis.rules.divergence import elevated, inside_divergence
 from tb_crash_signals.analysis.signals import SIGNAL_LABELS
-from tb_crash_signals.analysis.stats import percentile_sorted, run_lengths
+from tb_crash_signals.analysis.stats import percentile_sorted
 from tb_crash_signals.analysis.streaming import RETIRED, Stream, StreamHit, small_median
 
 
@@ -223,7 +223,6 @@ def coarse_divergence(data, p: CoarseParams, since=None):
         return
     gap = (int(s.steps[k]) - int(s.steps[0])) / k
     v = s.values
-    n = len(v)
     m = p.points
     level = _medians(v, m)
     best = np.fmin.accumulate(_medians(v, p.best_points))
@@ -238,11 +237,7 @@ def coarse_divergence(data, p: CoarseParams, since=None):
         hi = max(i + 1 - m, 0)
         if quiet(level[i], best[i], v[max(hi - p.noise_points, 0):hi].tolist(), p):
             up[i] = False
-    points = np.arange(n)
-    fired = np.maximum.accumulate(np.where(run_lengths(up) >= p.consecutive, points, -1))
-    with np.errstate(invalid="ignore"):
-        recovered = np.maximum.accumulate(np.where(level < p.back * best, points, -1))
-    idx = np.flatnonzero((fired >= 0) & (fired >= recovered) & np.isfinite(v))
+    idx = inside_divergence(up, level, best, v, p)
     idx = idx[idx >= since_index(s, since)]
     if idx.size:
         yield Hits("train_loss", idx, note=lambda i: _note(level[i], best[i], gap))

@@ -167,6 +167,17 @@ def gate_noise(i, noise_at, values, p) -> float:
     return 0.0 if early_jitter_at(i, values, p) < p.early_jitter else math.inf
 
 
+def inside_divergence(up, level, best, values, p) -> np.ndarray:
+    """The points of a sustained divergence (CS113, CS118): every finite point from where `up` held
+    `p.consecutive` points in a row until the level is back under `p.back` x the best. A point both
+    firing and back under `back` fires, as in the streams."""
+    points = np.arange(len(values))
+    fired = np.maximum.accumulate(np.where(run_lengths(up) >= p.consecutive, points, -1))
+    with np.errstate(invalid="ignore"):
+        recovered = np.maximum.accumulate(np.where(level < p.back * best, points, -1))
+    return np.flatnonzero((fired >= 0) & (fired >= recovered) & np.isfinite(values))
+
+
 def _describe_divergence(ep, p):
     return (
         f"{SIGNAL_LABELS[ep.signal]} at {ep.note} from step {ep.start_step}: the run lost what it "
@@ -294,12 +305,7 @@ def loss_divergence(data, p: DivergenceParams, since=None):
     for i in where.tolist():
         if gate_noise(i, noise.get, v, p) >= p.max_noise:
             up[i] = far_gone(level[i], best[i], inits[i], lambda i=i: v[max(i - FAR_POINTS + 1, 0):i + 1].tolist(), p)
-    points = np.arange(len(v))
-    fired = np.maximum.accumulate(np.where(run_lengths(up) >= p.consecutive, points, -1))
-    with np.errstate(invalid="ignore"):
-        recovered = np.maximum.accumulate(np.where(level < p.back * best, points, -1))
-    # A point both firing and back under `back` (back > factor) fires, as in the stream.
-    idx = np.flatnonzero((fired >= 0) & (fired >= recovered) & np.isfinite(v))
+    idx = inside_divergence(up, level, best, v, p)
     idx = idx[idx >= since_index(s, since)]
     if idx.size:
         yield Hits("train_loss", idx, note=lambda i: _note(level[i], best[i]))
