@@ -25,7 +25,8 @@ class CoarseParams:
     )
     points: int = param(
         3, "trailing points whose median is the loss's level (its initial level: the median of its "
-        "first this many finite points)", at_least=1,
+        "first this many finite points, or its first if higher: logged every 50 steps, a loss fell "
+        "most of its fall before its second point)", at_least=1,
     )
     best_points: int = param(
         5, "trailing points whose median, at its lowest so far, is the loss's best level: the lowest of "
@@ -178,7 +179,7 @@ class CoarseDivergenceStream(Stream):
         if finite and len(self.head) < p.points:
             self.head.append(v)
             if len(self.head) == p.points:
-                self.init = small_median(self.head)
+                self.init = max(small_median(self.head), self.head[0])
         low = _median_of_last(values, p.best_points)
         if low == low and not low >= self.best:
             self.best = low
@@ -204,7 +205,8 @@ def coarse_divergence(data, p: CoarseParams, since=None):
     On a loss whose first `min_points` points lie `every` (25) steps apart or
     more on average, the sustained divergence is read over `points` (3)-point
     medians: the level has lost at least `lost` of the progress from the
-    initial level (the median of the first `points` finite points) to its best
+    initial level (the median of the first `points` finite points, or the
+    first if higher) to its best
     level so far (the lowest median of `best_points` points), and is at least
     `factor` x that best, unless the best is at most `learnt` x the initial
     level, and `z` noise units above it, for `consecutive` points in a row,
@@ -229,7 +231,7 @@ def coarse_divergence(data, p: CoarseParams, since=None):
     finite = np.flatnonzero(np.isfinite(v))
     if finite.size < m:
         return
-    init = float(np.median(v[finite[:m]]))
+    init = max(float(np.median(v[finite[:m]])), float(v[finite[0]]))
     known = int(finite[m - 1])  # the initial level is known from this point on
     up = elevated(level, best, init, p) & np.isfinite(v)
     up[: max(k, known)] = False
