@@ -191,6 +191,8 @@ def sparse_runs(draw):
         loss[draw(st.integers(0, n - 1))] = draw(st.sampled_from([math.nan, math.inf]))
     steps = (t + 1) * every - 1
     lr = np.full(n, 0.01)
+    if draw(st.integers(0, 3)) == 0:  # a schedule that drops to 0 (no divergence while it stands there)
+        lr[draw(st.integers(0, n - 1)):] = 0.0
     return {"train_loss": Series.from_arrays(steps, loss), "lr": Series.from_arrays(steps, lr)}
 
 

@@ -10,7 +10,7 @@ import numpy as np
 from tb_crash_signals.analysis.rules.base import Hits, fmt, param, rule, since_index
 from tb_crash_signals.analysis.rules.divergence import elevated, inside_divergence
 from tb_crash_signals.analysis.signals import SIGNAL_LABELS
-from tb_crash_signals.analysis.stats import percentile_sorted
+from tb_crash_signals.analysis.stats import percentile_sorted, value_at_or_before
 from tb_crash_signals.analysis.streaming import RETIRED, Stream, StreamHit, small_median
 
 
@@ -127,6 +127,7 @@ class CoarseDivergenceStream(Stream):
         self.best = math.nan
         self.run = 0
         self.inside = False
+        self.lr = channels["lr"].values  # updated before the train loss's channel
 
     def check(self, i, step, v):
         if self.dense:
@@ -152,7 +153,8 @@ class CoarseDivergenceStream(Stream):
         level, finite = self._advance(v)
         best, init = self.best, self.init
         up = False
-        if finite and init == init and best > 0.0:
+        lr = self.lr
+        if finite and init == init and best > 0.0 and not (lr and lr[-1] <= 0.0):
             if ((level >= p.factor * best or best <= p.learnt * init)
                     and not (init > best and level - best < p.lost * (init - best))):
                 values = self.values
@@ -196,7 +198,7 @@ def _medians(v, k):
 
 @rule(
     code="CS118", symbol="coarse-divergence", family="divergence", severity="critical",
-    signals=("train_loss",), params=CoarseParams, describe=_describe, stream=CoarseDivergenceStream,
+    signals=("train_loss", "lr"), params=CoarseParams, describe=_describe, stream=CoarseDivergenceStream,
     advice="the run is diverging: stop it, restore an earlier checkpoint, lower the learning rate",
 )
 def coarse_divergence(data, p: CoarseParams, since=None):
@@ -212,7 +214,9 @@ def coarse_divergence(data, p: CoarseParams, since=None):
     level, and `z` noise units above it, for `consecutive` points in a row,
     from the `min_points`-th point on; never while the points before the
     level's window are pure noise (tiny batches: their quartiles `max_noise`
-    decades apart or more) or fewer than 4. Once
+    decades apart or more) or fewer than 4, nor while the learning rate
+    stands at zero or below (the weights do not move: the loss's climb is
+    its batches' noise; CS511 tells the rate). Once
     fired, every finite point is part of the divergence until the level is
     back under `back` x the best. A run logged every 50 steps for 1 000 holds
     20 points, fewer than the 31 the sustained divergence (CS113) waits for.
@@ -235,6 +239,10 @@ def coarse_divergence(data, p: CoarseParams, since=None):
     known = int(finite[m - 1])  # the initial level is known from this point on
     up = elevated(level, best, init, p) & np.isfinite(v)
     up[: max(k, known)] = False
+    lr = data.get("lr")
+    if lr is not None and len(lr):
+        with np.errstate(invalid="ignore"):
+            up &= ~(value_at_or_before(lr.steps, lr.values, s.steps) <= 0.0)
     for i in np.flatnonzero(up).tolist():
         hi = max(i + 1 - m, 0)
         if quiet(level[i], best[i], v[max(hi - p.noise_points, 0):hi].tolist(), p):

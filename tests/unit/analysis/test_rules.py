@@ -1295,6 +1295,21 @@ def test_the_coarse_divergence_reads_only_sparsely_logged_losses():
     assert _sparse_starts(_SPARSE_CLIMB, every=20) == ([], [])
 
 
+def test_no_coarse_divergence_while_the_learning_rate_stands_at_zero():
+    # A network frozen by a schedule that dropped to 0 at step 199: its per-batch loss, sampled every
+    # 50 steps, wanders 0.38-0.95 and its 3-point median doubles its lowest 5-point median.
+    loss = [1.2, 0.674, 0.702, 0.469, 0.383, 0.421, 0.529, 0.717, 0.842, 0.598, 0.857, 0.945, 0.614, 0.646]
+    steps = (np.arange(len(loss)) + 1) * 50 - 1
+    lr = np.where(steps < 199, 0.05, 0.0)
+    frozen = {"train_loss": series(loss, steps), "lr": series(lr, steps)}
+    assert starts_both_at("CS118", frozen) == ([], [])
+    assert "CS511" in codes(analyze(**frozen))  # the rate at 0 is the story
+    # The same points under a working learning rate would be told.
+    running = {"train_loss": series(loss, steps), "lr": series(np.full(len(loss), 0.05), steps)}
+    batch, online = starts_both_at("CS118", running)
+    assert batch == online and batch
+
+
 def test_the_coarse_divergence_ignores_sampled_noise():
     rng = np.random.default_rng(3)
     # A tiny batch's per-step loss near zero, sampled every 50 steps: it spans decades.
