@@ -225,9 +225,10 @@ def coarse_divergence(data, p: CoarseParams, since=None):
     if s is None or len(s) < p.min_points:
         return
     k = p.min_points - 1
-    if s.steps[k] - s.steps[0] < p.every * k:
+    span = int(s.steps[k]) - int(s.steps[0])  # Python ints, as the stream's: no int64 wrap-around
+    if span < p.every * k:
         return
-    gap = (int(s.steps[k]) - int(s.steps[0])) / k
+    gap = span / k
     v = s.values
     m = p.points
     level = _medians(v, m)

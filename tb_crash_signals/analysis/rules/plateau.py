@@ -194,7 +194,7 @@ def sparse_start(values, steps, init: float, known_after: int, early_steps: int)
     finite points ending at `known_after`), or the first finite point if higher when those 10 span
     `early_steps` steps or more: a loss logged every 50 steps fell most of its fall before its
     second point, and the median of its first 10 is a level it learnt, not where it started."""
-    if init != init or steps[known_after] - steps[0] < early_steps:
+    if init != init or int(steps[known_after]) - int(steps[0]) < early_steps:  # ints: no int64 wrap-around
         return init
     return max(init, float(values[np.isfinite(values)][0]))
 
@@ -711,7 +711,9 @@ def loss_plateau(data, p: PlateauParams, since=None):
         # A stall that began before the initial level was known, or within the first `early_points`,
         # counts only on a smooth loss.
         start = hit - plateau_patience(hit, p)  # the stall's start, >= 0: the stall needs its patience
-        early = (start < p.early_points) & (s.steps[np.minimum(start, n - 1)] - s.steps[0] < p.early_steps)
+        # In Python ints, as the stream's steps: hostile steps near the int64 bounds do not wrap around.
+        since_first = s.steps[np.minimum(start, n - 1)].astype(object) - int(s.steps[0])
+        early = (start < p.early_points) & (since_first < p.early_steps).astype(bool)
         for j in np.flatnonzero(stuck & ((start <= known_after) | early)).tolist():
             stuck[j] = jitter(s.values[: min(hit[j] + 1, _HEAD)]) < p.early_jitter
         with np.errstate(invalid="ignore", divide="ignore"):
