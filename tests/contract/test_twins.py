@@ -207,3 +207,19 @@ def test_whole_episodes_agree_on_sparsely_logged_runs(d):
     online = monitored(data, config)
     assert whole(online.episodes()) == whole(offline.episodes)
     assert [i.to_json() for i in online.incidents()] == [i.to_json() for i in offline.incidents]
+
+
+@pytest.mark.parametrize("first,every", [(0, 50), (2**62, 2**40), (-(2**63), 2**61)])
+def test_step_spans_near_the_int64_bounds_are_read_alike(first, every):
+    # CS118's and CS301's step spans: a wrap-around in the batch rule's int64 arithmetic would part it
+    # from the stream's Python ints (8 points 2**61 apart from -2**63 span more than 2**63).
+    n = 24 if every < 2**50 else 8
+    steps = np.array([first + every * i for i in range(n)], dtype=np.int64)
+    stuck = 2.3 * np.exp(0.05 * np.random.default_rng(3).standard_normal(n))
+    climbing = np.array([2.3, 1.0, 0.8, 0.7, 0.7, 2.0, 2.2, 2.4] + [2.5] * (n - 8))
+    for loss, code in ((stuck, "CS301"), (climbing, "CS118")):
+        data = {"train_loss": Series.from_arrays(steps, loss)}
+        offline = analyze_run(logical(**data), data, Config())
+        online = monitored(data, Config())
+        assert whole(online.episodes()) == whole(offline.episodes)
+        assert code in {e.code for e in offline.episodes} or (code == "CS301" and n < 24)
