@@ -189,7 +189,8 @@ def build_incidents(episodes: list[Episode], run_steps: int = 0) -> list[Inciden
         taken.update(recovered)
         groups.append(("divergence", sorted(recovered)))
 
-    # Optimizer settings that are too large cause what plateaus with them.
+    # Optimizer settings that are too large cause what plateaus with them; a learning rate at zero or
+    # updates too small to learn cause the stall they overlap (the weights barely move).
     optimizer = [i for i in order if i not in taken and episodes[i].family == "optimizer"]
     plateau = [i for i in order if i not in taken and episodes[i].code in _PLATEAU + _STAGNATION]
     if optimizer:
@@ -197,7 +198,12 @@ def build_incidents(episodes: list[Episode], run_steps: int = 0) -> list[Inciden
         # Too large a step also shakes the loss: spikes while it lasts are its symptom.
         shaken = [i for i in order if i not in taken and episodes[i].code in _SPIKES
                   and any(_overlap(episodes[i], episodes[j]) for j in high)]
-        folded = (plateau + shaken if high else []) + stilled
+        stalled = [i for i in plateau if episodes[i].code in _PLATEAU
+                   and any(_overlap(episodes[i], episodes[j]) for j in low)]
+        # ... with the validation loss stuck meanwhile (as a plateau incident holds it)
+        stalled += [i for i in plateau if episodes[i].code in _STAGNATION
+                    and any(_overlap(episodes[i], episodes[j]) for j in stalled)]
+        folded = (plateau + shaken if high else stalled) + stilled
         taken.update(optimizer + folded)
         groups.append(("optimizer", sorted(optimizer + folded)))
         plateau = [i for i in plateau if i not in taken]
@@ -245,6 +251,10 @@ def _incident(kind: str, members: list[int], episodes: list[Episode]) -> Inciden
     # warning is no alarm.
     first = min([e for e in eps if e.severity == severity], key=lambda e: (e.start_step, e.code))
     alarm = first  # where the story starts: the first alarm, or the cause that came before it
+    if kind == "optimizer":  # the setting out of band is the story, whatever it holds that began first
+        causes = [e for e in eps if e.family == "optimizer" and e.severity == severity]
+        if causes:
+            alarm = min(causes, key=lambda e: (e.start_step, e.code))
     start = min(e.start_step for e in eps)
     fits = [e for e in eps if e.fit is not None]
     fit = max(fits, key=lambda e: e.fit.end_step).fit if fits else None

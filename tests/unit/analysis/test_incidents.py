@@ -120,3 +120,20 @@ def test_a_climb_the_run_came_back_from_at_a_zero_learning_rate_is_the_optimizer
     # Apart from such a stretch, it is a climb the run came back from, as before.
     incidents = build_incidents([episode("CS511", 165, 300, signal="lr"), climb], run_steps=800)
     assert kinds(incidents) == [("divergence", [1]), ("optimizer", [0])]
+
+
+def test_a_stall_while_the_weights_barely_move_is_the_optimizer_story():
+    # Updates too small to learn (CS502) from step 100, the loss stuck near where it started from
+    # step 10 and the validation loss stuck with it: one story, told by its cause.
+    eps = [episode("CS301", 10, 600), episode("CS502", 100, 600, signal="update_ratio"),
+           episode("CS302", 300, 600, signal="val_loss")]
+    (incident,) = build_incidents(eps, run_steps=600)
+    assert (incident.kind, incident.episodes) == ("optimizer", (0, 1, 2))
+    assert incident.headline == "CS502 at 100; the train loss stalls with it"
+    assert incident.advice == RULES["CS502"].advice and incident.first_alarm_step == 10
+    # A learning rate at zero likewise; a stall that ended before it is a story of its own.
+    eps = [episode("CS301", 10, 90), episode("CS511", 165, 600, signal="lr")]
+    assert kinds(build_incidents(eps, run_steps=600)) == [("optimizer", [1]), ("plateau", [0])]
+    eps = [episode("CS301", 200, 600), episode("CS511", 165, 600, signal="lr")]
+    (incident,) = build_incidents(eps, run_steps=600)
+    assert incident.headline == "CS511 at 165; the train loss stalls with it"
