@@ -7,10 +7,10 @@ import math
 
 import numpy as np
 
-from tb_crash_signals.analysis.rules.base import Hits, fmt, param, rule, since_index
+from tb_crash_signals.analysis.rules.base import Hits, fmt, level_noise, param, rule, since_index
 from tb_crash_signals.analysis.rules.divergence import elevated, inside_divergence
 from tb_crash_signals.analysis.signals import SIGNAL_LABELS
-from tb_crash_signals.analysis.stats import percentile_sorted, value_at_or_before
+from tb_crash_signals.analysis.stats import LN10, MAD_TO_SIGMA, mad_sorted, percentile_sorted, value_at_or_before
 from tb_crash_signals.analysis.streaming import RETIRED, Stream, StreamHit, small_median
 
 
@@ -73,19 +73,14 @@ _NOISE_MIN = 4
 def quiet(level, best, before, p: CoarseParams) -> bool:
     """Whether the level stands no divergence over the best for the points before its window
     (`before`): too few of them to tell, pure noise at the loss's scale (tiny batches), or the level
-    within `z` noise units of the best."""
+    within `z` noise units of the best (their robust log spread, as CS113's)."""
     logs = sorted(math.log10(x) for x in before if 0.0 < x < math.inf)
-    n = len(logs)
-    if n < _NOISE_MIN or percentile_sorted(logs, 0.75) - percentile_sorted(logs, 0.25) >= p.max_noise:
+    if len(logs) < _NOISE_MIN or percentile_sorted(logs, 0.75) - percentile_sorted(logs, 0.25) >= p.max_noise:
         return True
     if p.z <= 0.0:
         return False
-    mid = n // 2
-    med = logs[mid] if n % 2 else (logs[mid - 1] + logs[mid]) / 2.0
-    dev = sorted(abs(x - med) for x in logs)
-    mad = dev[mid] if n % 2 else (dev[mid - 1] + dev[mid]) / 2.0
-    unit = 1.25 * 1.4826 * mad * math.log(10.0) / math.sqrt(p.points)  # in natural-log units
-    return not (level > 0.0 and math.log(level / best) > p.z * unit)
+    spread = MAD_TO_SIGMA * mad_sorted(logs) * LN10  # in natural-log units
+    return not (level > 0.0 and math.log(level / best) > p.z * level_noise(spread, p.points))
 
 
 def _note(level, best, gap) -> str:
@@ -100,16 +95,8 @@ def _describe(ep, p):
 
 
 def _median_of_last(values, k):
-    """np.median of the last `k` of a list of values (NaN while fewer, or if one is NaN), in pure
-    Python; three comparisons for 3."""
-    if len(values) < k:
-        return math.nan
-    if k == 3:
-        a, b, c = values[-3], values[-2], values[-1]
-        if a != a or b != b or c != c:
-            return math.nan
-        return max(min(a, b), min(max(a, b), c))
-    return small_median(values[-k:])
+    """np.median of the last `k` of a list of values (NaN while fewer, or if one is NaN)."""
+    return small_median(values[-k:]) if len(values) >= k else math.nan
 
 
 class CoarseDivergenceStream(Stream):
