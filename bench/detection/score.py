@@ -440,7 +440,7 @@ def score_corpus(outputs: dict, meta_runs: dict, val_steps: dict | None = None) 
                     "warning_incidents_per_10k": per10k(healthy["warning_incidents"])},
         "overflow": overflow,
         "divergence": {**div, "lead": _q(div["leads"])},
-        "precursor": {"n": pre["n"], "flagged": len(leads), "lead": _q(leads),
+        "precursor": {"n": pre["n"], "flagged": len(leads), "leads": leads, "lead": _q(leads),
                       "under10": sum(x < 10 for x in leads) + (pre["n"] - len(leads)),
                       "late": pre["late"],
                       "plain_n": len(pre["plain"]), "plain_lead": _q([x for x in pre["plain"] if x is not None]),
