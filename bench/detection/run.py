@@ -26,6 +26,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 import corpus
+import growth_fit
 import score
 
 # The last commit before the corpus-v5 retuning (rules, incidents): the "before" column.
@@ -235,6 +236,7 @@ def render(results: dict, meta: dict, fresh_meta: dict | None = None, sparse_met
         "{{FRESH}}": fresh_section(results, fresh_meta),
         "{{SPARSE}}": sparse_section(results, sparse_meta),
         "{{MISSES}}": "\n".join(offenders(results)) or "- none",
+        "{{GROWTH_FIT}}": "\n".join(growth_fit.table()),
     }
     for k, v in subs.items():
         template = template.replace(k, v)

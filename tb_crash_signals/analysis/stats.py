@@ -373,6 +373,31 @@ def linear_fit(x: np.ndarray, y: np.ndarray) -> tuple[float, float, float]:
     return float(a), b, r2
 
 
+def hinge_fit(x: np.ndarray, y: np.ndarray, least: int) -> tuple[int, float, float, float]:
+    """Least squares y = a + b max(x - x[k], 0) over the breakpoints k that leave at least `least`
+    points from k on: a flat stretch, then a line (k = 0: a line). Returns (k, a, b, r2 of the
+    points from k on about their own line's fit, as `linear_fit` gives it)."""
+    x = x.astype(np.float64) - float(x[0])
+    n = x.shape[0]
+    last = max(n - max(least, 2), 0)
+    ks = np.arange(last + 1)
+    # Column j of h: max(x - x[k_j], 0) for every point.
+    h = np.maximum(x[:, None] - x[None, ks], 0.0)
+    hm = h.mean(axis=0)
+    ym = y.mean()
+    dh = h - hm
+    dy = y - ym
+    shh = np.einsum("ij,ij->j", dh, dh)
+    shy = dy @ dh
+    with np.errstate(invalid="ignore", divide="ignore"):
+        gain = np.where(shh > 0, shy * shy / shh, 0.0)
+    k = int(np.argmax(gain))
+    b = float(shy[k] / shh[k]) if shh[k] > 0 else 0.0
+    a = float(ym - b * hm[k])
+    _, _, r2 = linear_fit(x[k:], y[k:])
+    return k, a, b, r2
+
+
 def trailing_median_inclusive(values: np.ndarray, k: int) -> np.ndarray:
     """Median of the up-to-k points ending at each i (a causal smoother)."""
     n = values.shape[0]

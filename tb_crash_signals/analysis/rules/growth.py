@@ -15,6 +15,7 @@ from tb_crash_signals.analysis.stats import (
     best_levels,
     chunks,
     finite_anchor,
+    hinge_fit,
     linear_fit,
     positive_log,
     smoothed_level,
@@ -259,8 +260,9 @@ def grad_norm_growth(data, p: GrowthParams, since=None):
     rising with a run's first large steps is learning; nor while the
     learning rate still ramps up and the loss has not turned up
     (`quiet_in_ramp`): a warm-up's grad norm rises with its steps. When the growth
-    accelerates, the recent half of the window gives the fit. The fit is
-    returned so the crossing can be drawn.
+    began inside the window, the fit starts where it did (the breakpoint of a
+    flat stretch then a line that fits best, at least 10 points before the
+    window's end). The fit is returned so the crossing can be drawn.
     """
     s = data.get("grad_norm")
     w = p.window
@@ -292,6 +294,7 @@ def grad_norm_growth(data, p: GrowthParams, since=None):
         yield Hits("grad_norm", np.asarray(hit_idx), fits=fits)
 
 
+HINGE_LEAST = 10  # points from the growth's start on, at least, for its own fit
 LOSS_SMOOTH, LOSS_BEST_SMOOTH = 7, 31  # the train loss's level and best level (see `loss_up`)
 
 
@@ -381,15 +384,14 @@ def fit_window(steps: np.ndarray, logv: np.ndarray, base: float, p: GrowthParams
     span = float(steps[-1] - steps[0])
     if b <= 0 or r2 < p.min_r2 or b * span < math.log(p.min_growth):
         return None
-    # An accelerating growth: the long window straddles the flat part before it,
-    # so the recent half's steeper (and steady) fit projects better.
-    h = logv.shape[0] // 2
-    if h >= 4:
-        _, b2, r22 = linear_fit(steps[-h:], logv[-h:])
-        if r22 >= p.min_r2 and b2 > 1.25 * b:
-            b, r2 = b2, r22
-            steps = steps[-h:]
-            span = float(steps[-1] - steps[0])
+    # A growth that began inside the window: a line through the whole window straddles the flat
+    # stretch before it and projects the crossing late; the line from the breakpoint that fits best
+    # (a flat stretch, then a line) is the growth's own, when it is steeper and steady.
+    k, _, b2, r22 = hinge_fit(steps, logv, HINGE_LEAST)
+    if k > 0 and r22 >= p.min_r2 and b2 > b:
+        b, r2 = b2, r22
+        steps = steps[k:]
+        span = float(steps[-1] - steps[0])
     # The projection starts from where the grad norm is now (the median of its last 3 logs), not
     # from the fitted line's end: a line through a curve that bends, or through a jump, ends far
     # from the last points, and its crossing with it. The line drawn is moved to pass there too.

@@ -626,6 +626,29 @@ def test_growth_predicts_the_crossing_before_it_happens():
     assert eps[-1].fit.end_step == eps[-1].end_step
 
 
+@pytest.mark.parametrize("every", [1, 5])
+def test_growth_projection_fits_the_growth_not_the_flat_stretch_before_it(every):
+    # The grad norm is flat, then doubles every 15 steps. The 40-point window at the first alarm
+    # still holds flat points; a line through them grows too slowly and projects the crossing late
+    # (a line through this window: ~+30 % at every step, ~+45 % at every 5). The fit starts where
+    # the growth does, so the projection is within 20 % of the remaining distance.
+    rng = np.random.default_rng(every)
+    steps = np.arange(0, 600, every)
+    g = np.where(steps < 200, 1.0, 2.0 ** ((steps - 200) / 15)) * np.exp(0.1 * rng.standard_normal(steps.size))
+    loss = 0.3 + 2.0 * np.exp(-steps / 300) * (1 + 0.02 * np.maximum(g - 1, 0))
+    cross = int(steps[np.argmax(g > 100)])
+    keep = steps <= cross
+    data = dict(grad_norm=series(g[keep], steps[keep]), train_loss=series(loss[keep], steps[keep]))
+    first = episodes_of(analyze(**data), "CS201")[0]
+    fit = first.first_fit
+    assert first.start_step == fit.end_step < cross
+    assert 190 <= fit.start_step <= 215, fit  # where the growth began
+    assert fit.doubling_steps == pytest.approx(15, rel=0.15)
+    assert abs(fit.projected_step - cross) <= 0.2 * (cross - fit.end_step), (fit, cross)
+    online = online_growth(steps[keep], g[keep], loss[keep])[0]
+    assert (online.start_step, online.fit) == (first.start_step, first.fit)
+
+
 def test_growth_ignores_the_early_rise_of_a_healthy_run():
     n = 1500
     g = healthy_grad(n) * np.minimum(1 + np.arange(n) / 50.0, 8.0)
