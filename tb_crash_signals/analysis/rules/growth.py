@@ -29,6 +29,12 @@ from tb_crash_signals.analysis.streaming import SortedSpan, Stream, StreamHit, s
 @dataclasses.dataclass(frozen=True)
 class GrowthParams:
     window: int = param(40, "points in the sliding log-linear fit", at_least=2)
+    window_steps: int = param(
+        200, "... but no more points than span this many steps, at the cadence of the grad norm's first 6 "
+        "points: logged every 10 steps, 20 points (a 40-point window and the normal level before it would "
+        "wait 500 steps, past most explosions of a run that short)", at_least=1,
+    )
+    min_window: int = param(16, "... and never fewer than this many points", at_least=2)
     min_r2: float = param(
         0.6, "the fit must explain at least this share of the variance of log(grad norm) "
         "over the window (a sustained, steady growth)"
@@ -130,8 +136,27 @@ class GradGrowthStream(Stream):
         self.last_bad = -self.w
         # The window's steps: the channel's recent ones, unless it keeps fewer than w.
         self.own_steps = collections.deque(maxlen=self.w) if self.w > self.channel.steps.maxlen else None
+        self.first_step = None  # the grad norm's first step: its cadence, with its 6th
+
+    def _at_cadence(self, i, step):
+        """Notes the first step; at the CADENCE_POINTS-th point, takes the window the grad norm's
+        cadence allows (`window_for`), before any window can be decided."""
+        if i == 0:
+            self.first_step = step
+        elif i == CADENCE_POINTS - 1:
+            w = window_for(self.p, self.first_step, step)
+            if w != self.w:
+                p = self.p = dataclasses.replace(self.p, window=w)
+                self.w = w
+                self.q, self.rise = quarter_rise(p)
+                self.q_rise = self.q * self.rise
+                self.baseline = _Baseline(self.history, w, p.baseline_window, p.min_baseline)
+                if self.own_steps is not None:
+                    self.own_steps = collections.deque(self.own_steps, maxlen=w)
 
     def check(self, i, step, v):
+        if i < CADENCE_POINTS:
+            self._at_cadence(i, step)
         if self.own_steps is not None:
             self.own_steps.append(step)
         x = self.channel.log_value
@@ -247,7 +272,8 @@ def grad_norm_growth(data, p: GrowthParams, since=None):
     """The gradient norm grows exponentially toward the explosion threshold.
 
     A least-squares line is fitted to log(grad norm) against step over a
-    sliding window of `window` points. The rule fires when the fit is steady
+    sliding window of `window` points (fewer on a grad norm logged every 10
+    steps or more: those spanning `window_steps`, at least `min_window`). The rule fires when the fit is steady
     (r2 >= min_r2), grows at least `min_growth`x over the window, the current
     value is still under `threshold` but `min_excess`x above the run's normal
     level, and the fit, from the grad norm's current level (the median of
@@ -265,8 +291,12 @@ def grad_norm_growth(data, p: GrowthParams, since=None):
     window's end). The fit is returned so the crossing can be drawn.
     """
     s = data.get("grad_norm")
-    w = p.window
-    if s is None or len(s) < w + 2:
+    if s is None or len(s) < CADENCE_POINTS:
+        return
+    w = window_for(p, int(s.steps[0]), int(s.steps[CADENCE_POINTS - 1]))
+    if w != p.window:
+        p = dataclasses.replace(p, window=w)
+    if len(s) < w + 2:
         return
     i0 = max(since_index(s, since), w - 1)  # the first window ends at w - 1
     # A decision at i reads its window and the (forward-filled) normal level
@@ -406,6 +436,18 @@ def fit_window(steps: np.ndarray, logv: np.ndarray, base: float, p: GrowthParams
         doubling_steps=math.log(2) / b, r2=r2,
         projected_step=int(steps[-1] + max(0.0, math.ceil(ahead))), threshold=p.threshold,
     )
+
+
+CADENCE_POINTS = 6  # the grad-norm points whose steps tell its cadence
+
+
+def window_for(p: GrowthParams, first_step: int, step: int) -> int:
+    """The fit window's points for a grad norm whose first CADENCE_POINTS points span first_step ..
+    step: `window`, or as many as span `window_steps` at that cadence, not under `min_window`."""
+    gap = (step - first_step) / (CADENCE_POINTS - 1)
+    if not gap > 0:
+        return p.window
+    return min(p.window, max(p.min_window, math.ceil(p.window_steps / gap)))
 
 
 def quarter_rise(p: GrowthParams) -> tuple[int, float]:

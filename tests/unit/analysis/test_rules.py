@@ -649,6 +649,25 @@ def test_growth_projection_fits_the_growth_not_the_flat_stretch_before_it(every)
     assert (online.start_step, online.fit) == (first.start_step, first.fit)
 
 
+def test_growth_window_spans_time_on_a_grad_norm_logged_every_10_steps():
+    # Logged every 10 steps, flat for 200, then doubling every 25: it crosses 100 at its ~37th point.
+    # A 40-point window with 10 points of normal level before it decides from the 50th; the window
+    # of 200 steps' points (20) tells it a few points ahead, batch and online alike.
+    rng = np.random.default_rng(4)
+    steps = np.arange(0, 600, 10)
+    g = np.where(steps < 200, 1.0, 2.0 ** ((steps - 200) / 25)) * np.exp(0.1 * rng.standard_normal(steps.size))
+    loss = 0.3 + 2.0 * np.exp(-steps / 300) * (1 + 0.02 * np.maximum(g - 1, 0))
+    cross = int(steps[np.argmax(g > 100)])
+    keep = steps <= cross
+    data = dict(grad_norm=series(g[keep], steps[keep]), train_loss=series(loss[keep], steps[keep]))
+    first = episodes_of(analyze(**data), "CS201")[0]
+    assert first.start_step < cross and first.fit.end_step - first.fit.start_step <= 190
+    online = online_growth(steps[keep], g[keep], loss[keep])[0]
+    assert (online.start_step, online.fit) == (first.start_step, first.fit)
+    points = dataclasses.replace(RULES["CS201"].default_params(), window_steps=10_000)
+    assert not episodes_of(analyze(dataclasses.replace(Config(), params={"CS201": points}), **data), "CS201")
+
+
 def test_growth_ignores_the_early_rise_of_a_healthy_run():
     n = 1500
     g = healthy_grad(n) * np.minimum(1 + np.arange(n) / 50.0, 8.0)
