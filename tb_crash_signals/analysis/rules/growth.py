@@ -273,8 +273,8 @@ def grad_norm_growth(data, p: GrowthParams, since=None):
 
     A least-squares line is fitted to log(grad norm) against step over a
     sliding window of `window` points (fewer on a grad norm logged every 10
-    steps or more: those spanning `window_steps`, at least `min_window`). The rule fires when the fit is steady
-    (r2 >= min_r2), grows at least `min_growth`x over the window, the current
+    steps or more: those spanning `window_steps`, at least `min_window`).
+    The rule fires when the fit is steady (r2 >= min_r2), grows at least `min_growth`x over the window, the current
     value is still under `threshold` but `min_excess`x above the run's normal
     level, and the fit, from the grad norm's current level (the median of
     its last 3 points), projects the crossing within `horizon` steps and

@@ -626,26 +626,33 @@ def test_growth_predicts_the_crossing_before_it_happens():
     assert eps[-1].fit.end_step == eps[-1].end_step
 
 
+def flat_then_doubling(every, doubling, seed):
+    """A grad norm logged every `every` steps, flat (10 % noise) for 200 steps, then doubling every
+    `doubling`, the loss rising with it, up to its crossing of 100: steps, grad norm, loss, crossing."""
+    rng = np.random.default_rng(seed)
+    steps = np.arange(0, 600, every)
+    g = np.where(steps < 200, 1.0, 2.0 ** ((steps - 200) / doubling)) * np.exp(0.1 * rng.standard_normal(steps.size))
+    loss = 0.3 + 2.0 * np.exp(-steps / 300) * (1 + 0.02 * np.maximum(g - 1, 0))
+    cross = int(steps[np.argmax(g > 100)])
+    keep = steps <= cross
+    return steps[keep], g[keep], loss[keep], cross
+
+
 @pytest.mark.parametrize("every", [1, 5])
 def test_growth_projection_fits_the_growth_not_the_flat_stretch_before_it(every):
     # The grad norm is flat, then doubles every 15 steps. The 40-point window at the first alarm
     # still holds flat points; a line through them grows too slowly and projects the crossing late
     # (a line through this window: ~+30 % at every step, ~+45 % at every 5). The fit starts where
     # the growth does, so the projection is within 20 % of the remaining distance.
-    rng = np.random.default_rng(every)
-    steps = np.arange(0, 600, every)
-    g = np.where(steps < 200, 1.0, 2.0 ** ((steps - 200) / 15)) * np.exp(0.1 * rng.standard_normal(steps.size))
-    loss = 0.3 + 2.0 * np.exp(-steps / 300) * (1 + 0.02 * np.maximum(g - 1, 0))
-    cross = int(steps[np.argmax(g > 100)])
-    keep = steps <= cross
-    data = dict(grad_norm=series(g[keep], steps[keep]), train_loss=series(loss[keep], steps[keep]))
+    steps, g, loss, cross = flat_then_doubling(every, 15, seed=every)
+    data = dict(grad_norm=series(g, steps), train_loss=series(loss, steps))
     first = episodes_of(analyze(**data), "CS201")[0]
     fit = first.first_fit
     assert first.start_step == fit.end_step < cross
     assert 190 <= fit.start_step <= 215, fit  # where the growth began
     assert fit.doubling_steps == pytest.approx(15, rel=0.15)
     assert abs(fit.projected_step - cross) <= 0.2 * (cross - fit.end_step), (fit, cross)
-    online = online_growth(steps[keep], g[keep], loss[keep])[0]
+    online = online_growth(steps, g, loss)[0]
     assert (online.start_step, online.fit) == (first.start_step, first.fit)
 
 
@@ -653,16 +660,11 @@ def test_growth_window_spans_time_on_a_grad_norm_logged_every_10_steps():
     # Logged every 10 steps, flat for 200, then doubling every 25: it crosses 100 at its ~37th point.
     # A 40-point window with 10 points of normal level before it decides from the 50th; the window
     # of 200 steps' points (20) tells it a few points ahead, batch and online alike.
-    rng = np.random.default_rng(4)
-    steps = np.arange(0, 600, 10)
-    g = np.where(steps < 200, 1.0, 2.0 ** ((steps - 200) / 25)) * np.exp(0.1 * rng.standard_normal(steps.size))
-    loss = 0.3 + 2.0 * np.exp(-steps / 300) * (1 + 0.02 * np.maximum(g - 1, 0))
-    cross = int(steps[np.argmax(g > 100)])
-    keep = steps <= cross
-    data = dict(grad_norm=series(g[keep], steps[keep]), train_loss=series(loss[keep], steps[keep]))
+    steps, g, loss, cross = flat_then_doubling(10, 25, seed=4)
+    data = dict(grad_norm=series(g, steps), train_loss=series(loss, steps))
     first = episodes_of(analyze(**data), "CS201")[0]
     assert first.start_step < cross and first.fit.end_step - first.fit.start_step <= 190
-    online = online_growth(steps[keep], g[keep], loss[keep])[0]
+    online = online_growth(steps, g, loss)[0]
     assert (online.start_step, online.fit) == (first.start_step, first.fit)
     points = dataclasses.replace(RULES["CS201"].default_params(), window_steps=10_000)
     assert not episodes_of(analyze(dataclasses.replace(Config(), params={"CS201": points}), **data), "CS201")
