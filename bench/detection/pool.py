@@ -22,25 +22,19 @@ sys.path.insert(0, HERE)
 import score
 
 
+def _at(result: dict, path: tuple):
+    for key in path:
+        result = result[key]
+    return result
+
+
 def pooled(results: list[dict]) -> dict:
     """Sums the counts of several `score_corpus` results."""
     def tot(path):
-        out = 0
-        for r in results:
-            v = r
-            for k in path:
-                v = v[k]
-            out += len(v) if isinstance(v, list) else v
-        return out
+        return sum(_at(r, path) for r in results)
 
     def cat(path):
-        out = []
-        for r in results:
-            v = r
-            for k in path:
-                v = v[k]
-            out += v
-        return out
+        return [x for r in results for x in _at(r, path)]
 
     steps = tot(("healthy", "steps"))
     leads = cat(("precursor", "late"))
