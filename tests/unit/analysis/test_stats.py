@@ -170,3 +170,19 @@ def test_jitter_of_a_short_series_is_jitters_bit_for_bit(x):
     for values in (x, x.tolist()):
         got = stats.jitter_of_short(values)
         assert (got != got and want != want) or got == want, (got, want)
+
+
+def test_hinge_fit_finds_where_a_flat_series_starts_to_grow():
+    rng = np.random.default_rng(3)
+    x = np.arange(100, 140) * 5  # 40 points, 5 steps apart
+    y = np.where(x < 600, 0.0, 0.04 * (x - 600)) + 0.05 * rng.standard_normal(x.size)
+    k, a, b, r2 = stats.hinge_fit(x, y, least=10)
+    assert 17 <= k <= 23  # the growth starts at point 20
+    assert b == pytest.approx(0.04, rel=0.1)
+    assert a == pytest.approx(0.0, abs=0.1) and r2 > 0.9
+    # A line from its first point: the breakpoint stays at (or near) the start, the slope the line's.
+    k, _, b, _ = stats.hinge_fit(x, 0.02 * (x - x[0]) + 0.05 * rng.standard_normal(x.size), least=10)
+    assert k <= 3 and b == pytest.approx(0.02, rel=0.1)
+    # At least `least` points from the breakpoint on, whatever the data.
+    k, _, _, _ = stats.hinge_fit(x, np.where(np.arange(x.size) < 38, 0.0, 5.0), least=10)
+    assert k <= x.size - 10
