@@ -37,7 +37,7 @@ def pooled(results: list[dict]) -> dict:
         return [x for r in results for x in _at(r, path)]
 
     steps = tot(("healthy", "steps"))
-    leads = cat(("precursor", "late"))
+    late = cat(("precursor", "late"))
     pre_leads = cat(("precursor", "leads"))
     return {
         "healthy runs": tot(("healthy", "runs")),
@@ -66,7 +66,7 @@ def pooled(results: list[dict]) -> dict:
             "healthy criticals": cat(("healthy", "runs_with_critical")),
             "overflow criticals": cat(("overflow", "runs_with_critical")),
             "divergences missed": cat(("divergence", "missed")),
-            "precursors late": leads,
+            "precursors late": late,
             "growth fits": cat(("growth", "runs")),
             "overfit missed": cat(("overfit", "missed")),
             "plateaus missed": cat(("plateau", "missed")),

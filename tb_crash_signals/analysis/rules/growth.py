@@ -119,11 +119,7 @@ class GradGrowthStream(Stream):
         self.signal = signal
         self.loss = channels["train_loss"].shared.setdefault(_LOSS, _LossRatio(channels["train_loss"]))
         self.lr = channels["lr"]
-        self.p = p
-        self.w = p.window
         self.threshold = p.threshold
-        self.q, self.rise = quarter_rise(p)
-        self.q_rise = self.q * self.rise
         self.min_excess = math.log(p.min_excess)  # as fit_window computes it
         self.min_baseline = p.min_baseline
         self.min_growth = math.log(p.min_growth)
@@ -132,11 +128,20 @@ class GradGrowthStream(Stream):
         # it holds w finite logs: then they are the window's logs, unfilled, so the stream keeps
         # nothing per point but the index of the last non-finite log.
         self.history = self.channel.log_window
-        self.baseline = _Baseline(self.history, self.w, p.baseline_window, p.min_baseline)
+        self.own_steps = None
+        self._window(p)
         self.last_bad = -self.w
-        # The window's steps: the channel's recent ones, unless it keeps fewer than w.
-        self.own_steps = collections.deque(maxlen=self.w) if self.w > self.channel.steps.maxlen else None
         self.first_step = None  # the grad norm's first step: its cadence, with its 6th
+
+    def _window(self, p):
+        """Takes `p.window` as the fit window: what depends on it."""
+        self.p, self.w = p, p.window
+        self.q, self.rise = quarter_rise(p)
+        self.q_rise = self.q * self.rise
+        self.baseline = _Baseline(self.history, self.w, p.baseline_window, p.min_baseline)
+        # The window's steps: the channel's recent ones, unless it keeps fewer than w.
+        if self.w > self.channel.steps.maxlen or self.own_steps is not None:
+            self.own_steps = collections.deque(self.own_steps or (), maxlen=self.w)
 
     def _at_cadence(self, i, step):
         """Notes the first step; at the CADENCE_POINTS-th point, takes the window the grad norm's
@@ -146,13 +151,7 @@ class GradGrowthStream(Stream):
         elif i == CADENCE_POINTS - 1:
             w = window_for(self.p, self.first_step, step)
             if w != self.w:
-                p = self.p = dataclasses.replace(self.p, window=w)
-                self.w = w
-                self.q, self.rise = quarter_rise(p)
-                self.q_rise = self.q * self.rise
-                self.baseline = _Baseline(self.history, w, p.baseline_window, p.min_baseline)
-                if self.own_steps is not None:
-                    self.own_steps = collections.deque(self.own_steps, maxlen=w)
+                self._window(dataclasses.replace(self.p, window=w))
 
     def check(self, i, step, v):
         if i < CADENCE_POINTS:
@@ -274,7 +273,8 @@ def grad_norm_growth(data, p: GrowthParams, since=None):
     A least-squares line is fitted to log(grad norm) against step over a
     sliding window of `window` points (fewer on a grad norm logged every 10
     steps or more: those spanning `window_steps`, at least `min_window`).
-    The rule fires when the fit is steady (r2 >= min_r2), grows at least `min_growth`x over the window, the current
+    The rule fires when the fit is steady (r2 >= min_r2), grows at least
+    `min_growth`x over the window, the current
     value is still under `threshold` but `min_excess`x above the run's normal
     level, and the fit, from the grad norm's current level (the median of
     its last 3 points), projects the crossing within `horizon` steps and
