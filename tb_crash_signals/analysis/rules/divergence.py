@@ -148,12 +148,12 @@ def early_bests(best, level, min_points):
 EARLY_JITTER_POINTS = 16
 
 
-def early_jitter_at(i, values, p) -> float:
-    """The `jitter` of the last EARLY_JITTER_POINTS points before the level's window at point i, of
-    the run's `values` from its first (an array, or the channel's recent points while it holds
-    them all): a short run's noise, which its quartiles would mistake for its trend and the
-    climb."""
-    k = max(i - p.smooth + 1, 0)
+def early_jitter_at(i, values, p, width=None) -> float:
+    """The `jitter` of the last EARLY_JITTER_POINTS points before the level's window at point i (of
+    `width` points, `smooth` if None), of the run's `values` from its first (an array, or the
+    channel's recent points while it holds them all): a short run's noise, which its quartiles
+    would mistake for its trend and the climb."""
+    k = max(i - (width or p.smooth) + 1, 0)
     a = max(k - EARLY_JITTER_POINTS, 0)
     return jitter_of_short(values[a:k].tolist() if isinstance(values, np.ndarray) else islice(values, a, k))
 

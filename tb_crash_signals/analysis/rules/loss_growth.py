@@ -153,7 +153,9 @@ class LossGrowthParams:
     early_jitter: float = early_jitter_param()
     early_noisy: float = param(
         1.5, "... and one whose jitter is under twice that is judged too, with its jitter taken this many "
-        "times over (its climb must stand further out of its noise); 0: not judged", at_least=0.0,
+        "times over (its climb must stand further out of its noise), and with the grad norm or the learning "
+        "rate rising also on its fast level (epoch means of a small dataset: the 7-point level lags a climb "
+        "of 30 points by most of its lead); 0: not judged", at_least=0.0,
     )
     cooldown: int = param(
         60, "points without a climb after which a new episode starts: a loss bouncing after it diverged "
@@ -161,11 +163,12 @@ class LossGrowthParams:
     )
 
 
-def early_spread_noise(i, values, p: LossGrowthParams):
+def early_spread_noise(i, values, p: LossGrowthParams, width: int):
     """Before `min_points`: the loss's spread (its `jitter`, `early_noisy` x on a loss a little
     noisier than `early_jitter`) and the noise its gate reads (0 on a smooth loss or a little
-    noisier, else inf), from the points before the level's window (of the run's `values`)."""
-    spread = early_jitter_at(i, values, p)
+    noisier, else inf), from the points before the window of the level that tells (`width`
+    points; of the run's `values`)."""
+    spread = early_jitter_at(i, values, p, width)
     if spread < p.early_jitter:
         return spread, 0.0
     if p.early_noisy > 0 and spread < 2.0 * p.early_jitter:
@@ -606,6 +609,7 @@ class LossGrowthStream(Stream):
         # of max_ratio (the next point's `finishing`).
         told, width, levels, top_best = level, p.smooth, self.level.history, best
         how = smooth = False
+        said_by = None  # (level, its history, its best) when the fast level tells a little noisier loss
         if i >= self.start and v - v == 0.0 and best_smooth > 0.0:
             # Candidates, so far. Ifs, not booleans assigned: their comparisons jump, so 3.11 specialises them.
             if best > 0.0 and (level >= self.low_ratio * best or b >= p.slow_ratio * best):
@@ -623,6 +627,7 @@ class LossGrowthStream(Stream):
                 apart = fast < p.max_ratio * best_smooth
         else:
             seven = quick = apart = False
+        rising = lr_rising = False
         if seven or quick:
             # The point before was under max_ratio (a point the rest screen skipped was far under it).
             finishing = self.under or self.checked != i - 1
@@ -653,7 +658,7 @@ class LossGrowthStream(Stream):
                 if quick if smooth else seven:
                     before = levels[-1 - width] if len(levels) > width else math.nan
                     if early:
-                        spread, noise = early_spread_noise(i, self.values, p)
+                        spread, noise = early_spread_noise(i, self.values, p, width)
                     else:
                         spread, noise = self.spread.log_spread(), self.noise.noise_decades()
                         if p.spread_jitter > 0 or p.trend_noise > 0:
@@ -662,18 +667,33 @@ class LossGrowthStream(Stream):
                         spread = jit
                     how = climbing(told, before, b, slow_before, top_best, init, spread, noise, rising, lr_rising,
                                    p, finishing, width)
+                if (early and quick and not smooth and how not in _CORROBORATED and (rising or lr_rising)
+                        and p.early_noisy > 0):
+                    jit = self.spread.jitter_under(2.0 * p.early_jitter)
+                    if jit is not None:
+                        # A short run a little noisier than smooth, with the grad norm or the learning
+                        # rate rising: its fast level may tell too, its jitter taken `early_noisy` x.
+                        quick_how = climbing(fast, self.fast.history[-1 - p.fast] if len(self.fast.history) > p.fast
+                                             else math.nan, b, slow_before, best_smooth, init, p.early_noisy * jit,
+                                             early_spread_noise(i, self.values, p, p.fast)[1], rising, lr_rising,
+                                             p, finishing, p.fast)
+                        if quick_how in _CORROBORATED:
+                            how, said_by = quick_how, (fast, self.fast.history, best_smooth)
+        under = told < p.max_ratio * top_best
         self.run = self.run + 1 if how else 0
         self.run_with_grad = self.run_with_grad + 1 if how in _CORROBORATED else 0
         self.run_smooth = self.run_smooth + 1 if how and smooth else 0
         if how and (self.run >= p.consecutive_alone or max(self.run_with_grad, self.run_smooth) >= p.consecutive):
             w = p.fit_window
+            if said_by is not None:
+                told, levels, top_best = said_by
             steps = list(islice(self.steps, max(len(self.steps) - w, 0), None))
             fit = projection(steps, list(islice(levels, max(len(levels) - w, 0), None)), top_best, p)
             said = b if how.startswith("slow") else told
             hit = StreamHit(note=_note(said, top_best, how in _CORROBORATED and rising,
                                        how in _CORROBORATED and lr_rising), fit=fit)
         self.busy = self.run > 0
-        self.under, self.checked = told < p.max_ratio * top_best, i
+        self.under, self.checked = under, i
         for own in self.own:
             own.append(v)
         return hit
@@ -755,8 +775,15 @@ def loss_growth(data, p: LossGrowthParams, since=None):
              | (slow_told[i0:] >= p.slow_ratio * best_smooth[i0:])) & (best_smooth[i0:] > 0) & np.isfinite(v[i0:])
             & ~settled[i0:]
         ) + i0
+    if maybe.size == 0:
+        return
+    g = data.get("grad_norm")
+    lr = data.get("lr")
+    rising, lr_rising = _corroborated(s, v, g, lr, maybe, p)
     # Where either level might tell a climb: whether the loss is smooth there (then its fast level
-    # tells), and the jitter that is then its noise.
+    # tells), and the jitter that is then its noise; or, before `min_points`, a little noisier (under
+    # 2 x `early_jitter`) with the grad norm or the learning rate rising, where the stream reads its
+    # fast level too.
     jitters = jitter_at(v, maybe, p.spread_window)
     smooth = jitters < p.early_jitter
     told = level.copy()
@@ -767,24 +794,16 @@ def loss_growth(data, p: LossGrowthParams, since=None):
         under = (told < p.max_ratio * best) & ~deep  # see climbing's `finishing`
         at = best[maybe]
         keep = ((told[maybe] >= low * at) | (slow_told[maybe] >= p.slow_ratio * at)) & (at > 0)
-    cand, smooth, jitters = maybe[keep], smooth[keep], jitters[keep]
+        nearly = np.zeros(maybe.size, bool)
+        if p.early_noisy > 0:
+            bs = best_smooth[maybe]
+            nearly = ((maybe < p.min_points) & ~smooth & (jitters < 2.0 * p.early_jitter) & (rising | lr_rising)
+                      & ((fast[maybe] >= low * bs) | (slow_told[maybe] >= p.slow_ratio * bs)))
+        keep |= nearly
+    cand, smooth, nearly, jitters = maybe[keep], smooth[keep], nearly[keep], jitters[keep]
+    rising, lr_rising = rising[keep], lr_rising[keep]
     if cand.size == 0:
         return
-    g = data.get("grad_norm")
-    rising = np.zeros(cand.size, bool)
-    if g is not None and len(g):
-        # The grad norm's last point before the loss's step (the monitor sees no later one).
-        rising = value_at_or_before(g.steps, _grad_rising(g, p).astype(np.float64), s.steps[cand] - 1) > 0
-    lr = data.get("lr")
-    # The learning rate is logged before the loss at a step (the monitor's order): its point at the step counts.
-    if rising.any():  # the learning rate's restarts and climbs only discount a climbing grad norm
-        rising &= ~_lr_restarted_at(lr, s.steps[cand], p)
-        rising &= ~_lr_climbed_back_at(lr, s.steps[cand], p)
-    lr_rising = np.zeros(cand.size, bool)
-    if lr is not None and len(lr):
-        lr_rising = value_at_or_before(lr.steps, _lr_rising(lr, p).astype(np.float64), s.steps[cand]) > 0
-        if p.lr_since_best > 0:
-            lr_rising |= _lr_since_best_at(v, s.steps, lr, cand, p)
     hits, fits, told_by = [], {}, {}
 
     w = p.fit_window
@@ -799,13 +818,13 @@ def loss_growth(data, p: LossGrowthParams, since=None):
         spread_at, noise_at = _around_trend(v, late, spread_at, noise_at, p)
     spreads = dict(zip(late.tolist(), spread_at.tolist()))
     noises = dict(zip(late.tolist(), noise_at.tolist()))
-    for i, grad_up, lr_up, fast_i, jit in zip(cand.tolist(), rising.tolist(), lr_rising.tolist(),
-                                              smooth.tolist(), jitters.tolist()):
+    for i, grad_up, lr_up, fast_i, nearly_i, jit in zip(cand.tolist(), rising.tolist(), lr_rising.tolist(),
+                                                        smooth.tolist(), nearly.tolist(), jitters.tolist()):
+        lv, width, best_i = (fast, p.fast, float(best_smooth[i])) if fast_i else (level, p.smooth, float(best[i]))
         if i < p.min_points:
-            spread, noise = early_spread_noise(i, v, p)
+            spread, noise = early_spread_noise(i, v, p, width)
         else:
             spread, noise = spreads[i], noises[i]
-        lv, width = (fast, p.fast) if fast_i else (level, p.smooth)
         if fast_i:
             spread = jit
         init_i = init if i > known_after else math.nan
@@ -814,8 +833,18 @@ def loss_growth(data, p: LossGrowthParams, since=None):
         if last != i - 1:
             run = run_with_grad = run_smooth = 0
         last = i
-        how = climbing(float(lv[i]), before_level, float(slow_told[i]), slow_before, float(best[i]), init_i,
-                       spread, noise, grad_up, lr_up, p, finishing=bool(under[i - 1]) if i else False, width=width)
+        finishing = bool(under[i - 1]) if i else False
+        how = climbing(float(lv[i]), before_level, float(slow_told[i]), slow_before, best_i, init_i,
+                       spread, noise, grad_up, lr_up, p, finishing=finishing, width=width)
+        if nearly_i and how not in _CORROBORATED:
+            # A short run a little noisier than smooth, with the grad norm or the learning rate rising
+            # (see the stream).
+            noise = early_spread_noise(i, v, p, p.fast)[1]
+            quick_how = climbing(float(fast[i]), float(fast[i - p.fast]) if i >= p.fast else math.nan,
+                                 float(slow_told[i]), slow_before, float(best_smooth[i]), init_i,
+                                 p.early_noisy * jit, noise, grad_up, lr_up, p, finishing=finishing, width=p.fast)
+            if quick_how in _CORROBORATED:
+                how, lv, best_i = quick_how, fast, float(best_smooth[i])
         run = run + 1 if how else 0
         run_with_grad = run_with_grad + 1 if how in _CORROBORATED else 0
         run_smooth = run_smooth + 1 if how and fast_i else 0
@@ -823,16 +852,36 @@ def loss_growth(data, p: LossGrowthParams, since=None):
             if not (run >= p.consecutive_alone or max(run_with_grad, run_smooth) >= p.consecutive) or i < first:
                 continue
             lo = max(i - w + 1, 0)
-            fit = projection(s.steps[lo : i + 1], lv[lo : i + 1], float(best[i]), p)
+            fit = projection(s.steps[lo : i + 1], lv[lo : i + 1], best_i, p)
             hits.append(i)
             said = float(slow[i] if how.startswith("slow") else lv[i])
             # The note is read for an episode's first hit only: formatted then.
-            told_by[i] = (said, how in _CORROBORATED and grad_up, how in _CORROBORATED and lr_up)
+            told_by[i] = (said, best_i, how in _CORROBORATED and grad_up, how in _CORROBORATED and lr_up)
             if fit is not None:
                 fits[i] = fit
     if hits:
         def note(i):
-            said, grad_up, lr_up = told_by[i]
-            return _note(said, float(best[i]), grad_up, lr_up)
+            said, best_i, grad_up, lr_up = told_by[i]
+            return _note(said, best_i, grad_up, lr_up)
 
         yield Hits("train_loss", np.asarray(hits), fits=fits, note=note)
+
+
+def _corroborated(s, v, g, lr, cand, p: LossGrowthParams):
+    """For each of the loss points `cand`: whether the grad norm climbs (discounted after a jump or
+    a climb back of the learning rate) and whether the learning rate is rising, as the stream reads
+    them there."""
+    rising = np.zeros(cand.size, bool)
+    if g is not None and len(g):
+        # The grad norm's last point before the loss's step (the monitor sees no later one).
+        rising = value_at_or_before(g.steps, _grad_rising(g, p).astype(np.float64), s.steps[cand] - 1) > 0
+    # The learning rate is logged before the loss at a step (the monitor's order): its point at the step counts.
+    if rising.any():  # the learning rate's restarts and climbs only discount a climbing grad norm
+        rising &= ~_lr_restarted_at(lr, s.steps[cand], p)
+        rising &= ~_lr_climbed_back_at(lr, s.steps[cand], p)
+    lr_rising = np.zeros(cand.size, bool)
+    if lr is not None and len(lr):
+        lr_rising = value_at_or_before(lr.steps, _lr_rising(lr, p).astype(np.float64), s.steps[cand]) > 0
+        if p.lr_since_best > 0:
+            lr_rising |= _lr_since_best_at(v, s.steps, lr, cand, p)
+    return rising, lr_rising
