@@ -9,13 +9,14 @@ from itertools import islice
 
 import numpy as np
 
-from tb_crash_signals.analysis.rules.base import Fit, Hits, fmt, param, rule, since_index
+from tb_crash_signals.analysis.rules.base import Fit, Hits, fmt, level_noise, param, rule, since_index
 from tb_crash_signals.analysis.rules.learning_rate import ramping, ramping_at
 from tb_crash_signals.analysis.stats import (
     best_levels,
     chunks,
     finite_anchor,
     hinge_fit,
+    jitter_at,
     linear_fit,
     positive_log,
     smoothed_level,
@@ -23,7 +24,7 @@ from tb_crash_signals.analysis.stats import (
     value_at_or_before,
     window_sums,
 )
-from tb_crash_signals.analysis.streaming import SortedSpan, Stream, StreamHit, shared_level
+from tb_crash_signals.analysis.streaming import SortedSpan, Stream, StreamHit, recent_logs, shared_level
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,6 +74,12 @@ class GrowthParams:
         1.1, "the train loss is not improving when its level (median of 7 points) is at least this "
         "multiple of its best level (the lowest median of 31 points)"
     )
+    loss_up_z: float = param(
+        3.0, "... and at least this many noise units above it (the jitter of the loss's last 50 points "
+        "around their trend, over the square root of 7: its level's noise): a per-step loss's 7-point "
+        "median wanders 10-20 % above its best with the batches, while a small-init network's grad norm "
+        "climbs 10-30x in its long warm-up; 0: the ratio alone", at_least=0.0,
+    )
     loss_falling: float = param(
         0.95, "no prediction while the train loss falls fast: its level (median of 7 points) under this "
         "multiple of its best level (the lowest median of 31 points), new lows far under the slow "
@@ -81,8 +88,8 @@ class GrowthParams:
     )
     quiet_in_ramp: bool = param(
         True, "no prediction while the learning rate still ramps up (above its point before, at its "
-        "highest yet) and the train loss has not turned up (its level under `loss_up` x its best "
-        "level): a warm-up's larger steps make larger gradients, and a long warm-up's grad norm rises "
+        "highest yet) and the train loss has not turned up (see `loss_up`): a warm-up's larger steps "
+        "make larger gradients, and a long warm-up's grad norm rises "
         "5-20x before it settles; a ramp past the stable rate shows in the loss too"
     )
     cooldown: int = param(20, "points without a prediction after which a new episode starts")
@@ -210,7 +217,8 @@ class GradGrowthStream(Stream):
         logs = np.array(ys, dtype=np.float64)
         if logs[w - q :].sum() / q - logs[:q].sum() / q < self.rise:
             return None
-        fit = fit_window(np.array(xs, dtype=np.int64), logs, base, p, loss_ratio, ramping(self.lr))
+        noise = self.loss.noise() if loss_ratio >= p.loss_up and p.loss_up_z > 0 else math.nan
+        fit = fit_window(np.array(xs, dtype=np.int64), logs, base, p, loss_ratio, ramping(self.lr), noise)
         return None if fit is None else StreamHit(fit=fit)
 
     def _may_fit(self, xs, ys) -> bool:
@@ -311,12 +319,15 @@ def grad_norm_growth(data, p: GrowthParams, since=None):
         return
     base_med, _ = trailing_median_mad_at(logv, p.baseline_window, p.min_baseline, candidates - w + 1,
                                          mad=False)
-    ratios = loss_ratio_at(data.get("train_loss"), steps[candidates])
+    train = data.get("train_loss")
+    ratios = loss_ratio_at(train, steps[candidates])
+    noises = loss_noise_at(train, steps[candidates])
     ramps = ramping_at(data.get("lr"), steps[candidates])
     hit_idx, fits = [], {}
-    for i, base, ratio, ramp in zip(candidates.tolist(), base_med.tolist(), ratios.tolist(), ramps.tolist()):
+    for i, base, ratio, noise, ramp in zip(candidates.tolist(), base_med.tolist(), ratios.tolist(), noises.tolist(),
+                                           ramps.tolist()):
         lo = i - w + 1
-        fit = fit_window(steps[lo : i + 1], logv[lo : i + 1], base, p, ratio, ramp)
+        fit = fit_window(steps[lo : i + 1], logv[lo : i + 1], base, p, ratio, ramp, noise)
         if fit is not None:
             hit_idx.append(i + c0)
             fits[i + c0] = fit
@@ -326,6 +337,7 @@ def grad_norm_growth(data, p: GrowthParams, since=None):
 
 HINGE_LEAST = 10  # points from the growth's start on, at least, for its own fit
 LOSS_SMOOTH, LOSS_BEST_SMOOTH = 7, 31  # the train loss's level and best level (see `loss_up`)
+LOSS_NOISE_POINTS = 50  # the train loss's points whose jitter is its noise (see `loss_up_z`)
 
 
 def loss_ratio_at(train, steps) -> np.ndarray:
@@ -339,18 +351,37 @@ def loss_ratio_at(train, steps) -> np.ndarray:
     return value_at_or_before(train.steps, ratio, steps)
 
 
+def loss_noise_at(train, steps) -> np.ndarray:
+    """The noise of the train loss's level (see `loss_up_z`) at the last loss point at or before
+    each step: from the jitter of the LOSS_NOISE_POINTS points before that one (NaN if none)."""
+    out = np.full(np.shape(steps), np.nan)
+    if train is None or len(train) == 0:
+        return out
+    at = np.searchsorted(train.steps, steps, side="right") - 1
+    known = np.flatnonzero(at >= 0)
+    if known.size:
+        jitters = jitter_at(train.values, at[known], LOSS_NOISE_POINTS)
+        out[known] = [level_noise(j, LOSS_SMOOTH) for j in jitters.tolist()]
+    return out
+
+
 class _LossRatio:
-    """The train loss's side of the rule: its level over its best level at its last point (the
-    monitor pushes the shared levels at every loss point, so it is read only when needed)."""
+    """The train loss's side of the rule: its level over its best level at its last point, and
+    that level's noise (the monitor pushes the shared levels at every loss point, and the recent
+    logs keep its points: both are read only when needed)."""
 
     def __init__(self, channel):
         self.level = shared_level(channel, LOSS_SMOOTH)
         self.best_level = shared_level(channel, LOSS_BEST_SMOOTH, best=True)
+        self.recent = recent_logs(channel, LOSS_NOISE_POINTS, np.log)
 
     @property
     def ratio(self):
         best = self.best_level.low
         return self.level.value / best if best > 0 else math.nan
+
+    def noise(self) -> float:
+        return level_noise(self.recent.jitter(), LOSS_SMOOTH)
 
 
 _LOSS = "grad-norm-growth: loss level"  # Channel.shared key of the loss side
@@ -388,7 +419,7 @@ def _rising_chunk(logv, v, p: GrowthParams, first: int, stop: int) -> np.ndarray
 
 
 def fit_window(steps: np.ndarray, logv: np.ndarray, base: float, p: GrowthParams,
-               loss_ratio: float = math.nan, ramping: bool = False) -> Fit | None:
+               loss_ratio: float = math.nan, ramping: bool = False, loss_noise: float = math.nan) -> Fit | None:
     """The growth decision for one window that passed the quarter pre-filter.
 
     Shared by the batch rule and the online monitor, so both decide alike.
@@ -402,13 +433,17 @@ def fit_window(steps: np.ndarray, logv: np.ndarray, base: float, p: GrowthParams
             end (NaN when unknown).
         ramping: the learning rate still ramps up at the window's end (see
             `quiet_in_ramp`).
+        loss_noise: the noise of the train loss's level there, in log units (see
+            `loss_up_z`; NaN when unknown: the ratio alone).
     """
     # The current value must stand well above the run's normal level.
     if not np.isfinite(base) or logv[-1] - base < math.log(p.min_excess):
         return None
     if loss_ratio < p.loss_falling:  # NaN (no train loss): no such evidence
         return None
-    if ramping and p.quiet_in_ramp and loss_ratio < p.loss_up:
+    # The train loss has turned up: `loss_up` x its best level, out of its level's noise.
+    turned_up = loss_ratio >= p.loss_up and not math.log(loss_ratio) < p.loss_up_z * loss_noise
+    if ramping and p.quiet_in_ramp and not turned_up:
         return None
     _, b, r2 = linear_fit(steps, logv)
     span = float(steps[-1] - steps[0])
@@ -427,7 +462,7 @@ def fit_window(steps: np.ndarray, logv: np.ndarray, base: float, p: GrowthParams
     # from the last points, and its crossing with it. The line drawn is moved to pass there too.
     now = float(np.median(logv[-3:]))
     ahead = (math.log(p.threshold) - now) / b
-    relative = logv[-1] - base >= math.log(p.rel_excess) and loss_ratio >= p.loss_up
+    relative = logv[-1] - base >= math.log(p.rel_excess) and turned_up
     if (ahead > p.horizon or ahead > p.max_extrapolation * span) and not relative:
         return None
     return Fit(

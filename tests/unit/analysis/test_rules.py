@@ -796,6 +796,35 @@ def test_growth_waits_while_the_learning_rate_ramps_up_and_the_loss_holds():
         assert batch and batch == online, data
 
 
+def test_growth_in_a_warm_up_needs_the_loss_turned_up_out_of_its_noise():
+    # The same warm-up under a per-step loss that jitters with its batches: its 7-point median
+    # wanders 10-20 % above its lowest 31-point median all the time, which is no loss turned up.
+    # Told so only once it stands `loss_up_z` noise units above it, most seeds stay quiet (the
+    # ratio alone alarmed at every one); a loss turned up 60 % as the rate ramps on is still told
+    # at every seed, within 40 steps of the growth's start.
+    n = 400
+    t = np.arange(n)
+    ramp = 1e-4 * (1 + t)
+    fast = dataclasses.replace(RULES["CS201"].default_params(), threshold=20.0)
+    ratio_alone = dataclasses.replace(fast, loss_up_z=0.0)
+    quiet = quiet_alone = 0
+    for seed in range(6):
+        rng = np.random.default_rng(seed)
+        g = 0.15 * np.exp(0.04 * np.clip(t - 150, 0, 60)) * (1 + 0.05 * rng.standard_normal(n))
+        loss = np.exp(0.15 * rng.standard_normal(n))
+        for params in (fast, ratio_alone):
+            cfg = dataclasses.replace(Config(), params={"CS201": params})
+            batch, online = starts_both("CS201", cfg, grad_norm=g, train_loss=loss, lr=ramp)
+            assert batch == online
+            if not batch:
+                quiet, quiet_alone = quiet + (params is fast), quiet_alone + (params is ratio_alone)
+        cfg = dataclasses.replace(Config(), params={"CS201": fast})
+        batch, online = starts_both("CS201", cfg, grad_norm=g, train_loss=loss * np.where(t >= 170, 1.6, 1.0),
+                                    lr=ramp)
+        assert batch and batch == online and batch[0] <= 190, (seed, batch)
+    assert quiet >= 3 and quiet_alone == 0, (quiet, quiet_alone)
+
+
 def test_growth_is_told_from_ten_points_of_history():
     # A loss scale that doubles without bound, logged every 5 steps: the grad norm doubles every 40
     # steps from point 10 under a flat loss and crosses 100 near point 74 (step 370). A fit window
