@@ -86,6 +86,11 @@ class GrowthParams:
         "best -- a run that starts to learn, whose grad norm rises with its first large steps",
         above=0.0,
     )
+    learning_excess: float = param(
+        30.0, "... unless the grad norm stands at least this multiple of the run's normal level: a run's "
+        "first large steps raise it a few times over (a long warm-up 5-20x), a loss scale that doubles "
+        "without bound hundreds of times while the loss still learns; 0: always quiet then", at_least=0.0,
+    )
     quiet_in_ramp: bool = param(
         True, "no prediction while the learning rate still ramps up (above its point before, at its "
         "highest yet) and the train loss has not turned up (see `loss_up`): a warm-up's larger steps "
@@ -128,6 +133,7 @@ class GradGrowthStream(Stream):
         self.lr = channels["lr"]
         self.threshold = p.threshold
         self.min_excess = math.log(p.min_excess)  # as fit_window computes it
+        self.learning_excess = math.log(p.learning_excess) if p.learning_excess > 0 else math.inf
         self.min_baseline = p.min_baseline
         self.min_growth = math.log(p.min_growth)
         self.channel = channels[signal]  # its log_value: log(v), computed once a point
@@ -203,7 +209,7 @@ class GradGrowthStream(Stream):
         if not base - base == 0.0 or x - base < self.min_excess:
             return None
         loss_ratio = self.loss.ratio
-        if loss_ratio < p.loss_falling:
+        if loss_ratio < p.loss_falling and not x - base >= self.learning_excess:
             return None
         hist = self.history.values
         n = len(hist)
@@ -291,9 +297,10 @@ def grad_norm_growth(data, p: GrowthParams, since=None):
     stopped improving: the source article's third layer, flagging an
     explosion before it happens. No prediction while the train loss falls
     fast (its level under `loss_falling` x its best level): a grad norm
-    rising with a run's first large steps is learning; nor while the
-    learning rate still ramps up and the loss has not turned up
-    (`quiet_in_ramp`): a warm-up's grad norm rises with its steps. When the growth
+    rising with a run's first large steps is learning, until it stands
+    `learning_excess` x its normal level; nor while the learning rate still
+    ramps up and the loss has not turned up out of its noise (`quiet_in_ramp`,
+    `loss_up_z`): a warm-up's grad norm rises with its steps. When the growth
     began inside the window, the fit starts where it did (the breakpoint of a
     flat stretch then a line that fits best, at least 10 points before the
     window's end). The fit is returned so the crossing can be drawn.
@@ -439,7 +446,8 @@ def fit_window(steps: np.ndarray, logv: np.ndarray, base: float, p: GrowthParams
     # The current value must stand well above the run's normal level.
     if not np.isfinite(base) or logv[-1] - base < math.log(p.min_excess):
         return None
-    if loss_ratio < p.loss_falling:  # NaN (no train loss): no such evidence
+    # (NaN, no train loss: no such evidence.)
+    if loss_ratio < p.loss_falling and not (p.learning_excess > 0 and logv[-1] - base >= math.log(p.learning_excess)):
         return None
     # The train loss has turned up: `loss_up` x its best level, out of its level's noise.
     turned_up = loss_ratio >= p.loss_up and not math.log(loss_ratio) < p.loss_up_z * loss_noise

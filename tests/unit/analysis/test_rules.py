@@ -775,6 +775,25 @@ def test_growth_waits_while_the_loss_falls_fast():
         assert any(e.code == "CS201" for e in m.episodes()) == fires
 
 
+def test_growth_far_above_its_normal_level_is_told_while_the_loss_still_learns():
+    # A loss scale that doubles without bound while the run still learns: logged every 5 steps,
+    # the grad norm doubles every 30 steps from 0.2 and the loss keeps falling to new lows, far
+    # under its slow best. A run's first large steps raise the grad norm a few times over; once it
+    # stands `learning_excess` (30) x its normal level the fall is no excuse, and the explosion is
+    # predicted before the grad norm crosses 100. With that guard off, nothing before the crossing.
+    steps, g, _ = loss_scale_growth(4, points=140, flat=30, per_doubling=6, start=0.2, jitter=0.05)
+    loss = 2.3 * np.exp(-steps / 400) * (1 + 0.01 * np.random.default_rng(4).standard_normal(steps.size))
+    crossing = int(steps[np.argmax(g > 100)])
+    first = episodes_of(analyze(grad_norm=series(g, steps), train_loss=series(loss, steps)), "CS201")
+    assert first and crossing - first[0].start_step >= 30, (first, crossing)
+    online = online_growth(steps, g, loss)
+    assert [(e.start_step, e.fit) for e in online] == [(e.start_step, e.fit) for e in first]
+    guarded = dataclasses.replace(RULES["CS201"].default_params(), learning_excess=0.0)
+    cfg = dataclasses.replace(Config(), params={"CS201": guarded})
+    late = episodes_of(analyze(config=cfg, grad_norm=series(g, steps), train_loss=series(loss, steps)), "CS201")
+    assert not late or late[0].start_step >= crossing, (late, crossing)
+
+
 def test_growth_waits_while_the_learning_rate_ramps_up_and_the_loss_holds():
     # A long warm-up from a small initialisation: the grad norm grows ~10x in 60 steps while the
     # learning rate ramps up linearly and the loss holds at its level. While the rate still
