@@ -118,10 +118,12 @@ def blowup_kind(x, med, top, lr_ratio, init, before, p: BlowupParams) -> str | N
     before it, oldest first (shared by the batch rule and its stream)."""
     if not (math.isfinite(x) and med > 0 and x - med >= p.min_rise * (init if init == init else 0.0)):
         return None
-    if x >= p.big * med:
-        return "big"
+    # Right after a jump of the learning rate, a jump of the loss is the learning rate's doing,
+    # however large: told so (the run is sick however soon the loss falls back, analysis.recovery).
     if lr_ratio > 0 and x >= p.after_lr * med and x >= p.envelope * top:
         return "lr"
+    if x >= p.big * med:
+        return "big"
     if (p.climb > 0 and x >= p.climb_big * med and climbed(before, x, p) and before[-1] >= p.climb_from * med
             and not x < p.climb_level * init):
         return "climb"

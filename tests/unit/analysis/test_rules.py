@@ -151,6 +151,22 @@ def test_a_loss_that_jumps_right_after_the_learning_rate_did():
     assert "CS114" not in codes(analyze(train_loss=bump, lr=lr))
 
 
+def test_a_loss_that_jumps_100x_right_after_the_learning_rate_did_is_the_jumps_doing():
+    # One step at a 200x learning rate: the loss jumps 130x at the next point, then falls back over
+    # a few dozen, to 1.3x where it was. However large, the jump is told as the learning rate's doing,
+    # and the report keeps it critical (a loss blow-up of 100x alone is one the run may come back from).
+    rng = np.random.default_rng(5)
+    loss = np.concatenate([1.2 * (1 + 0.03 * rng.standard_normal(60)), 1.6 + 150 * np.exp(-np.arange(60) / 3.0)])
+    lr = np.full(120, 0.05)
+    lr[59] = 11.0
+    assert starts_both("CS114", train_loss=loss, lr=lr) == ([60], [60])
+    result = analyze(train_loss=loss, lr=lr)
+    jump = episodes_of(result, "CS114")[0]
+    assert "right after the learning rate jumped" in jump.message and jump.severity == "critical"
+    alone = episodes_of(analyze(train_loss=loss), "CS114")[0]
+    assert "in one point" in alone.message
+
+
 def test_a_warm_restart_makes_the_grad_norm_no_evidence_of_a_climb():
     import collections
     import types
