@@ -27,6 +27,8 @@ from tb_crash_signals.analysis.signals import SIGNAL_LABELS
 from tb_crash_signals.analysis.stats import (
     best_levels,
     initial_level,
+    jitter_at,
+    jitter_decades,
     jitter_of_short,
     log_spread_at,
     noise_gate_at,
@@ -64,6 +66,12 @@ class DivergenceParams:
     )
     noise_window: int = noise_window_param()
     max_noise: float = max_noise_param("alarm")
+    trend_noise: float = param(
+        0.3, "... and the noise gate does not hold where the jitter over `noise_window` points, as decades "
+        "between quartiles, is under this: quartiles `max_noise` apart whose point-to-point noise spans far "
+        "fewer decades hold the run's fall and the jump that undid it, not a tiny batch's noise (as "
+        "CS202's); 0: the quartiles alone", at_least=0.0,
+    )
     min_points: int = param(31, "points needed before the rule can fire (the best level's median of 31) ...")
     early_points: int = early_points_param()
     early_jitter: float = early_jitter_param()
@@ -196,7 +204,9 @@ class LossDivergenceStream(Stream):
         self.noise = recent_logs(channels["train_loss"], p.noise_window, np.log10)  # of the points before
         self.spread = recent_logs(channels["train_loss"], p.spread_window, np.log)  # of the points before
         # The windows the stream keeps itself, if any (a channel keeping fewer points than they read).
-        self.own = tuple(o for o in (getattr(r, "values", None) for r in (self.noise, self.spread)) if o is not None)
+        self.jitter = recent_logs(channels["train_loss"], p.noise_window, np.log)  # the gate's, around the trend
+        self.own = tuple(o for o in (getattr(r, "values", None) for r in (self.noise, self.spread, self.jitter))
+                         if o is not None)
         self.values = channels["train_loss"].values
         self.start = min(p.min_points, p.early_points)
         self.run = 0
@@ -214,7 +224,12 @@ class LossDivergenceStream(Stream):
         return islice(reversed(self.values), FAR_POINTS)  # the jitter reads either order alike
 
     def _noise_at(self, i):
-        return self.noise.noise_decades()  # of the points before the current one
+        # Of the points before the current one; read around their trend where the gate holds.
+        noise = self.noise.noise_decades()
+        if (self.p.trend_noise > 0 and noise >= self.p.max_noise
+                and not jitter_decades(self.jitter.jitter()) >= self.p.trend_noise):
+            return math.nan
+        return noise
 
     def check(self, i, step, v):
         if i < self.start:
@@ -301,7 +316,12 @@ def loss_divergence(data, p: DivergenceParams, since=None):
         up[where] = out_of_noise_at(level[where], best[where], log_spread_at(v, where, p.spread_window), p)
         where = np.flatnonzero(up)
     late = where[where >= p.min_points]
-    noise = dict(zip(late.tolist(), noise_gate_at(v, late, p.noise_window, p.max_noise).tolist()))
+    gates = noise_gate_at(v, late, p.noise_window, p.max_noise)
+    if p.trend_noise > 0:  # read around the trend where the gate holds (see the stream)
+        gated = np.flatnonzero(gates >= p.max_noise)
+        held = jitter_decades(jitter_at(v, late[gated], p.noise_window)) >= p.trend_noise
+        gates[gated] = np.where(held, gates[gated], np.nan)
+    noise = dict(zip(late.tolist(), gates.tolist()))
     for i in where.tolist():
         if gate_noise(i, noise.get, v, p) >= p.max_noise:
             up[i] = far_gone(level[i], best[i], inits[i], lambda i=i: v[max(i - FAR_POINTS + 1, 0):i + 1].tolist(), p)

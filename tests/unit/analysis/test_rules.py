@@ -371,6 +371,21 @@ def test_a_level_within_the_noise_of_a_small_batch_loss_has_lost_nothing():
     assert batch == monitor and batch, (batch, monitor)
 
 
+def test_a_short_run_that_jumps_back_to_chance_and_stays_has_diverged():
+    # 40 epoch means: the loss learns from 2.1 to 0.6, then jumps back to 2.3 (its chance level,
+    # 3.8x its best) and stays. Past `min_points` the quartiles of the last points span the fall and
+    # the jump, decades apart, but their point-to-point noise (the jitter) is a few percent: the run's
+    # trend, not a tiny batch's noise, so the noise gate does not hold (`trend_noise`). Read from the
+    # quartiles alone, the rule stays quiet until the level is `far` (4x) its best: never, here.
+    t = np.arange(40)
+    off = dataclasses.replace(RULES["CS113"].default_params(), trend_noise=0.0)
+    for seed in range(4):
+        rng = np.random.default_rng(seed)
+        loss = np.where(t < 26, 0.6 + 1.5 * np.exp(-t / 4.0), 2.3) * (1 + 0.03 * rng.standard_normal(40))
+        assert starts_both("CS113", train_loss=loss) == ([34], [34])
+        assert starts_both("CS113", dataclasses.replace(Config(), params={"CS113": off}), train_loss=loss) == ([], [])
+
+
 def test_a_divergence_bouncing_around_its_level_is_one_episode():
     loss = healthy_loss(1200)
     rng = np.random.default_rng(5)
@@ -440,7 +455,8 @@ def test_a_loss_climbing_away_from_its_start_diverged_however_noisy_its_quartile
     t = np.arange(200)
     loss = 2.6 * np.exp(np.minimum(t, 40) / 11.0) * np.exp(0.3 * rng.standard_normal(200))
     eps = episodes_of(analyze(train_loss=loss), "CS113")
-    near = Config(params={"CS113": dataclasses.replace(RULES["CS113"].default_params(), far=0.0)})
+    # Read from the quartiles alone (neither `far` nor `trend_noise`), the gate holds it back.
+    near = Config(params={"CS113": dataclasses.replace(RULES["CS113"].default_params(), far=0.0, trend_noise=0.0)})
     late = episodes_of(analyze(near, train_loss=loss), "CS113")
     assert eps and eps[0].start_step < 31 and (not late or late[0].start_step > eps[0].start_step + 10)
     batch, online = starts_both("CS113", train_loss=loss)
