@@ -87,9 +87,10 @@ class GrowthParams:
         above=0.0,
     )
     learning_excess: float = param(
-        30.0, "... unless the grad norm stands at least this multiple of the run's normal level: a run's "
-        "first large steps raise it a few times over (a long warm-up 5-20x), a loss scale that doubles "
-        "without bound hundreds of times while the loss still learns; 0: always quiet then", at_least=0.0,
+        100.0, "... unless the grad norm stands at least this multiple of the run's normal level: a run's "
+        "first large steps raise it a few times over (healthy CNNs 10-15x, a long warm-up from a small "
+        "initialisation up to ~40x), a loss scale that doubles without bound hundreds of times while the "
+        "loss still learns; 0: always quiet then", at_least=0.0,
     )
     quiet_in_ramp: bool = param(
         True, "no prediction while the learning rate still ramps up (above its point before, at its "

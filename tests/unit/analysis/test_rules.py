@@ -811,7 +811,7 @@ def test_growth_far_above_its_normal_level_is_told_while_the_loss_still_learns()
     # A loss scale that doubles without bound while the run still learns: logged every 5 steps,
     # the grad norm doubles every 30 steps from 0.2 and the loss keeps falling to new lows, far
     # under its slow best. A run's first large steps raise the grad norm a few times over; once it
-    # stands `learning_excess` (30) x its normal level the fall is no excuse, and the explosion is
+    # stands `learning_excess` (100) x its normal level the fall is no excuse, and the explosion is
     # predicted before the grad norm crosses 100. With that guard off, nothing before the crossing.
     steps, g, _ = loss_scale_growth(4, points=140, flat=30, per_doubling=6, start=0.2, jitter=0.05)
     loss = 2.3 * np.exp(-steps / 400) * (1 + 0.01 * np.random.default_rng(4).standard_normal(steps.size))
