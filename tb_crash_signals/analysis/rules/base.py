@@ -75,6 +75,16 @@ def param(default, doc: str, *, at_least=None, above=None, at_most=None):
     return dataclasses.field(default=default, metadata={"doc": doc, "bounds": bounds})
 
 
+def trend_noise_param():
+    """When the noise gate (`max_noise` over `noise_window`) is read around the loss's trend."""
+    return param(
+        0.3, "... and the noise gate does not hold where the jitter over `noise_window` points, as decades "
+        "between quartiles, is under this: quartiles `max_noise` apart whose point-to-point noise spans "
+        "far fewer decades hold a trend (the run's fall, its climb, a jump that undid it), not a tiny "
+        "batch's noise; 0: the quartiles alone", at_least=0.0,
+    )
+
+
 def noise_window_param(from_recent: bool = False):
     """The window of the noise gate several rules share (see `max_noise_param`).
 

@@ -22,6 +22,7 @@ from tb_crash_signals.analysis.rules.base import (
     rule,
     since_index,
     spread_window_param,
+    trend_noise_param,
 )
 from tb_crash_signals.analysis.signals import SIGNAL_LABELS
 from tb_crash_signals.analysis.stats import (
@@ -66,12 +67,7 @@ class DivergenceParams:
     )
     noise_window: int = noise_window_param()
     max_noise: float = max_noise_param("alarm")
-    trend_noise: float = param(
-        0.3, "... and the noise gate does not hold where the jitter over `noise_window` points, as decades "
-        "between quartiles, is under this: quartiles `max_noise` apart whose point-to-point noise spans far "
-        "fewer decades hold the run's fall and the jump that undid it, not a tiny batch's noise (as "
-        "CS202's); 0: the quartiles alone", at_least=0.0,
-    )
+    trend_noise: float = trend_noise_param()
     min_points: int = param(31, "points needed before the rule can fire (the best level's median of 31) ...")
     early_points: int = early_points_param()
     early_jitter: float = early_jitter_param()
@@ -175,6 +171,25 @@ def gate_noise(i, noise_at, values, p) -> float:
     return 0.0 if early_jitter_at(i, values, p) < p.early_jitter else math.inf
 
 
+def lift_trend_gates(v, ends, gates, p) -> np.ndarray:
+    """The noise gates at `ends` (noise_gate_at's, changed in place) read around the loss's trend
+    (`trend_noise`, CS113's and CS202's): NaN where one holds but the jitter of its `noise_window`
+    points, as decades between quartiles, is under `trend_noise`."""
+    gated = np.flatnonzero(gates >= p.max_noise) if p.trend_noise > 0 else ()
+    if len(gated):
+        held = jitter_decades(jitter_at(v, ends[gated], p.noise_window)) >= p.trend_noise
+        gates[gated] = np.where(held, gates[gated], np.nan)
+    return gates
+
+
+def trend_lifted(noise: float, recent, p) -> float:
+    """lift_trend_gates at a stream's point: `recent` the RecentLogs (np.log) of the `noise_window`
+    points before it, whose jitter is read only where the gate holds."""
+    if p.trend_noise > 0 and noise >= p.max_noise and not jitter_decades(recent.jitter()) >= p.trend_noise:
+        return math.nan
+    return noise
+
+
 def inside_divergence(up, level, best, values, p) -> np.ndarray:
     """The points of a sustained divergence (CS113, CS118): every finite point from where `up` held
     `p.consecutive` points in a row until the level is back under `p.back` x the best. A point both
@@ -224,12 +239,7 @@ class LossDivergenceStream(Stream):
         return islice(reversed(self.values), FAR_POINTS)  # the jitter reads either order alike
 
     def _noise_at(self, i):
-        # Of the points before the current one; read around their trend where the gate holds.
-        noise = self.noise.noise_decades()
-        if (self.p.trend_noise > 0 and noise >= self.p.max_noise
-                and not jitter_decades(self.jitter.jitter()) >= self.p.trend_noise):
-            return math.nan
-        return noise
+        return trend_lifted(self.noise.noise_decades(), self.jitter, self.p)  # of the points before the current one
 
     def check(self, i, step, v):
         if i < self.start:
@@ -316,11 +326,7 @@ def loss_divergence(data, p: DivergenceParams, since=None):
         up[where] = out_of_noise_at(level[where], best[where], log_spread_at(v, where, p.spread_window), p)
         where = np.flatnonzero(up)
     late = where[where >= p.min_points]
-    gates = noise_gate_at(v, late, p.noise_window, p.max_noise)
-    if p.trend_noise > 0:  # read around the trend where the gate holds (see the stream)
-        gated = np.flatnonzero(gates >= p.max_noise)
-        held = jitter_decades(jitter_at(v, late[gated], p.noise_window)) >= p.trend_noise
-        gates[gated] = np.where(held, gates[gated], np.nan)
+    gates = lift_trend_gates(v, late, noise_gate_at(v, late, p.noise_window, p.max_noise), p)
     noise = dict(zip(late.tolist(), gates.tolist()))
     for i in where.tolist():
         if gate_noise(i, noise.get, v, p) >= p.max_noise:

@@ -368,8 +368,7 @@ def loss_noise_at(train, steps) -> np.ndarray:
     at = np.searchsorted(train.steps, steps, side="right") - 1
     known = np.flatnonzero(at >= 0)
     if known.size:
-        jitters = jitter_at(train.values, at[known], LOSS_NOISE_POINTS)
-        out[known] = [level_noise(j, LOSS_SMOOTH) for j in jitters.tolist()]
+        out[known] = level_noise(jitter_at(train.values, at[known], LOSS_NOISE_POINTS), LOSS_SMOOTH)
     return out
 
 

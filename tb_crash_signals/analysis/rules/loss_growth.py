@@ -24,16 +24,16 @@ from tb_crash_signals.analysis.rules.base import (
     rule,
     since_index,
     spread_window_param,
+    trend_noise_param,
 )
 from tb_crash_signals.analysis.rules.blowup import lr_jumped
-from tb_crash_signals.analysis.rules.divergence import early_bests, early_jitter_at
+from tb_crash_signals.analysis.rules.divergence import early_bests, early_jitter_at, lift_trend_gates, trend_lifted
 from tb_crash_signals.analysis.rules.learning_rate import ramp_points, ramping, ramping_at
 from tb_crash_signals.analysis.stats import (
     best_levels,
     finite_peak,
     initial_level,
     jitter_at,
-    jitter_decades,
     linear_fit,
     log_spread_at,
     noise_gate_at,
@@ -99,12 +99,7 @@ class LossGrowthParams:
         "run's fall and its climb, whose spread is the trend's, not noise); 0: the spread alone",
         at_least=0.0,
     )
-    trend_noise: float = param(
-        0.3, "... and the noise gate does not hold where that jitter over `noise_window` points, as decades "
-        "between quartiles, is under this: quartiles `max_noise` apart whose point-to-point noise spans "
-        "far fewer decades hold a trend (the run's fall and its climb), not a tiny batch's noise; 0: the "
-        "quartiles alone", at_least=0.0,
-    )
+    trend_noise: float = trend_noise_param()
     grad_smooth: int = param(9, "trailing grad-norm points whose median is its level", at_least=1)
     grad_warmup: int = param(20, "grad-norm points before its level's minimum is tracked (its early transient)")
     grad_rise: float = param(2.0, "the grad norm climbs when its level is this multiple of that minimum ...")
@@ -183,11 +178,7 @@ def _around_trend(v, ends, spreads, noises, p: LossGrowthParams):
     `trend_noise`)."""
     if p.spread_jitter > 0:
         spreads = np.fmin(spreads, p.spread_jitter * jitter_at(v, ends, p.spread_window))
-    gated = np.flatnonzero(noises >= p.max_noise) if p.trend_noise > 0 else ()
-    if len(gated):
-        held = jitter_decades(jitter_at(v, ends[gated], p.noise_window)) >= p.trend_noise
-        noises[gated] = np.where(held, noises[gated], np.nan)
-    return spreads, noises
+    return spreads, lift_trend_gates(v, ends, noises, p)
 
 
 def climbing(level, before, slow, slow_before, best, init, spread, noise, grad_rising, lr_rising,
@@ -560,10 +551,7 @@ class LossGrowthStream(Stream):
             bound = p.spread_jitter * self.spread.jitter()
             if bound < spread or spread != spread:
                 spread = bound
-        if (p.trend_noise > 0 and noise >= p.max_noise
-                and not jitter_decades(self.noise_jitter.jitter()) >= p.trend_noise):
-            noise = math.nan
-        return spread, noise
+        return spread, trend_lifted(noise, self.noise_jitter, p)
 
     def _note_best(self):
         """The best level fell at this loss point: the learning rate's last point, at or before it."""
