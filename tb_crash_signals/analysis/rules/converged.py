@@ -38,7 +38,7 @@ class ConvergedParams:
         "per-step loss is not told converged in a lull"
     )
     rel_improvement: float = param(
-        0.01, "progress means the best smoothed loss fell by at least this fraction over the patience window"
+        0.02, "progress means the best smoothed loss fell by at least this fraction over the patience window"
     )
     min_patience: int = param(30, "points the best must have stood still before the rule tells it")
     patience_fraction: float = param(

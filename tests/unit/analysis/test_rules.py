@@ -1067,6 +1067,22 @@ def test_a_loss_that_learnt_then_levelled_off_is_a_note_not_a_warning():
     assert starts_both("CS303", train_loss=stuck, lr=lr) == ([], [])
 
 
+def test_a_loss_creeping_down_under_two_percent_a_patience_has_levelled_off():
+    # After its fall, a floor that keeps creeping down a straight 4.3 % over the run: about 1.5 %
+    # over a patience window (35 % of the points so far) - a loss that has levelled off, as a
+    # cosine tail's does. Creeping 10 % over the run (3.5 % a window) it still learns.
+    rng = np.random.default_rng(12)
+    n = 1000
+    t = np.arange(n)
+    lr = np.full(n, 1e-3)
+
+    def floor_creeping(share):
+        return (2.0 * np.exp(-t / 60) + 0.4 * (1 - share * t / n)) * (1 + 0.005 * rng.standard_normal(n))
+
+    batch, online = starts_both("CS303", train_loss=floor_creeping(0.043), lr=lr)
+    assert batch == online and len(batch) == 1
+    assert starts_both("CS303", train_loss=floor_creeping(0.10), lr=lr) == ([], [])
+
 def test_a_loss_flat_while_its_learning_rate_still_ramps_up_has_not_levelled_off():
     # The same fall, then a floor held while a long warm-up (500 steps) keeps raising the learning
     # rate to a new peak at every point: no note until the stall's whole patience (35 % of the
