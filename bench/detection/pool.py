@@ -42,6 +42,7 @@ def pooled(results: list[dict]) -> dict:
     return {
         "healthy runs": tot(("healthy", "runs")),
         "healthy criticals (runs)": len(cat(("healthy", "runs_with_critical"))),
+        "healthy runs a callback stops": len(cat(("healthy", "runs_stopped"))),
         "healthy warnings / 10k (incidents)": (
             f"{1e4 * tot(('healthy', 'warnings')) / max(steps, 1):.2f} "
             f"({1e4 * tot(('healthy', 'warning_incidents')) / max(steps, 1):.2f})"),
@@ -64,6 +65,7 @@ def pooled(results: list[dict]) -> dict:
         "faulty runs with a critical": len(cat(("faulty_with_critical",))),
         "_lists": {
             "healthy criticals": cat(("healthy", "runs_with_critical")),
+            "healthy runs a callback stops": cat(("healthy", "runs_stopped")),
             "overflow criticals": cat(("overflow", "runs_with_critical")),
             "divergences missed": cat(("divergence", "missed")),
             "precursors late": late,

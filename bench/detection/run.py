@@ -62,6 +62,8 @@ def measure_rows(r: dict, anchor: bool) -> list[tuple[str, str, str]]:
     rows = [
         ("healthy runs: critical episodes (incidents), runs", "0",
          f"{h['critical']} ({h['critical_incidents']}), {len(h['runs_with_critical'])}/{h['runs']} runs"),
+        ("healthy runs a callback stops (an episode critical while it lasted, a warning once the run came back)", "",
+         NA if anchor else f"{len(h['runs_stopped'])}/{h['runs']}"),
         ("healthy runs: warnings / 10k steps, per episode (per incident)", "≤ 1",
          f"{h['warnings_per_10k']:.1f} ({h['warning_incidents_per_10k']:.1f})"),
         ("fp16 overflow runs with a critical", "0",
@@ -159,6 +161,7 @@ def offenders(results: dict, det: str = "ours") -> list[str]:
                         or "none"))
         for title, items in (
                 ("healthy runs with a critical", m["healthy"]["runs_with_critical"]),
+                ("healthy runs a callback stops", m["healthy"]["runs_stopped"]),
                 ("fp16 overflow runs with a critical", m["overflow"]["runs_with_critical"]),
                 ("divergences not flagged critical in time", m["divergence"]["missed"]),
                 ("divergences not flagged critical by their plain crash", m["divergence"]["plain_missed"]),

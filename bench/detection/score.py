@@ -243,6 +243,13 @@ def _n_evals_between(val_steps, a, b):
 # ---------------------------------------------------------------------------
 
 
+def _opens_critical(code: str) -> bool:
+    """Whether an episode of this rule is critical when it opens (our rules' default severity)."""
+    from tb_crash_signals.analysis.rules import RULES
+
+    return code in RULES and RULES[code].severity == "critical"
+
+
 def score_corpus(outputs: dict, meta_runs: dict, val_steps: dict | None = None) -> dict:
     """Measures of one detector on one split.
 
@@ -251,7 +258,7 @@ def score_corpus(outputs: dict, meta_runs: dict, val_steps: dict | None = None) 
     """
     val_steps = val_steps or {}
     healthy = {"runs": 0, "steps": 0, "critical": 0, "critical_incidents": 0, "warnings": 0,
-               "warning_incidents": 0, "runs_with_critical": [], "by_code": {}}
+               "warning_incidents": 0, "runs_with_critical": [], "runs_stopped": [], "by_code": {}}
     overflow = {"runs": 0, "runs_with_critical": [], "critical_at_overflow": 0}
     div = {"n": 0, "flagged": 0, "missed": [], "leads": [], "by_how": {},
            "plain_n": 0, "plain_flagged": 0, "plain_missed": [], "never_plain": 0, "never_plain_critical": 0}
@@ -296,6 +303,11 @@ def score_corpus(outputs: dict, meta_runs: dict, val_steps: dict | None = None) 
             if crit_eps or any(a["severity"] == "critical" for a in al):
                 healthy["runs_with_critical"].append(
                     f"{name}: " + ", ".join(sorted({e['code'] for e in crit_eps})))
+            # A climb the run came back from is a warning in the report, but it was critical while
+            # it lasted: a callback stopping on critical incidents stopped the run there.
+            opened = [e for e in eps if e["severity"] == "critical" or _opens_critical(e["code"])]
+            if opened:
+                healthy["runs_stopped"].append(f"{name}: {opened[0]['code']} at step {opened[0]['start_step']}")
         else:
             sick["runs"] += 1
             sick["incidents"].append(len(al))
