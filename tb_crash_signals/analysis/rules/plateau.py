@@ -78,9 +78,9 @@ class PlateauParams:
     )
     learnt_drop: float = param(
         0.2, "... and never once the smoothed loss is at most this share of the level `start_points` "
-        "reads, whatever the learning rate: a loss that fell fivefold within its first points (a "
-        "regression at its noise floor by its 3rd logged point) has learnt, its initial level already "
-        "trained; 0 never", at_least=0.0,
+        "reads, or of its first point if higher, whatever the learning rate: a loss that fell fivefold "
+        "within its first points (a regression at its noise floor by its 3rd logged point, or by its "
+        "2nd) has learnt, its initial level already trained; 0 never", at_least=0.0,
     )
     early_points: int = param(
         15, "... and one that began within the first this many points (or the 10 that set the initial "
@@ -494,6 +494,12 @@ class PlateauStream(Stream):
             self.start = max(init, small_median(self.initial.head[: self.start_points]))
         return self.start
 
+    def _learnt_from(self):
+        """The level a loss that fell `learnt_drop` x has learnt from: start_level, or the first
+        point if higher."""
+        start = self._start_level(self.init_value)
+        return max(start, self.initial.head[0]) if start == start else start
+
     def _rising(self, i):
         """The learning rate rises at warm-up point i (< max_warmup): a warm-up unless it rose
         exponentially or ever faster (see _warmup_ends)."""
@@ -547,7 +553,7 @@ class PlateauStream(Stream):
             stuck = level >= self.stuck * init and (
                 self.head_logs is None or not self._early(i - patience)
                 or self._head_jitter() < self.early_jitter) and not (
-                level <= self.learnt_drop * self._start_level(self.init_value))
+                level <= self.learnt_drop * self._learnt_from())
             if gone or climbed or stuck:
                 positive = init > 0.0
                 return StreamHit(note=plateau_note(patience, self.lr_peak.fraction() if gone else math.nan,
@@ -703,11 +709,14 @@ def loss_plateau(data, p: PlateauParams, since=None):
         at, peak, fell = lr_course(data, s.steps[: hit[-1] + 1], p.lr_fell)
         first = start_level(s.values, init0, known_after, p.start_points)
         init = np.where(fell[hit], first, init0)
+        # A loss `learnt_drop` x its first point, or the level of its first points, has learnt.
+        head = s.values[np.isfinite(s.values)][:1]
+        learnt_from = max(first, float(head[0])) if head.size and first == first else first
         # One smoothing over the hits' span (a point's smoothed value does not depend on where the
         # span starts), not one per hit: a run stuck after a divergence stalls at every point.
         now = smoothed_loss(s.values, max(1, p.smooth), int(hit[0]), int(hit[-1]) + 1)[hit - hit[0]]
         with np.errstate(invalid="ignore"):
-            stuck = (hit > known_after) & (now >= p.stuck * init) & ~(now <= p.learnt_drop * first)
+            stuck = (hit > known_after) & (now >= p.stuck * init) & ~(now <= p.learnt_drop * learnt_from)
         # A stall that began before the initial level was known, or within the first `early_points`,
         # counts only on a smooth loss.
         start = hit - plateau_patience(hit, p)  # the stall's start, >= 0: the stall needs its patience
