@@ -158,7 +158,8 @@ def blowup_kind(x, med, top, lr_ratio, init, before, p: BlowupParams, prev=math.
 
 def fire_floor(p: BlowupParams, lr_jumped: bool = True) -> float:
     """The smallest multiple of the recent median (so of the window's minimum) at which a point
-    can fire: `big`, `climb_big` if climbs count, `after_lr` right after a learning-rate jump."""
+    can fire: `big`, `climb_big` if climbs count, `smooth_big` if smooth jumps do, `after_lr` right
+    after a learning-rate jump."""
     floor = min(p.big, p.climb_big if p.climb > 0 else math.inf, p.smooth_big if p.smooth_big > 0 else math.inf)
     return min(floor, p.after_lr) if lr_jumped else floor
 

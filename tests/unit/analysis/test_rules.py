@@ -117,14 +117,17 @@ def test_loss_blowup_in_one_point_or_multiplying_over_a_few():
 def test_a_smooth_loss_getting_nowhere_that_jumps_4x_has_blown_up():
     # Epoch means of a run that never got under its start (2.4 -> 2.5), then 12 in one epoch: 4.8x
     # its median, the crash (it overflows next), not a spike. The same jump on a run that learnt
-    # (2.4 -> 0.6) is a spike; and on a noisy per-step loss at its start, noise.
+    # (2.4 -> 0.6, then 6: 5x its median, far under its start) is a spike; and on a noisy per-step
+    # loss at its start, noise.
     rng = np.random.default_rng(4)
     stuck = np.r_[np.linspace(2.4, 2.5, 20) * (1 + 0.01 * rng.standard_normal(20)), 12.0, 90.0]
     batch, online = starts_both("CS114", train_loss=stuck)
     assert batch == online == [20]
     assert "on a smooth loss" in episodes_of(analyze(train_loss=stuck), "CS114")[0].message
-    learnt = np.r_[np.geomspace(2.4, 0.6, 20) * (1 + 0.01 * rng.standard_normal(20)), 3.0, 0.6]
+    learnt = np.r_[np.geomspace(2.4, 0.6, 20) * (1 + 0.01 * rng.standard_normal(20)), 6.0, 0.6]
     assert starts_both("CS114", train_loss=learnt) == ([], [])
+    anywhere = Config(params={"CS114": dataclasses.replace(RULES["CS114"].default_params(), smooth_level=0.0)})
+    assert starts_both("CS114", anywhere, train_loss=learnt) == ([20], [20])  # what `smooth_level` keeps out
     noisy = np.r_[2.45 * np.exp(0.3 * rng.standard_normal(40)), 12.0, 2.4]
     assert starts_both("CS114", train_loss=noisy) == ([], [])
     # Without it, the crash is told a point later, once it multiplied again (`climb`).
@@ -1121,6 +1124,7 @@ def test_a_loss_creeping_down_under_two_percent_a_patience_has_levelled_off():
     batch, online = starts_both("CS303", train_loss=floor_creeping(0.043), lr=lr)
     assert batch == online and len(batch) == 1
     assert starts_both("CS303", train_loss=floor_creeping(0.10), lr=lr) == ([], [])
+
 
 def test_a_loss_flat_while_its_learning_rate_still_ramps_up_has_not_levelled_off():
     # The same fall, then a floor held while a long warm-up (500 steps) keeps raising the learning
