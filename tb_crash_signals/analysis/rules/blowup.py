@@ -2,17 +2,15 @@
 
 A loss 100x its recent median in one point, a loss that jumps right after the
 learning rate did, a loss that multiplied at each of its last points up to 10x
-its recent median, a smooth loss that got nowhere jumping 4x in one point, or the
-loss and the grad norm jumping 10x together at the same step: each is the crash
-itself, even while the grad norm is still far under the explosion threshold of
-small models.
+its recent median, or the loss and the grad norm jumping 10x together at the
+same step: each is the crash itself, even while the grad norm is still far
+under the explosion threshold of small models.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from itertools import islice
 
 import numpy as np
 
@@ -27,7 +25,6 @@ from tb_crash_signals.analysis.rules.base import (
 )
 from tb_crash_signals.analysis.stats import (
     initial_level,
-    jitter_of_short,
     noise_decades,
     trailing_max,
     trailing_median_mad_at,
@@ -72,20 +69,6 @@ class BlowupParams:
         "points; before it is known, any level): a per-step loss near zero multiplies from a lucky batch to "
         "an unlucky one (0.004, 0.04, 0.11 of a start at 1.1) without blowing up; 0 any", at_least=0.0,
     )
-    smooth_big: float = param(
-        4.0, "... or, on a smooth loss (the jitter of its 16 points before under `smooth_jitter`: epoch "
-        "means, large batches) whose recent median is at least `smooth_level` x the run's initial level "
-        "(it learnt nothing, or lost it all), this multiple of that median: a run that is getting nowhere "
-        "and jumps 4x in one averaged point is blowing up (a 30-epoch run's loss at 2.5 jumping to 12 "
-        "one epoch before it overflows), where a spike of a run that learns is a spike; 0 never",
-        at_least=0.0,
-    )
-    smooth_level: float = param(1.0, "see `smooth_big`", at_least=0.0)
-    smooth_step: float = param(
-        2.0, "... and at least this multiple of the point before: one jump, not a climb (CS113 and CS202 "
-        "tell those)", at_least=0.0,
-    )
-    smooth_jitter: float = param(0.05, "see `smooth_big`", at_least=0.0)
     lr_factor: float = param(5.0, "a learning-rate jump is a rise by more than this multiple in one logged point")
     lr_lag: int = param(
         3, "the jump is one of the last this-many learning-rate points at or before the loss's step (at "
@@ -129,16 +112,10 @@ def _lr_jump_before(lr, steps, p: BlowupParams) -> np.ndarray:
     return out
 
 
-# The smooth kind reads the jitter of this many points before the jump.
-SMOOTH_POINTS = 16
-
-
-def blowup_kind(x, med, top, lr_ratio, init, before, p: BlowupParams, prev=math.nan, jitter=None) -> str | None:
+def blowup_kind(x, med, top, lr_ratio, init, before, p: BlowupParams) -> str | None:
     """Which crash a loss point is (None: none), from its median and max before it, the
-    learning-rate jump just before it, the run's initial level, its last `climb` points
-    before it, oldest first, the point just before it (`prev`) and `jitter()`: that of its
-    SMOOTH_POINTS points before it, read only where it decides (shared by the batch rule and its
-    stream)."""
+    learning-rate jump just before it, the run's initial level and its last `climb` points
+    before it, oldest first (shared by the batch rule and its stream)."""
     if not (math.isfinite(x) and med > 0 and x - med >= p.min_rise * (init if init == init else 0.0)):
         return None
     # Right after a jump of the learning rate, a jump of the loss is the learning rate's doing,
@@ -150,17 +127,13 @@ def blowup_kind(x, med, top, lr_ratio, init, before, p: BlowupParams, prev=math.
     if (p.climb > 0 and x >= p.climb_big * med and climbed(before, x, p) and before[-1] >= p.climb_from * med
             and not x < p.climb_level * init):
         return "climb"
-    if (p.smooth_big > 0 and x >= p.smooth_big * med and init == init and med >= p.smooth_level * init
-            and x >= p.smooth_step * prev and jitter is not None and jitter() < p.smooth_jitter):
-        return "smooth"
     return None
 
 
 def fire_floor(p: BlowupParams, lr_jumped: bool = True) -> float:
     """The smallest multiple of the recent median (so of the window's minimum) at which a point
-    can fire: `big`, `climb_big` if climbs count, `smooth_big` if smooth jumps do, `after_lr` right
-    after a learning-rate jump."""
-    floor = min(p.big, p.climb_big if p.climb > 0 else math.inf, p.smooth_big if p.smooth_big > 0 else math.inf)
+    can fire: `big`, `climb_big` if climbs count, `after_lr` right after a learning-rate jump."""
+    floor = min(p.big, p.climb_big if p.climb > 0 else math.inf)
     return min(floor, p.after_lr) if lr_jumped else floor
 
 
@@ -190,8 +163,6 @@ def _note(kind, x, med, lr_ratio, start=None) -> str:
         return f"{fmt(x / med)}x its recent median {fmt(med)} in one point"
     if kind == "climb":
         return f"{fmt(x / med)}x its recent median {fmt(med)}, multiplying at every point from {fmt(start)}"
-    if kind == "smooth":
-        return f"{fmt(x / med)}x its recent median {fmt(med)} in one point, on a smooth loss"
     return (
         f"{fmt(x / med)}x its recent median {fmt(med)} {AFTER_LR_NOTE} {fmt(lr_ratio)}x"
     )
@@ -246,16 +217,10 @@ class LossBlowupStream(Stream):
         values = self.values
         n = len(values)
         before = [values[j] for j in range(max(n - 1 - p.climb, 0), n - 1)] if p.climb > 0 else ()
-        kind = blowup_kind(v, med, self.window.maximum(p.window), lr_ratio, self.initial.value, before, p,
-                           values[n - 2] if n > 1 else math.nan, self._jitter)
+        kind = blowup_kind(v, med, self.window.maximum(p.window), lr_ratio, self.initial.value, before, p)
         if kind is None or self.noise.noise_decades() >= p.max_noise:
             return None
         return StreamHit(note=_note(kind, v, med, lr_ratio, before[0] if before else None))
-
-    def _jitter(self):
-        values = self.values
-        n = len(values)
-        return jitter_of_short(islice(values, max(n - 1 - SMOOTH_POINTS, 0), n - 1))
 
     def _lr_jump(self):
         lr, p = self.lr, self.p
@@ -277,8 +242,7 @@ class LossBlowupStream(Stream):
 )
 def loss_blowup(data, p: BlowupParams, since=None):
     """One train-loss point is the crash: `big` x its recent median, a jump right after the
-    learning rate jumped, the end of a climb that multiplied it at every point, or a smooth
-    loss that got nowhere jumping `smooth_big` x.
+    learning rate jumped, or the end of a climb that multiplied it at every point.
 
     Fires on a train loss at least `big` (100) x the median of its previous
     `window` points, or at least `after_lr` x that median and `envelope` x
@@ -289,11 +253,7 @@ def loss_blowup(data, p: BlowupParams, since=None):
     the last of them `climb_from` (3) x the median already, and the point at
     least `climb_level` (a quarter) of the run's initial level
     (an explosion over a few logged points: an epoch-level run whose loss
-    goes 2.9, 3.4, 11, 31, 80 has crashed at 31), or, on a smooth loss (the
-    jitter of its 16 points before under `smooth_jitter`) whose median is at
-    least `smooth_level` x the initial level (it got nowhere), `smooth_big` (4)
-    x that median and `smooth_step` (2) x the point before (such a run at 2.5
-    jumping to 12 has crashed at 12). Under any absolute
+    goes 2.9, 3.4, 11, 31, 80 has crashed at 31). Under any absolute
     threshold: the loss of a small model that explodes from 0.003 to 1.0 is
     a crash at 1.0.
     """
@@ -318,9 +278,7 @@ def loss_blowup(data, p: BlowupParams, since=None):
     for j, i in enumerate(cand.tolist()):
         level = init if i > known_after else math.nan
         before = v[max(i - p.climb, 0):i].tolist() if p.climb > 0 else ()
-        kind = blowup_kind(float(v[i]), float(med[j]), float(top[j]), float(lr_ratio[j]), level, before, p,
-                           float(v[i - 1]) if i else math.nan,
-                           lambda i=i: jitter_of_short(v[max(i - SMOOTH_POINTS, 0):i].tolist()))
+        kind = blowup_kind(float(v[i]), float(med[j]), float(top[j]), float(lr_ratio[j]), level, before, p)
         if kind is not None and not noise_decades(v[max(i - p.noise_window, 0) : i]) >= p.max_noise:
             hits.append(i)
             notes[i] = _note(kind, float(v[i]), float(med[j]), float(lr_ratio[j]), before[0] if before else None)
