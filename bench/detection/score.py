@@ -22,7 +22,10 @@ incidents per sick run); otherwise each episode counts as an incident.
 Corpus measures (labels: `labels.py`; "alarm" = an incident, or an episode):
 
 - healthy runs: critical episodes / incidents (target 0), warnings per 10k
-  logged steps per episode and per incident (target <= 1).
+  logged steps per episode and per incident (target <= 1); runs a callback
+  stops: with an episode of a critical rule, told as a warning once the run
+  came back from it but critical while it lasted (no target: a measure of
+  what the callbacks' default stop costs).
 - overflow: non-diverged runs with fp16 overflow steps: runs with any
   critical, and criticals starting at an overflow step (target: none).
 - divergence: diverged runs whose earliest critical (incident
