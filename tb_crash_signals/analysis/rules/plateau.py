@@ -710,8 +710,11 @@ def loss_plateau(data, p: PlateauParams, since=None):
         first = start_level(s.values, init0, known_after, p.start_points)
         init = np.where(fell[hit], first, init0)
         # A loss `learnt_drop` x its first point, or the level of its first points, has learnt.
-        head = s.values[np.isfinite(s.values)][:1]
-        learnt_from = max(first, float(head[0])) if head.size and first == first else first
+        if first == first:  # the initial level known: its 10 finite points end at known_after
+            head = s.values[: known_after + 1]
+            learnt_from = max(first, float(head[np.isfinite(head)][0]))
+        else:
+            learnt_from = first
         # One smoothing over the hits' span (a point's smoothed value does not depend on where the
         # span starts), not one per hit: a run stuck after a divergence stalls at every point.
         now = smoothed_loss(s.values, max(1, p.smooth), int(hit[0]), int(hit[-1]) + 1)[hit - hit[0]]
