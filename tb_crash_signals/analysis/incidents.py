@@ -28,15 +28,16 @@ _SEVERITY_RANK = {"critical": 0, "warning": 1, "info": 2}
 
 # Rules whose episode is the crash itself, and those that predict it.
 _CRASH = ("CS001", "CS002", "CS101", "CS113", "CS114", "CS115", "CS116", "CS117", "CS118")
-_PRECURSOR = ("CS201", "CS202")
+_GROWTH = ("CS201", "CS202")
+_PRECURSOR = _GROWTH + ("CS514",)  # and a learning rate that leapt far above anything the run trained at
 _SPIKES = ("CS102", "CS111", "CS112")
 _JUMPS = ("CS114", "CS115")  # a crash in one point: a spike, once the run came back from it
 _OVERFLOW = ("CS003", "CS004")
-_OPTIMIZER_HIGH = ("CS501", "CS512", "CS513")  # the learning rate / updates too large
+_OPTIMIZER_HIGH = ("CS501", "CS512", "CS513", "CS514")  # the learning rate / updates too large
 # The learning rate at zero or below, or updates too small to learn: the weights barely move (or climb
 # the gradient), so a climb the run came back from meanwhile is their symptom, not a divergence.
 _OPTIMIZER_LOW = ("CS502", "CS511")
-_LR_RAISED = ("CS512", "CS513")  # events that cause a crash, where CS501 is a state
+_LR_RAISED = ("CS512", "CS513", "CS514")  # events that cause a crash, where CS501 is a state
 _PLATEAU = ("CS301", "CS303")
 _STAGNATION = ("CS302",)
 _OVERFIT = ("CS401", "CS402", "CS403")
@@ -147,7 +148,7 @@ def build_incidents(episodes: list[Episode], run_steps: int = 0) -> list[Inciden
         first = min(episodes[i].start_step for i in crash_like)
         # Where the growth its precursors fitted began: a validation loss rising from there on is the
         # divergence showing on held-out data first, not overfitting.
-        climb = min((f.start_step for i in crash_like if episodes[i].code in _PRECURSOR
+        climb = min((f.start_step for i in crash_like if episodes[i].code in _GROWTH
                      for f in (episodes[i].first_fit or episodes[i].fit,) if f is not None), default=first)
         members = [
             i for i in order
@@ -271,11 +272,11 @@ def _incident(kind: str, members: list[int], episodes: list[Episode]) -> Inciden
         cause = [e for e in eps if e.code in _OPTIMIZER_HIGH and e.start_step <= alarm.start_step]
         if crash is None and cause:  # too large a learning rate, and the loss suffers: that is the story
             kind = "optimizer"
-            alarm = min(cause, key=lambda e: e.start_step)
+            alarm = min(cause, key=lambda e: (e.start_step, _SEVERITY_RANK[e.severity]))
         # A learning rate that jumped or kept rising before the crash is its cause: the story starts there.
         jumped = [e for e in cause if e.code in _LR_RAISED]
         if crash is not None and jumped:
-            alarm = max(jumped, key=lambda e: e.start_step)
+            alarm = max(jumped, key=lambda e: (e.start_step, -_SEVERITY_RANK[e.severity]))
     crash_step = crash.start_step if crash is not None else None
     lead = None
     if crash_step is not None:
@@ -313,7 +314,7 @@ def _incident(kind: str, members: list[int], episodes: list[Episode]) -> Inciden
 def _story_start(eps: list[Episode]) -> int:
     """Where a divergence's story starts: its first episode, or the start of the growth its
     precursors fitted, if earlier."""
-    growth = [(e.first_fit or e.fit).start_step for e in eps if e.fit is not None and e.code in _PRECURSOR]
+    growth = [(e.first_fit or e.fit).start_step for e in eps if e.fit is not None and e.code in _GROWTH]
     return min([e.start_step for e in eps] + growth)
 
 
@@ -392,7 +393,7 @@ def _headline(kind, eps, alarm: Episode, crash: Episode | None, lead, start, fit
     if kind == "optimizer":
         if alarm.code in _OPTIMIZER_LOW and any(came_back(e) for e in eps):
             return alarm.message + "; the train loss wandered above its best meanwhile, and came back"
-        if any(e.code in _PRECURSOR for e in eps):
+        if any(e.code in _GROWTH for e in eps):
             return alarm.message + "; the train loss climbs away from its best with it"
         if any(e.family in ("plateau", "stagnation") for e in eps):
             return alarm.message + "; the train loss stalls with it"

@@ -41,7 +41,7 @@ from tb_crash_signals.analysis.rules.plateau import STUCK_NOTE, lost_ground
 RECOVERABLE = ("CS113", "CS114", "CS115", "CS118", "CS202")
 # Optimizer settings too large (incidents._OPTIMIZER_HIGH): a climb while one lasts is their symptom,
 # and the run is sick however often the loss comes back.
-_CAUSES = ("CS501", "CS512", "CS513")
+_CAUSES = ("CS501", "CS512", "CS513", "CS514")
 # The loss's levels read here: its trailing median of this many points now, and its best level (the
 # lowest such median; stats.best_levels), as CS113 and CS202 read them by default.
 LEVEL_POINTS = 31

@@ -1,4 +1,5 @@
-"""CS511-CS513: the learning rate out of band (non-positive, jumping, rising after decay)."""
+"""CS511-CS514: the learning rate out of band (non-positive, jumping, rising after decay, leaping far
+above anything the run trained at)."""
 
 from __future__ import annotations
 
@@ -169,6 +170,71 @@ def lr_jump(data, p: LrJumpParams, since=None):
         peak = finite_peak(v)  # NaN never at idx - 1: v[idx - 1] > 0
         with np.errstate(invalid="ignore"):
             idx = idx[v[idx] > p.above_peak * peak[idx - 1]]
+    if idx.size:
+        yield Hits("lr", idx)
+
+
+@dataclasses.dataclass(frozen=True)
+class LrLeapParams:
+    factor: float = param(
+        20.0, "the learning rate lands above this multiple of the highest it had before, in one logged "
+        "point: an order of magnitude and then some over the rates the run trained at (a 10x jump leaves "
+        "most small runs shaken but alive; the 30-60x a scheduler restart gone wrong gives, and more, "
+        "crashes them within a few steps)", above=1.0,
+    )
+    warmup: int = param(
+        3, "points ignored at the start (a warm-up from ~0, or a schedule's first coarse points)"
+    )
+    cooldown: int = param(10, "points after which a new episode starts")
+
+
+class LrLeapStream(Stream):
+    hits = ("lr",)
+
+    def __init__(self, p, signal, channels):
+        self.factor = p.factor
+        self.min_i = p.warmup + 1
+        self.channel = channels[signal]
+
+    def quiet(self):
+        # A leap over `factor` x the peak before is one over `factor` x the point before.
+        return Quiet(prev_factor=self.factor)
+
+    def check(self, i, step, v):
+        # The channel's max_finite is the peak before this point while the checks run.
+        peak = self.channel.max_finite
+        if i >= self.min_i and peak > 0 and v > self.factor * peak and v - v == 0.0:
+            return HIT
+        return None
+
+
+@rule(
+    code="CS514", symbol="lr-leap", family="optimizer", severity="critical",
+    signals=("lr",), params=LrLeapParams, stream=LrLeapStream,
+    describe=lambda ep, p: (
+        f"learning rate leapt {fmt(ep.prev_value)} -> {fmt(ep.start_value)} at step {ep.start_step}, "
+        f"over {fmt(p.factor)}x the highest it had trained at"
+    ),
+    advice="a learning rate this far above anything the run trained at throws it off within a few "
+    "steps: stop it, fix the scheduler (a restart, a resumed run's reset schedule, a unit slip) and "
+    "resume from a checkpoint before this step",
+)
+def lr_leap(data, p: LrLeapParams, since=None):
+    """The learning rate leaps in one logged point to more than `factor` x the highest it had
+    before: a crash in waiting, flagged before the loss shows it.
+
+    The peak is that of every finite point before (none counts until it is positive); the first
+    `warmup` points are not judged. A jump CS512 tells as a warning is this rule's once it lands
+    that far above the peak."""
+    s = data.get("lr")
+    if s is None or len(s) <= p.warmup + 1:
+        return
+    v = s.values
+    a = max(since_index(s, since), p.warmup + 1)
+    peak = finite_peak(v)  # peak[i - 1]: the highest finite point before i
+    with np.errstate(invalid="ignore"):
+        hit = np.isfinite(v[a:]) & (peak[a - 1 : -1] > 0) & (v[a:] > p.factor * peak[a - 1 : -1])
+    idx = np.flatnonzero(hit) + a
     if idx.size:
         yield Hits("lr", idx)
 

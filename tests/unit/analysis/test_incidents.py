@@ -61,6 +61,19 @@ def test_a_learning_rate_jump_before_the_crash_is_its_cause_but_not_its_alarm():
     assert incident.first_alarm_step == 704 and incident.lead_steps == 0 and incident.signal == "lr"
 
 
+def test_a_learning_rate_leap_far_above_its_peak_is_the_divergence_s_early_alarm():
+    # CS512 and CS514 at the jump (the leap is both), the loss diverging 40 steps later.
+    eps = [episode("CS512", 664, signal="lr"), episode("CS514", 664, signal="lr"), episode("CS113", 704, 800)]
+    (incident,) = build_incidents(eps, run_steps=1200)
+    assert incident.kind == "divergence" and incident.severity == "critical" and incident.crash_step == 704
+    assert incident.first_alarm_step == 664 and incident.lead_steps == 40
+    assert incident.headline == "CS514 at 664; train loss diverged at step 704"
+    # A run that came through the leap: one critical story of the setting, told by the leap.
+    (alone,) = build_incidents(eps[:2], run_steps=1200)
+    assert alone.kind == "optimizer" and alone.severity == "critical" and alone.headline == "CS514 at 664"
+    assert alone.crash_step is None and alone.advice == RULES["CS514"].advice
+
+
 def test_a_loss_that_levelled_off_is_a_note_until_a_plateau_warning_joins_it():
     (note,) = build_incidents([episode("CS303", 400, 900)], run_steps=1000)
     assert note.kind == "plateau" and note.severity == "info"

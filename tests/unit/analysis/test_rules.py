@@ -1358,6 +1358,33 @@ def test_learning_rate_anomalies():
     assert "CS513" not in codes(analyze(lr=cyclic))
 
 
+def test_a_learning_rate_leaping_far_above_its_peak_is_critical():
+    lr = np.full(60, 2e-3)
+    lr[30:] = 0.1  # 50x: a scheduler restart gone wrong
+    (leap,) = episodes_of(analyze(lr=lr), "CS514")
+    assert (leap.start_step, leap.severity) == (30, "critical")
+    assert leap.message.startswith("learning rate leapt 0.002 -> 0.1 at step 30")
+    assert [e.start_step for e in episodes_of(analyze(lr=lr), "CS512")] == [30]  # the jump's warning too
+    # 10x above the peak: a jump (CS512's warning), no leap.
+    ten = np.full(60, 2e-3)
+    ten[30:] = 2e-2
+    assert "CS514" not in codes(analyze(lr=ten)) and "CS512" in codes(analyze(lr=ten))
+    # A climb to far above the peak point by point is no leap (CS513 tells a rate rising after decay).
+    ramp = np.concatenate([np.full(20, 1e-3), np.geomspace(1e-3, 1e-1, 40)])
+    assert "CS514" not in codes(analyze(lr=ramp))
+    # From zero, and within the warm-up: no peak to leap over.
+    from_zero = np.concatenate([np.zeros(10), np.full(30, 1e-3)])
+    assert "CS514" not in codes(analyze(lr=from_zero))
+    coarse = np.concatenate([[1e-5], np.full(40, 1e-3)])  # a schedule's first point far under its rate
+    assert "CS514" not in codes(analyze(lr=coarse))
+    # The monitor, point by point, fires at the same step, before the loss could show anything.
+    m = Monitor()
+    for step, v in enumerate(lr):
+        m.update(step, lr=float(v), train_loss=1.0)
+    assert [(e.start_step, e.severity) for e in m.episodes() if e.code == "CS514"] == [(30, "critical")]
+    assert m.should_stop
+
+
 def test_hits_merge_into_one_episode_per_incident():
     g = healthy_grad(500)
     g[300:340] = 500.0
