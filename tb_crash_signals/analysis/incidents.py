@@ -436,7 +436,9 @@ def _divergence_headline(kind, eps, alarm, crash, lead, start, fit) -> str:
             return f"{at}, {before} after a {sign.rule} warning at step {sign.start_step}"
         return f"{at} with no warning sign before"
     if alarm.code in _LR_RAISED:
-        return f"{alarm.message}; {at}"
+        # A leap is itself critical: the crash it foretold comes `lead` steps after it.
+        early = f" (flagged {_steps(lead)} early)" if lead and alarm.severity == "critical" else ""
+        return f"{alarm.message}; {at}{early}"
     if alarm.code == "CS201" and lead:
         return f"grad norm grew exponentially from step {start}; {at} (predicted {_steps(lead)} early)"
     if alarm.code == "CS202" and lead:

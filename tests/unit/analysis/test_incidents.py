@@ -67,7 +67,7 @@ def test_a_learning_rate_leap_far_above_its_peak_is_the_divergence_s_early_alarm
     (incident,) = build_incidents(eps, run_steps=1200)
     assert incident.kind == "divergence" and incident.severity == "critical" and incident.crash_step == 704
     assert incident.first_alarm_step == 664 and incident.lead_steps == 40
-    assert incident.headline == "CS514 at 664; train loss diverged at step 704"
+    assert incident.headline == "CS514 at 664; train loss diverged at step 704 (flagged 40 steps early)"
     # A run that came through the leap: one critical story of the setting, told by the leap.
     (alone,) = build_incidents(eps[:2], run_steps=1200)
     assert alone.kind == "optimizer" and alone.severity == "critical" and alone.headline == "CS514 at 664"
