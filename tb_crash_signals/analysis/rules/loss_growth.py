@@ -510,6 +510,7 @@ class LossGrowthStream(Stream):
         # A larger spread raises climbing's bars only for non-negative z's (the defaults).
         self.bars_fall = p.z >= 0 and p.z_with_grad >= 0 and p.z_with_lr >= 0
         self.low_ratio = min(p.ratio_with_grad, p.ratio_with_lr)
+        self.level_ratio = min(p.ratio_with_grad, p.ratio)  # the lowest bar on a level without the LR rising
 
     def rest(self):
         # A point is no candidate while both levels are under their bars (see check); the run
@@ -617,12 +618,6 @@ class LossGrowthStream(Stream):
             seven = quick = apart = False
         rising = lr_rising = False
         if seven or quick:
-            # The point before was under max_ratio (a point the rest screen skipped was far under it).
-            finishing = self.under or self.checked != i - 1
-            trend = self.grad.shared.get(_GRAD)
-            rising = (trend is not None and trend.rising
-                      and not (p.lr_jump_back and self.lr_jump.restarted(self.lr, p))
-                      and not (p.lr_climb_back and _climbed_back(self.lr, p)))
             lr_trend = self.lr.shared.get(_LR)
             lr_rising = lr_trend is not None and lr_trend.rising
             if not lr_rising:
@@ -632,6 +627,22 @@ class LossGrowthStream(Stream):
                 then = self.lr_at_best
                 if then > 0.0 and self.lr.values[-1] >= p.lr_since_best * then:
                     lr_rising = ramping(self.lr)
+            if not lr_rising:
+                # Then climbing's bars are `ratio_with_grad` (or `ratio`) x the best on a level and
+                # `slow_ratio` x on the slow one: a level under both climbs whatever the grad norm
+                # does, which is not read (the usual non-resting point: a noisy loss a little over
+                # its best).
+                if seven and not (level >= self.level_ratio * best or b >= p.slow_ratio * best):
+                    seven = False
+                if quick and not (fast >= self.level_ratio * best_smooth or b >= p.slow_ratio * best_smooth):
+                    quick = False
+        if seven or quick:
+            # The point before was under max_ratio (a point the rest screen skipped was far under it).
+            finishing = self.under or self.checked != i - 1
+            trend = self.grad.shared.get(_GRAD)
+            rising = (trend is not None and trend.rising
+                      and not (p.lr_jump_back and self.lr_jump.restarted(self.lr, p))
+                      and not (p.lr_climb_back and _climbed_back(self.lr, p)))
             slow = self.best_level.history
             slow_before = slow[-1 - p.smooth] if len(slow) > p.smooth else math.nan
             seven = seven and self._may_climb(
