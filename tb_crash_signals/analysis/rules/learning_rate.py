@@ -224,8 +224,8 @@ def lr_leap(data, p: LrLeapParams, since=None):
     before: a crash in waiting, flagged before the loss shows it.
 
     The peak is that of every finite point before (none counts until it is positive); the first
-    `warmup` points are not judged. A jump CS512 tells as a warning is this rule's once it lands
-    that far above the peak."""
+    `warmup` points are not judged. A leap is also a CS512 jump, whose warning stays: this rule
+    makes the far ones critical."""
     s = data.get("lr")
     if s is None or len(s) <= p.warmup + 1:
         return

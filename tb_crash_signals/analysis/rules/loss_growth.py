@@ -629,9 +629,9 @@ class LossGrowthStream(Stream):
                     lr_rising = ramping(self.lr)
             if not lr_rising:
                 # Then climbing's bars are `ratio_with_grad` (or `ratio`) x the best on a level and
-                # `slow_ratio` x on the slow one: a level under both climbs whatever the grad norm
-                # does, which is not read (the usual non-resting point: a noisy loss a little over
-                # its best).
+                # `slow_ratio` x on the slow one: a level under both does not climb, whatever the grad
+                # norm does, which is not read (the usual point the rest screen lets through: a noisy
+                # loss a little over its best).
                 if seven and not (level >= self.level_ratio * best or b >= p.slow_ratio * best):
                     seven = False
                 if quick and not (fast >= self.level_ratio * best_smooth or b >= p.slow_ratio * best_smooth):
