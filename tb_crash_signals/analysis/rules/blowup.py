@@ -9,6 +9,7 @@ under the explosion threshold of small models.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import math
 
@@ -172,30 +173,61 @@ def _describe_blowup(ep, p):
     return f"train loss blew up at step {ep.start_step}: {ep.note}"
 
 
+_LR_JUMPS = "loss-blowup: lr jumps"  # the key of the learning rate channel's _LrJumps
+
+
+class _LrJumps:
+    """The learning rate's jumps among its last `lag` points: (index in its channel, ratio to the
+    point before), noted by the rule's check on the learning rate, which the monitor's screen calls
+    only where the rate may have jumped."""
+
+    __slots__ = ("recent",)
+
+    def __init__(self, lag: int):
+        self.recent = collections.deque(maxlen=lag)  # at most one jump a point
+
+
 class LossBlowupStream(Stream):
-    hits = ("train_loss",)
+    hits = ("train_loss", "lr")  # checked on the loss; the learning rate's jumps are noted as they come
 
     @classmethod
     def needs(cls, p, signal):
-        return [(signal, p.window, False)]
+        return [(signal, p.window, False)] if signal == "train_loss" else []
 
     def __init__(self, p, signal, channels):
         self.p = p
+        self.lag = max(p.lr_lag, 1)
+        self.lr_channel = channels["lr"]
+        self.jumps = self.lr_channel.shared.setdefault(_LR_JUMPS, _LrJumps(self.lag))
+        self.lr = self.lr_channel.values  # updated first: its points at or before this step
+        self.on_lr = signal == "lr"
+        if self.on_lr:
+            self.check = self._note_jump
+            return
         self.window = channels[signal].window
         self.values = channels[signal].values  # ends with the point checked
         self.median = tail_median(channels[signal], p.window)  # of the points before
-        self.lr = channels["lr"].values  # updated first: its points at or before this step
         self.floor, self.floor_without_lr = fire_floor(p), fire_floor(p, lr_jumped=False)
         self.noise = recent_logs(channels[signal], p.noise_window, np.log10)  # of the points before
         self.own = getattr(self.noise, "values", None)  # kept by the stream itself, if at all
         self.initial = channels[signal].initial  # pushed after the checks: as of the points before
 
     def quiet(self):
+        if self.on_lr:  # a rise of lr_factor x or less is no jump
+            return Quiet(prev_factor=self.p.lr_factor)
         # Under min(big, after_lr, climb_big) x the window's min (see _check); nothing to keep
         # unless the stream keeps its own recent points.
         if self.own is not None:
             return None
         return Quiet(floor_factor=self.floor)
+
+    def _note_jump(self, i, step, v):
+        """The check on the learning rate: notes its jumps."""
+        if i:
+            prev = self.lr[-2]
+            if prev > 0 and v > self.p.lr_factor * prev:
+                self.jumps.recent.append((i, v / prev))
+        return None
 
     def check(self, i, step, v):
         hit = self._check(i, v)
@@ -223,13 +255,14 @@ class LossBlowupStream(Stream):
         return StreamHit(note=_note(kind, v, med, lr_ratio, before[0] if before else None))
 
     def _lr_jump(self):
-        lr, p = self.lr, self.p
+        """The largest jump among the learning rate's last `lr_lag` points (0 if none)."""
         best = 0.0
-        n = len(lr)
-        for k in range(min(max(p.lr_lag, 1), n - 1)):
-            cur, prev = lr[n - 1 - k], lr[n - 2 - k]
-            if prev > 0 and cur > p.lr_factor * prev:
-                best = max(best, cur / prev)
+        recent = self.jumps.recent
+        if recent:
+            first = self.lr_channel.n - self.lag
+            for j, ratio in recent:
+                if j >= first and ratio > best:
+                    best = ratio
         return best
 
 
