@@ -249,6 +249,21 @@ class StreamHit:
         self.follow = follow
 
 
+class NoteLater(StreamHit):
+    """A hit whose note is `make(*args)`, built when read: the monitor reads it only at the hit
+    that opens an episode, not at the many that extend one."""
+
+    __slots__ = ("make", "args")
+
+    def __init__(self, make, *args):
+        self.make, self.args = make, args
+        self.fit = self.follow = None
+
+    @property
+    def note(self):
+        return self.make(*self.args)
+
+
 HIT = StreamHit()
 # What a check returns once it will never fire again on its channel (a rule for another kind of
 # series, told apart by its first points): the monitor stops calling it.

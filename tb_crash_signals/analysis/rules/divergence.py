@@ -36,7 +36,7 @@ from tb_crash_signals.analysis.stats import (
     run_lengths,
     smoothed_level,
 )
-from tb_crash_signals.analysis.streaming import Rest, Stream, StreamHit, recent_logs, shared_level
+from tb_crash_signals.analysis.streaming import NoteLater, Rest, Stream, recent_logs, shared_level
 
 
 @dataclasses.dataclass(frozen=True)
@@ -273,7 +273,7 @@ class LossDivergenceStream(Stream):
             self.inside = False
         self.busy = self.run > 0 or self.inside
         if self.inside and v - v == 0.0:
-            return StreamHit(note=_note(level, best))
+            return NoteLater(_note, level, best)
         return None
 
 

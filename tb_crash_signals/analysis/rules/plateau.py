@@ -27,7 +27,7 @@ from tb_crash_signals.analysis.stats import (
     noisy_at,
     trailing_median_inclusive,
 )
-from tb_crash_signals.analysis.streaming import Stream, StreamHit, recent_logs, shared_level, small_median
+from tb_crash_signals.analysis.streaming import NoteLater, Stream, recent_logs, shared_level, small_median
 
 # What the note says of a stall while the loss is stuck near its start; above it (at least ABOVE
 # times its initial level); or back near it after it had learnt (its best level under `stuck` x the
@@ -556,11 +556,11 @@ class PlateauStream(Stream):
                 level <= self.learnt_drop * self._learnt_from())
             if gone or climbed or stuck:
                 positive = init > 0.0
-                return StreamHit(note=plateau_note(patience, self.lr_peak.fraction() if gone else math.nan,
-                                                   climb if climbed and not gone else math.nan,
-                                                   level / init if positive else math.nan,
-                                                   best / init if positive else math.nan, self.stuck,
-                                                   self.updates.max_finite, self.updates_high))
+                return NoteLater(plateau_note, patience, self.lr_peak.fraction() if gone else math.nan,
+                                 climb if climbed and not gone else math.nan,
+                                 level / init if positive else math.nan,
+                                 best / init if positive else math.nan, self.stuck,
+                                 self.updates.max_finite, self.updates_high)
         return None
 
     def _climb(self, start):
