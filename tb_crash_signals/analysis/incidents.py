@@ -273,10 +273,12 @@ def _incident(kind: str, members: list[int], episodes: list[Episode]) -> Inciden
         if crash is None and cause:  # too large a learning rate, and the loss suffers: that is the story
             kind = "optimizer"
             alarm = min(cause, key=lambda e: (e.start_step, _SEVERITY_RANK[e.severity]))
-        # A learning rate that jumped or kept rising before the crash is its cause: the story starts there.
+        # A learning rate that jumped or kept rising before the crash is its cause: the story starts there
+        # (or at an episode before it), not where the window of a growth fit it caused reaches back to.
         jumped = [e for e in cause if e.code in _LR_RAISED]
         if crash is not None and jumped:
             alarm = max(jumped, key=lambda e: (e.start_step, -_SEVERITY_RANK[e.severity]))
+            start = min(e.start_step for e in eps)
     crash_step = crash.start_step if crash is not None else None
     lead = None
     if crash_step is not None:

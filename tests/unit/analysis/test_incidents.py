@@ -68,6 +68,11 @@ def test_a_learning_rate_leap_far_above_its_peak_is_the_divergence_s_early_alarm
     assert incident.kind == "divergence" and incident.severity == "critical" and incident.crash_step == 704
     assert incident.first_alarm_step == 664 and incident.lead_steps == 40
     assert incident.headline == "CS514 at 664; train loss diverged at step 704 (flagged 40 steps early)"
+    # The climb it caused, fitted over a window reaching back before the leap: the story (and the
+    # checkpoint to resume from) still starts at the leap.
+    climbed = eps[:2] + [episode("CS202", 680, 700, fit_from=640)] + eps[2:]
+    (incident,) = build_incidents(climbed, run_steps=1200)
+    assert incident.start_step == 664 and "checkpoint before step 664" in incident.advice
     # A run that came through the leap: one critical story of the setting, told by the leap.
     (alone,) = build_incidents(eps[:2], run_steps=1200)
     assert alone.kind == "optimizer" and alone.severity == "critical" and alone.headline == "CS514 at 664"
