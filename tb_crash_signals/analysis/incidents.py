@@ -68,6 +68,9 @@ LOST_ADVICE = ("the loss lost the ground it had: something undoes the training (
 LARGE_UPDATES_ADVICE = ("the updates were far too large for the weights, and the model stopped learning (dead or "
                         "saturated units): lower the learning rate 10x or more, or add a warm-up, and restart from "
                         "scratch: these weights are spoilt")
+# A divergence a learning rate that jumped (or kept rising) caused: its schedule is what to fix.
+LR_RAISED_ADVICE = ("too large a learning rate, set by its schedule, threw the run off: fix the schedule (a restart, "
+                    "a resumed run's reset schedule, a unit slip), clip gradients, and {resume}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -300,6 +303,8 @@ def _incident(kind: str, members: list[int], episodes: list[Episode]) -> Inciden
         advice = LOST_ADVICE
     elif kind == "plateau" and alarm.code == "CS301" and large_updates(alarm.message):
         advice = LARGE_UPDATES_ADVICE
+    elif kind == "divergence" and crash is not None and alarm.code in _LR_RAISED:
+        advice = LR_RAISED_ADVICE.format(resume=resume)
     if kind == "optimizer" or severity == "info":  # a note's advice is its rule's own
         advice = alarm.advice
     elif recovered:

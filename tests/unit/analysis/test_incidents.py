@@ -6,7 +6,7 @@ import dataclasses
 import math
 
 from tb_crash_signals.analysis.episodes import Episode
-from tb_crash_signals.analysis.incidents import LARGE_UPDATES_ADVICE, build_incidents
+from tb_crash_signals.analysis.incidents import LARGE_UPDATES_ADVICE, LR_RAISED_ADVICE, build_incidents
 from tb_crash_signals.analysis.recovery import CAME_BACK
 from tb_crash_signals.analysis.rules import RULES
 from tb_crash_signals.analysis.rules.base import Fit
@@ -72,7 +72,8 @@ def test_a_learning_rate_leap_far_above_its_peak_is_the_divergence_s_early_alarm
     # checkpoint to resume from) still starts at the leap.
     climbed = eps[:2] + [episode("CS202", 680, 700, fit_from=640)] + eps[2:]
     (incident,) = build_incidents(climbed, run_steps=1200)
-    assert incident.start_step == 664 and "checkpoint before step 664" in incident.advice
+    assert incident.start_step == 664 and incident.advice == LR_RAISED_ADVICE.format(
+        resume="resume from a checkpoint before step 664")
     # A run that came through the leap: one critical story of the setting, told by the leap.
     (alone,) = build_incidents(eps[:2], run_steps=1200)
     assert alone.kind == "optimizer" and alone.severity == "critical" and alone.headline == "CS514 at 664"
