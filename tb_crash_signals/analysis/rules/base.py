@@ -279,7 +279,7 @@ class Rule:
 
     @property
     def summary(self) -> str:
-        return self.doc.split("\n\n")[0].replace("\n", " ")
+        return " ".join(self.doc.split("\n\n")[0].split())  # the docstring's indent folded away
 
     def default_params(self):
         return self.params()
