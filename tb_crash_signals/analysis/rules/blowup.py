@@ -199,9 +199,9 @@ class LossBlowupStream(Stream):
         self.lag = max(p.lr_lag, 1)
         self.lr_channel = channels["lr"]
         self.jumps = self.lr_channel.shared.setdefault(_LR_JUMPS, _LrJumps(self.lag))
-        self.lr = self.lr_channel.values  # updated first: its points at or before this step
         self.on_lr = signal == "lr"
         if self.on_lr:
+            self.lr = self.lr_channel.values  # ends with the point checked
             self.check = self._note_jump
             return
         self.window = channels[signal].window
