@@ -187,7 +187,7 @@ class Channel:
 class Quiet:
     """Values for which a stream's check is sure to return None and to leave
     its state as it was: a finite v with lo <= v <= hi, v <= prev_factor x
-    the previous point (when that is > 0), v < floor_factor x the lower bound
+    the previous point (when that is finite and > 0), v < floor_factor x the lower bound
     of the signal's window (when that is > 0). None: that condition is not
     needed."""
 

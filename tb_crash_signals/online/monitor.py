@@ -377,10 +377,10 @@ class Monitor:
                 c = screen.hi
                 factor = screen.prev_factor
                 if factor is not None:
-                    if not v > 0.0:  # after a point <= 0 or NaN
+                    if not v > 0.0 or v == _inf:  # after a point <= 0, NaN or infinite
                         ch.quiet_hi = -_inf
                         continue
-                    y = factor * v  # inf after an infinite point: no bound
+                    y = factor * v
                     if y < c:
                         c = y
                 w = screen.window

@@ -39,9 +39,11 @@ class Screen:
         c = self.hi
         factor = self.prev_factor
         if factor is not None:
-            if not v > 0:  # the first point, or after a point <= 0 or NaN
+            # The first point, or after a point <= 0, NaN or infinite: a finite peak before it (CS514's
+            # bar) is no multiple of an infinite point.
+            if not v > 0 or v == _inf:
                 return -_inf
-            x = factor * v  # inf after an infinite point: no bound
+            x = factor * v
             if x < c:
                 c = x
         w = self.window

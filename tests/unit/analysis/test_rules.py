@@ -1383,6 +1383,10 @@ def test_a_learning_rate_leaping_far_above_its_peak_is_critical():
         m.update(step, lr=float(v), train_loss=1.0)
     assert [(e.start_step, e.severity) for e in m.episodes() if e.code == "CS514"] == [(30, "critical")]
     assert m.should_stop
+    # Right after an infinite point the leap is over the finite peak, as the monitor's screen must see.
+    after_inf = np.full(40, 1e-5)
+    after_inf[20], after_inf[21:] = np.inf, 1e6
+    assert starts_both("CS514", lr=after_inf) == ([21], [21])
 
 
 def test_hits_merge_into_one_episode_per_incident():

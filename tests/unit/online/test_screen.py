@@ -23,7 +23,7 @@ def meets(quiets, prev, low, v) -> bool:
     for q in quiets:
         if not q.lo <= v <= q.hi:
             return False
-        if q.prev_factor is not None and not (prev is not None and prev > 0 and v <= q.prev_factor * prev):
+        if q.prev_factor is not None and not (prev is not None and 0 < prev < math.inf and v <= q.prev_factor * prev):
             return False
         if q.floor_factor is not None and not (0 < low < math.inf and v < q.floor_factor * low):
             return False
