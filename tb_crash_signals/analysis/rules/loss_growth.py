@@ -27,7 +27,13 @@ from tb_crash_signals.analysis.rules.base import (
     trend_noise_param,
 )
 from tb_crash_signals.analysis.rules.blowup import lr_jumped
-from tb_crash_signals.analysis.rules.divergence import early_bests, early_jitter_at, lift_trend_gates, trend_lifted
+from tb_crash_signals.analysis.rules.divergence import (
+    EARLY_JITTER_POINTS,
+    early_bests,
+    early_jitter_at,
+    lift_trend_gates,
+    trend_lifted,
+)
 from tb_crash_signals.analysis.rules.learning_rate import ramp_points, ramping, ramping_at
 from tb_crash_signals.analysis.stats import (
     best_levels,
@@ -36,6 +42,7 @@ from tb_crash_signals.analysis.stats import (
     jitter_at,
     linear_fit,
     log_spread_at,
+    noise_decades,
     noise_gate_at,
     sliding_min,
     smoothed_level,
@@ -89,6 +96,12 @@ class LossGrowthParams:
     lost: float = param(
         0.1, "and the level must have lost at least this share of the progress from the initial level "
         "(the median of the first 10 points) to the best"
+    )
+    lost_decades: float = param(
+        0.2, "... or, with the learning rate rising, this share of its fall in log terms (of the decades from "
+        "the initial level to the best): a regression loss that fell from 1 to 0.03 under a warm-up that "
+        "overshoots has lost little of its progress at 4x its best, and a fifth of its decades at 2x (with "
+        "the grad norm alone, a converged classifier's per-step loss bumps 3x its best); 0: never", at_least=0.0,
     )
     spread_window: int = spread_window_param()
     noise_window: int = noise_window_param()
@@ -152,17 +165,25 @@ class LossGrowthParams:
         "rate rising also on its fast level (epoch means of a small dataset: the 7-point level lags a climb "
         "of 30 points by most of its lead); 0: not judged", at_least=0.0,
     )
+    early_learnt: float = param(
+        0.5, "... and a noisier one, only with the grad norm or the learning rate rising, once its level "
+        "fell under this multiple of its highest before (a loss that bounces at its start learnt nothing to "
+        "lose), "
+        "its noise gate the decades its points before span: a warm-up that overshoots within the first "
+        "30 points of a run logged every 10 steps; 0: not judged", at_least=0.0,
+    )
     cooldown: int = param(
         60, "points without a climb after which a new episode starts: a loss bouncing after it diverged "
         "climbs again every few dozen points, and that is the same divergence"
     )
 
 
-def early_spread_noise(i, values, p: LossGrowthParams, width: int):
+def early_spread_noise(i, values, p: LossGrowthParams, width: int, corroborated: bool = False):
     """Before `min_points`: the loss's spread (its `jitter`, `early_noisy` x on a loss a little
     noisier than `early_jitter`) and the noise its gate reads (0 on a smooth loss or a little
-    noisier, else inf), from the points before the window of the level that tells (`width`
-    points; of the run's `values`)."""
+    noisier; on a noisier one that learnt, `corroborated` by the grad norm or the learning rate,
+    the decades its points span (`early_learnt`); else inf), from the points before the window of
+    the level that tells (`width` points; of the run's `values`)."""
     spread = early_jitter_at(i, values, p, width)
     if spread < p.early_jitter:
         return spread, 0.0
@@ -170,6 +191,19 @@ def early_spread_noise(i, values, p: LossGrowthParams, width: int):
         # A little noisier than smooth (epoch means of a run still learning): judged, its climb
         # out of its jitter taken `early_noisy` x.
         return p.early_noisy * spread, 0.0
+    if corroborated and p.early_learnt > 0:
+        # A noisier loss, with the grad norm or the learning rate rising: judged once it learnt (its
+        # lowest level under `early_learnt` x its highest before), its gate the decades the same
+        # points span.
+        head = values[: i + 1] if isinstance(values, np.ndarray) else np.array(list(islice(values, 0, i + 1)))
+        k = max(i - width + 1, 0)
+        noise = noise_decades(head[max(k - EARLY_JITTER_POINTS, 0) : k])
+        if noise == noise:
+            level = smoothed_level(head, width)
+            level = level[np.isfinite(level)]
+            low = int(np.argmin(level)) if level.size else 0
+            if level.size and level[low] <= p.early_learnt * level[: low + 1].max():
+                return spread, noise
     return spread, math.inf
 
 
@@ -193,21 +227,29 @@ def climbing(level, before, slow, slow_before, best, init, spread, noise, grad_r
     sustained divergence needs more points still."""
     if not best > 0 or noise >= p.max_noise:
         return False
-    progress = p.lost * (init - best) if init > best else 0.0
-    if level > 0 and level > before and level - best >= progress:
+    # The progress lost: a share of the fall from the initial level to the best; with the learning
+    # rate rising, or a share of its decades (see `lost_decades`).
+    if init > best:
+        progress = p.lost * (init - best)
+        log_progress = p.lost_decades * math.log(init / best) if p.lost_decades > 0 else math.inf
+    else:
+        progress = log_progress = 0.0
+    if level > 0 and level > before:
         r = level / best
+        lost = level - best >= progress
         # Beyond max_ratio the run has diverged: the sustained divergence (CS113) tells the rest.
-        if r < p.max_ratio or finishing:
+        if (lost or (lr_rising and math.log(r) >= log_progress)) and (r < p.max_ratio or finishing):
             sd = level_noise(spread, width or p.smooth) if spread == spread else 0.0
-            if bool(grad_rising) and r >= p.ratio_with_grad and math.log(r) > p.z_with_grad * sd:
+            if lost and bool(grad_rising) and r >= p.ratio_with_grad and math.log(r) > p.z_with_grad * sd:
                 return "with grad"
             if bool(lr_rising) and r >= p.ratio_with_lr and math.log(r) > p.z_with_lr * sd:
                 return "with grad"
-            if r >= p.ratio and math.log(r) > p.z * sd and r < p.max_ratio:
+            if lost and r >= p.ratio and math.log(r) > p.z * sd and r < p.max_ratio:
                 return "alone"
     # A per-step loss too noisy for the short level still shows its climb in the long one; alone
     # that is also how a spike's slow recovery looks, so it needs the grad norm or the LR with it.
-    if (grad_rising or lr_rising) and slow > 0 and slow > slow_before and slow - best >= progress:
+    if (grad_rising or lr_rising) and slow > 0 and slow > slow_before and (
+            slow - best >= progress or (lr_rising and math.log(slow / best) >= log_progress)):
         r = slow / best
         sd = level_noise(spread, p.best_smooth) if spread == spread else 0.0
         if p.slow_ratio <= r < p.max_ratio and math.log(r) > p.z * sd:
@@ -657,7 +699,7 @@ class LossGrowthStream(Stream):
                 if quick if smooth else seven:
                     before = levels[-1 - width] if len(levels) > width else math.nan
                     if early:
-                        spread, noise = early_spread_noise(i, self.values, p, width)
+                        spread, noise = early_spread_noise(i, self.values, p, width, rising or lr_rising)
                     else:
                         spread, noise = self.spread.log_spread(), self.noise.noise_decades()
                         if p.spread_jitter > 0 or p.trend_noise > 0:
@@ -821,7 +863,7 @@ def loss_growth(data, p: LossGrowthParams, since=None):
                                                         smooth.tolist(), nearly.tolist(), jitters.tolist()):
         lv, width, best_i = (fast, p.fast, float(best_smooth[i])) if fast_i else (level, p.smooth, float(best[i]))
         if i < p.min_points:
-            spread, noise = early_spread_noise(i, v, p, width)
+            spread, noise = early_spread_noise(i, v, p, width, grad_up or lr_up)
         else:
             spread, noise = spreads[i], noises[i]
         if fast_i:

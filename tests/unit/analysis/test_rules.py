@@ -483,8 +483,9 @@ def test_a_short_run_a_little_noisier_than_smooth_is_judged_with_its_noise_count
     for step, (a, b) in enumerate(zip(loss.tolist(), lr.tolist())):
         m.update(step, lr=b, train_loss=a)
     assert [e.start_step for e in m.episodes() if e.code == "CS202"] == [eps[0].start_step]
-    # Not judged at all before the 31st point with early_noisy 0 (the gate's earlier form).
-    off = Config(params={"CS202": dataclasses.replace(RULES["CS202"].default_params(), early_noisy=0.0)})
+    # Not judged at all before the 31st point with early_noisy and early_learnt 0 (the gate's earlier form).
+    off = Config(params={"CS202": dataclasses.replace(RULES["CS202"].default_params(), early_noisy=0.0,
+                                                      early_learnt=0.0)})
     assert "CS202" not in codes(analyze(off, train_loss=loss, lr=lr))
 
 
@@ -639,6 +640,49 @@ def test_a_climb_under_a_rising_learning_rate_has_its_own_noise_bar():
     assert decide(False, True) == "with grad"
     assert decide(True, False) is False and decide(False, False) is False
     assert decide(False, True, dataclasses.replace(p, z_with_lr=p.z_with_grad)) is False
+
+
+def test_a_climb_under_a_rising_learning_rate_counts_the_decades_the_loss_had_fallen():
+    # A regression loss fell from 1.0 to 0.03 (1.5 decades); at 2.7x its best it has lost 5 % of
+    # that fall, under `lost` (10 %), but 28 % of its decades, over `lost_decades` (20 %): with the
+    # learning rate still rising (a warm-up that overshoots) it climbs; with the grad norm alone
+    # (a converged classifier's per-step loss bumps that far) it does not.
+    p = RULES["CS202"].default_params()
+    level, best, init = 0.08, 0.03, 1.0
+    assert level - best < p.lost * (init - best)
+    assert math.log(level / best) >= p.lost_decades * math.log(init / best)
+
+    def decide(grad_rising, lr_rising, params=p):
+        return climbing(level, 0.07, math.nan, math.nan, best, init, 0.01, 0.0, grad_rising, lr_rising, params)
+
+    assert decide(False, True) == "with grad"
+    assert decide(True, False) is False
+    assert decide(False, True, dataclasses.replace(p, lost_decades=0.0)) is False
+
+
+def test_a_noisy_loss_that_learnt_then_climbs_as_its_warm_up_ramps_is_told_before_min_points():
+    # A per-step loss (noise 0.3 in log units: too noisy for the early smooth paths) falls from 1.0
+    # to 0.03 in its first 6 points and climbs 30 % a point from point 16 while the learning rate
+    # ramps: the first 31 points of a run logged every 10 steps. With the rate rising and the level
+    # fallen under `early_learnt` x its highest, it is judged before `min_points`, its noise gate the
+    # decades its points span; without `early_learnt`, only from point 31.
+    t = np.arange(60)
+    lr = 1e-3 * (1 + t)
+    climb = np.where(t < 16, 1.0, 1.3 ** (t - 16.0))
+    off = Config(params={"CS202": dataclasses.replace(RULES["CS202"].default_params(), early_learnt=0.0)})
+    p = RULES["CS202"].default_params()
+    for seed in range(4):
+        noise = np.exp(0.3 * np.random.default_rng(seed).standard_normal(60))
+        loss = np.maximum(np.exp(-t / 1.5), 0.03) * climb * noise
+        assert stats.jitter(loss[:16]) >= 2 * p.early_jitter
+        batch, online = starts_both("CS202", train_loss=loss, lr=lr)
+        assert batch == online and batch and 16 < batch[0] < p.min_points, (seed, batch)
+        later, _ = starts_both("CS202", off, train_loss=loss, lr=lr)
+        assert not later or later[0] >= p.min_points, (seed, later)
+    # A loss as noisy that learnt nothing (it bounces around its start) and climbs: not before min_points.
+    bouncing = climb * np.exp(0.3 * (-1.0) ** t)
+    batch, online = starts_both("CS202", train_loss=bouncing, lr=lr)
+    assert batch == online and (not batch or batch[0] >= p.min_points), batch
 
 
 def test_a_coarse_logged_climb_is_read_against_the_noise_around_its_trend():
