@@ -377,12 +377,15 @@ class Monitor:
                 c = screen.hi
                 factor = screen.prev_factor
                 if factor is not None:
-                    if not v > 0.0 or v == _inf:  # after a point <= 0, NaN or infinite
+                    if not v > 0.0:  # after a point <= 0 or NaN
                         ch.quiet_hi = -_inf
                         continue
                     y = factor * v
                     if y < c:
                         c = y
+                    elif v == _inf:  # after an infinite point (tested only when the product is not under c)
+                        ch.quiet_hi = -_inf
+                        continue
                 w = screen.window
                 if w is not None:
                     low = w.low

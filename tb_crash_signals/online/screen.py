@@ -39,13 +39,15 @@ class Screen:
         c = self.hi
         factor = self.prev_factor
         if factor is not None:
-            # The first point, or after a point <= 0, NaN or infinite: a finite peak before it (CS514's
-            # bar) is no multiple of an infinite point.
-            if not v > 0 or v == _inf:
+            if not v > 0:  # the first point, or after a point <= 0 or NaN
                 return -_inf
             x = factor * v
             if x < c:
                 c = x
+            elif v == _inf:
+                # After an infinite point: a finite peak before it (CS514's bar) is no multiple of
+                # it. (Tested only when the product is not under c.)
+                return -_inf
         w = self.window
         if w is not None:
             low = w.low

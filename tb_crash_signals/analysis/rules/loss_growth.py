@@ -227,34 +227,36 @@ def climbing(level, before, slow, slow_before, best, init, spread, noise, grad_r
     sustained divergence needs more points still."""
     if not best > 0 or noise >= p.max_noise:
         return False
-    # The progress lost: a share of the fall from the initial level to the best; with the learning
-    # rate rising, or a share of its decades (see `lost_decades`).
-    if init > best:
-        progress = p.lost * (init - best)
-        log_progress = p.lost_decades * math.log(init / best) if p.lost_decades > 0 else math.inf
-    else:
-        progress = log_progress = 0.0
+    progress = p.lost * (init - best) if init > best else 0.0
     if level > 0 and level > before:
-        r = level / best
+        # The progress lost: a share of the fall from the initial level to the best; with the learning
+        # rate rising, or a share of its decades (see `lost_decades`).
         lost = level - best >= progress
-        # Beyond max_ratio the run has diverged: the sustained divergence (CS113) tells the rest.
-        if (lost or (lr_rising and math.log(r) >= log_progress)) and (r < p.max_ratio or finishing):
-            sd = level_noise(spread, width or p.smooth) if spread == spread else 0.0
-            if lost and bool(grad_rising) and r >= p.ratio_with_grad and math.log(r) > p.z_with_grad * sd:
-                return "with grad"
-            if bool(lr_rising) and r >= p.ratio_with_lr and math.log(r) > p.z_with_lr * sd:
-                return "with grad"
-            if lost and r >= p.ratio and math.log(r) > p.z * sd and r < p.max_ratio:
-                return "alone"
+        if lost or (lr_rising and _lost_decades(level, best, init, p)):
+            r = level / best
+            # Beyond max_ratio the run has diverged: the sustained divergence (CS113) tells the rest.
+            if r < p.max_ratio or finishing:
+                sd = level_noise(spread, width or p.smooth) if spread == spread else 0.0
+                if lost and bool(grad_rising) and r >= p.ratio_with_grad and math.log(r) > p.z_with_grad * sd:
+                    return "with grad"
+                if bool(lr_rising) and r >= p.ratio_with_lr and math.log(r) > p.z_with_lr * sd:
+                    return "with grad"
+                if lost and r >= p.ratio and math.log(r) > p.z * sd and r < p.max_ratio:
+                    return "alone"
     # A per-step loss too noisy for the short level still shows its climb in the long one; alone
     # that is also how a spike's slow recovery looks, so it needs the grad norm or the LR with it.
     if (grad_rising or lr_rising) and slow > 0 and slow > slow_before and (
-            slow - best >= progress or (lr_rising and math.log(slow / best) >= log_progress)):
+            slow - best >= progress or (lr_rising and _lost_decades(slow, best, init, p))):
         r = slow / best
         sd = level_noise(spread, p.best_smooth) if spread == spread else 0.0
         if p.slow_ratio <= r < p.max_ratio and math.log(r) > p.z * sd:
             return "slow with grad"
     return False
+
+
+def _lost_decades(level, best, init, p: LossGrowthParams) -> bool:
+    """Whether a level (> 0) lost `lost_decades` of the decades from the initial level to the best."""
+    return p.lost_decades > 0 and init > best and math.log(level / best) >= p.lost_decades * math.log(init / best)
 
 
 def projection(steps, levels, best, p: LossGrowthParams) -> Fit | None:
