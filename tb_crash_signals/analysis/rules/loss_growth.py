@@ -168,9 +168,8 @@ class LossGrowthParams:
     early_learnt: float = param(
         0.5, "... and a noisier one, only with the grad norm or the learning rate rising, once its level "
         "fell under this multiple of its highest before (a loss that bounces at its start learnt nothing to "
-        "lose), "
-        "its noise gate the decades its points before span: a warm-up that overshoots within the first "
-        "30 points of a run logged every 10 steps; 0: not judged", at_least=0.0,
+        "lose), its noise gate the decades its points before span: a warm-up that overshoots within the "
+        "first 30 points of a run logged every 10 steps; 0: not judged", at_least=0.0,
     )
     cooldown: int = param(
         60, "points without a climb after which a new episode starts: a loss bouncing after it diverged "
