@@ -122,18 +122,27 @@ class LrJumpParams:
     cooldown: int = param(10, "points after which a new episode starts")
 
 
-class LrJumpStream(Stream):
+class _RiseStream(Stream):
+    """A learning-rate rule that fires only where the rate rose over `factor` x its point before
+    (a jump; a leap over `factor` x the peak before is one too), from its `warmup` + 1-th point:
+    the monitor's screen skips it at every other point."""
+
     hits = ("lr",)
 
     def __init__(self, p, signal, channels):
         self.factor = p.factor
-        self.above_peak = p.above_peak
         self.min_i = p.warmup + 1
         self.channel = channels[signal]
-        self.values = self.channel.values  # holds this point and the ones before
 
     def quiet(self):
         return Quiet(prev_factor=self.factor)
+
+
+class LrJumpStream(_RiseStream):
+    def __init__(self, p, signal, channels):
+        super().__init__(p, signal, channels)
+        self.above_peak = p.above_peak
+        self.values = self.channel.values  # holds this point and the ones before
 
     def check(self, i, step, v):
         if i >= self.min_i:
@@ -188,18 +197,7 @@ class LrLeapParams:
     cooldown: int = param(10, "points after which a new episode starts")
 
 
-class LrLeapStream(Stream):
-    hits = ("lr",)
-
-    def __init__(self, p, signal, channels):
-        self.factor = p.factor
-        self.min_i = p.warmup + 1
-        self.channel = channels[signal]
-
-    def quiet(self):
-        # A leap over `factor` x the peak before is one over `factor` x the point before.
-        return Quiet(prev_factor=self.factor)
-
+class LrLeapStream(_RiseStream):
     def check(self, i, step, v):
         # The channel's max_finite is the peak before this point while the checks run.
         peak = self.channel.max_finite

@@ -200,9 +200,10 @@ def early_spread_noise(i, values, p: LossGrowthParams, width: int, corroborated:
         if noise == noise:
             level = smoothed_level(head, width)
             level = level[np.isfinite(level)]
-            low = int(np.argmin(level)) if level.size else 0
-            if level.size and level[low] <= p.early_learnt * level[: low + 1].max():
-                return spread, noise
+            if level.size:
+                low = int(np.argmin(level))
+                if level[low] <= p.early_learnt * level[: low + 1].max():
+                    return spread, noise
     return spread, math.inf
 
 
