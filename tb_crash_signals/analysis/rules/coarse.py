@@ -33,7 +33,10 @@ class CoarseParams:
         "many 3-point medians of a noisy loss is far under its level (a frozen network's per-batch loss "
         "sampled every 50 steps doubles its lowest 3-point median in noise)", at_least=1,
     )
-    factor: float = param(2.0, "the level must be at least this multiple of the best level ...")
+    factor: float = param(
+        1.75, "the level must be at least this multiple of the best level ... (a 3-point median of a "
+        "loss logged every 50 steps: 1.5 also took climbs in a run's last points that never crashed)"
+    )
     lost: float = param(
         0.5, "... and have lost at least this share of the progress from the initial level to the best"
     )
@@ -49,7 +52,11 @@ class CoarseParams:
         "`points`: a noisy per-step loss sampled every 50 steps wanders that far over its lowest "
         "3-point median", at_least=0.0,
     )
-    consecutive: int = param(2, "points in a row at that level before the rule fires", at_least=1)
+    consecutive: int = param(
+        1, "points in a row at that level before the rule fires (each point is a stretch of "
+        "training, and the level already a median of `points` of them: a second point is 50 "
+        "steps more of a divergence)", at_least=1,
+    )
     back: float = param(
         1.5, "once fired, the divergence lasts until the level is back under this multiple of the best",
         above=0.0,

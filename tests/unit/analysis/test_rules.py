@@ -1544,9 +1544,11 @@ _SPARSE_CLIMB = [2.3, 1.6, 1.1, 0.9, 0.8, 0.74, 0.71, 0.70, 0.86, 1.3, 1.9, 2.4,
 def test_a_loss_logged_every_50_steps_that_lost_what_it_learnt_is_critical_within_a_few_points():
     batch, online = _sparse_starts(_SPARSE_CLIMB)
     # 3-point medians against the best 5-point median 0.74 and the initial level 2.3 (its first
-    # point): 1.3 at point 10 has not lost half of the progress, 1.9 at point 11 (step 599) has, and
-    # so has 2.4 at point 12 (step 649): two points in a row.
-    assert batch == online == [649]
+    # point): 1.3 at step 549 has not lost half of the progress, 1.9 at step 599 has.
+    assert batch == online == [599]
+    # Asked for two points in a row, the next one (2.4 at step 649).
+    twice = Config(params={"CS118": dataclasses.replace(RULES["CS118"].default_params(), consecutive=2)})
+    assert _sparse_starts(_SPARSE_CLIMB, config=twice) == ([649], [649])
     message = episodes_of(analyze(train_loss=series(_SPARSE_CLIMB, (np.arange(14) + 1) * 50 - 1)), "CS118")[0]
     assert message.severity == "critical" and "x its best level" in message.message
     # The sustained divergence's 31 points are far off: alone, it would say nothing.
