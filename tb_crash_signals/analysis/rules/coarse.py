@@ -35,7 +35,7 @@ class CoarseParams:
     )
     factor: float = param(
         1.75, "the level must be at least this multiple of the best level ... (a 3-point median of a "
-        "loss logged every 50 steps: 1.5 also took climbs in a run's last points that never crashed)"
+        "loss logged every 50 steps: 1.5 also took noisy climbs at 1.5-1.6x)"
     )
     lost: float = param(
         0.5, "... and have lost at least this share of the progress from the initial level to the best"
