@@ -10,7 +10,15 @@ import numpy as np
 from tb_crash_signals.analysis.rules.base import Hits, fmt, level_noise, param, rule, since_index
 from tb_crash_signals.analysis.rules.divergence import elevated, inside_divergence
 from tb_crash_signals.analysis.signals import SIGNAL_LABELS
-from tb_crash_signals.analysis.stats import LN10, MAD_TO_SIGMA, mad_sorted, percentile_sorted, value_at_or_before
+from tb_crash_signals.analysis.stats import (
+    LN10,
+    MAD_TO_SIGMA,
+    jitter_decades,
+    jitter_of_short,
+    mad_sorted,
+    percentile_sorted,
+    value_at_or_before,
+)
 from tb_crash_signals.analysis.streaming import RETIRED, Stream, StreamHit, small_median
 
 
@@ -69,6 +77,12 @@ class CoarseParams:
         0.5, "no alarm while their quartiles lie this many decades apart or more: the per-step loss of "
         "tiny batches, sampled once every few dozen steps, spans decades", above=0.0,
     )
+    trend_noise: float = param(
+        0.3, "... unless the jitter of those points (around the line through their neighbours, as "
+        "decades between quartiles; at least 10 of them) is under this: quartiles that far apart then "
+        "hold the run's fall, a decade learnt in its first twenty points, not its batches' noise; "
+        "0: the quartiles alone", at_least=0.0,
+    )
     min_points: int = param(6, "points needed before the rule can fire", at_least=2)
     cooldown: int = param(10, "points back under that level after which a new episode starts")
 
@@ -79,15 +93,28 @@ _NOISE_MIN = 4
 
 def quiet(level, best, before, p: CoarseParams) -> bool:
     """Whether the level stands no divergence over the best for the points before its window
-    (`before`): too few of them to tell, pure noise at the loss's scale (tiny batches), or the level
-    within `z` noise units of the best (their robust log spread, as CS113's)."""
+    (`before`): too few of them to tell, pure noise at the loss's scale (tiny batches: quartiles
+    `max_noise` decades apart, unless their jitter around the trend spans under `trend_noise`), or
+    the level within `z` noise units of the best (their robust log spread, as CS113's)."""
     logs = sorted(math.log10(x) for x in before if 0.0 < x < math.inf)
-    if len(logs) < _NOISE_MIN or percentile_sorted(logs, 0.75) - percentile_sorted(logs, 0.25) >= p.max_noise:
+    if len(logs) < _NOISE_MIN:
+        return True
+    if percentile_sorted(logs, 0.75) - percentile_sorted(logs, 0.25) >= p.max_noise and not _trend(before, p):
         return True
     if p.z <= 0.0:
         return False
     spread = MAD_TO_SIGMA * mad_sorted(logs) * LN10  # in natural-log units
     return not (level > 0.0 and math.log(level / best) > p.z * level_noise(spread, p.points))
+
+
+def _trend(before, p: CoarseParams) -> bool:
+    """Whether quartiles far apart hold the loss's trend, not its noise: a run logged every 50 steps
+    that learnt a decade spans it in its first twenty points, while each point lies close to the
+    line through its neighbours. Told by the jitter (second differences of the logs) of at least 10
+    points; fewer: no telling, the quartiles stand."""
+    if p.trend_noise <= 0:
+        return False
+    return jitter_decades(jitter_of_short(before)) < p.trend_noise
 
 
 def _note(level, best, gap) -> str:
@@ -208,7 +235,9 @@ def coarse_divergence(data, p: CoarseParams, since=None):
     level, and `z` noise units above it, for `consecutive` points in a row,
     from the `min_points`-th point on; never while the points before the
     level's window are pure noise (tiny batches: their quartiles `max_noise`
-    decades apart or more) or fewer than 4, nor while the learning rate
+    decades apart or more, unless their jitter around the loss's trend spans
+    under `trend_noise`: a run that learnt a decade in its first points) or
+    fewer than 4, nor while the learning rate
     stands at zero or below (the weights do not move: the loss's climb is
     its batches' noise; CS511 tells the rate). Once
     fired, every finite point is part of the divergence until the level is

@@ -1591,6 +1591,21 @@ def test_the_coarse_divergence_ignores_sampled_noise():
     assert _sparse_starts(learnt) == ([], [])
 
 
+def test_a_loss_that_learnt_a_decade_is_no_noise_to_the_coarse_divergence():
+    rng = np.random.default_rng(5)
+    # Logged every 50 steps, it fell a decade over 20 points (15 % noise), rested at 0.1, then
+    # jumped 12-16x for good (an LR range test's end): its quartiles lie 0.64 decades apart, but
+    # each point sits close to the line through its neighbours.
+    fall = 10 ** (-np.arange(20) / 19) * np.exp(0.15 * rng.standard_normal(20))
+    floor = 0.1 * np.exp(0.15 * rng.standard_normal(4))
+    loss = np.concatenate([fall, floor, [1.2, 1.5, 1.4, 1.6]])
+    # The second point up makes the 3-point median: step 1299.
+    assert _sparse_starts(loss) == ([1299], [1299])
+    # Read by the quartiles alone, the fall is noise and the climb goes untold.
+    quartiles = Config(params={"CS118": dataclasses.replace(RULES["CS118"].default_params(), trend_noise=0.0)})
+    assert _sparse_starts(loss, config=quartiles) == ([], [])
+
+
 def _plateau_starts(loss, every):
     steps = (np.arange(len(loss)) + 1) * every - 1
     batch = [e.start_step for e in episodes_of(analyze(train_loss=series(loss, steps)), "CS301")]
