@@ -1,4 +1,5 @@
-"""CS118: a train loss logged every few dozen steps lost what the run had learnt, within a few points."""
+"""CS118: a train loss logged every few dozen steps, or one whose points are smooth means (an epoch's
+loss), lost what the run had learnt, within a few points."""
 
 from __future__ import annotations
 
@@ -83,23 +84,37 @@ class CoarseParams:
         "hold the run's fall, a decade learnt in its first twenty points, not its batches' noise; "
         "0: the quartiles alone", at_least=0.0,
     )
+    smooth_jitter: float = param(
+        0.05, "the rule also reads a loss logged at every step whose points are smooth means (Keras "
+        "logs `epoch_loss` at step = epoch; a full-batch loss): the jitter of its first 12 points "
+        "(a robust standard deviation of log values around their trend, from second differences) "
+        "under this, and that of the points before the level's window too, at each alarm (a "
+        "per-batch loss is smooth only while it sits at chance); 0: sparse losses only", at_least=0.0,
+    )
     min_points: int = param(6, "points needed before the rule can fire", at_least=2)
     cooldown: int = param(10, "points back under that level after which a new episode starts")
 
 
 # Fewer positive points than this before the level's window: no quartiles, no alarm.
 _NOISE_MIN = 4
+# A loss logged at every step is read if its first this many points are smooth (`smooth_jitter`):
+# told at the last of them, before any alarm can be (the jitter of the points before the level's
+# window needs 10 of them).
+SMOOTH_POINTS = 12
 
 
-def quiet(level, best, before, p: CoarseParams) -> bool:
+def quiet(level, best, before, p: CoarseParams, smooth: bool = False) -> bool:
     """Whether the level stands no divergence over the best for the points before its window
     (`before`): too few of them to tell, pure noise at the loss's scale (tiny batches: quartiles
-    `max_noise` decades apart, unless their jitter around the trend spans under `trend_noise`), or
+    `max_noise` decades apart, unless their jitter around the trend spans under `trend_noise`), not
+    smooth on a loss read for its smooth points (`smooth`: their jitter `smooth_jitter` or more), or
     the level within `z` noise units of the best (their robust log spread, as CS113's)."""
     logs = sorted(math.log10(x) for x in before if 0.0 < x < math.inf)
     if len(logs) < _NOISE_MIN:
         return True
     if percentile_sorted(logs, 0.75) - percentile_sorted(logs, 0.25) >= p.max_noise and not _trend(before, p):
+        return True
+    if smooth and not jitter_of_short(before) < p.smooth_jitter:
         return True
     if p.z <= 0.0:
         return False
@@ -118,7 +133,14 @@ def _trend(before, p: CoarseParams) -> bool:
 
 
 def _note(level, best, gap) -> str:
-    return f"{fmt(level / best)}x its best level {fmt(best)} (logged every {fmt(gap)} steps)"
+    cadence = f"logged every {fmt(gap)} steps" if gap == gap else "each point a smooth mean, as an epoch's loss"
+    return f"{fmt(level / best)}x its best level {fmt(best)} ({cadence})"
+
+
+def smooth_from_start(values, p: CoarseParams) -> bool:
+    """Whether a loss logged at every step is read for its smooth points: its first SMOOTH_POINTS
+    points (a list) jitter under `smooth_jitter`."""
+    return p.smooth_jitter > 0 and jitter_of_short(values[:SMOOTH_POINTS]) < p.smooth_jitter
 
 
 def _describe(ep, p):
@@ -143,6 +165,8 @@ class CoarseDivergenceStream(Stream):
         self.first_step = None
         self.gap = math.nan
         self.dense = False  # decided at the `min_points`-th point: then the rule is done
+        self.smooth = False  # ... unless the loss is logged at every step: read if its points are smooth
+        self.pending = False  # ... which its first SMOOTH_POINTS points tell
         self.head = []  # the first `points` finite points (the initial level's)
         self.init = math.nan
         self.best = math.nan
@@ -163,14 +187,22 @@ class CoarseDivergenceStream(Stream):
             self.values.append(v)
             return None
         if i == k:
-            if step - self.first_step < p.every * i:
-                self.dense = True
-                self.values = []
-                return RETIRED  # a dense loss: CS113 reads it
-            self.gap = (step - self.first_step) / i  # the cadence its note gives
-            waiting, self.values = self.values, []
-            for x in waiting:
-                self._advance(x)
+            if step - self.first_step >= p.every * i:
+                self.gap = (step - self.first_step) / i  # the cadence its note gives
+                self._replay()
+            elif step - self.first_step == i and p.smooth_jitter > 0:
+                self.smooth = self.pending = True  # every step logged: its first points tell
+            else:
+                return self._retire()  # a dense loss: CS113 reads it
+        if self.pending:
+            self.values.append(v)
+            if i < SMOOTH_POINTS - 1:
+                return None
+            if not smooth_from_start(self.values, p):
+                return self._retire()
+            self.pending = False
+            self.values.pop()
+            self._replay()
         level, finite = self._advance(v)
         best, init = self.best, self.init
         up = False
@@ -180,7 +212,7 @@ class CoarseDivergenceStream(Stream):
                     and not (init > best and level - best < p.lost * (init - best))):
                 values = self.values
                 hi = max(len(values) - p.points, 0)
-                up = not quiet(level, best, values[max(hi - p.noise_points, 0):hi], p)
+                up = not quiet(level, best, values[max(hi - p.noise_points, 0):hi], p, self.smooth)
         self.run = self.run + 1 if up else 0
         if up and self.run >= p.consecutive:
             self.inside = True
@@ -189,6 +221,17 @@ class CoarseDivergenceStream(Stream):
         if self.inside and finite:
             return StreamHit(note=_note(level, best, self.gap))
         return None
+
+    def _retire(self):
+        self.dense = True
+        self.values = []
+        return RETIRED
+
+    def _replay(self):
+        """Takes the points that waited for the cadence's decision into the windows."""
+        waiting, self.values = self.values, []
+        for x in waiting:
+            self._advance(x)
 
     def _advance(self, v):
         """Takes point v into the windows, the initial level and the best level: its level, and
@@ -223,10 +266,13 @@ def _medians(v, k):
     advice="the run is diverging: stop it, restore an earlier checkpoint, lower the learning rate",
 )
 def coarse_divergence(data, p: CoarseParams, since=None):
-    """A train loss logged every few dozen steps lost what the run had learnt, within a few points.
+    """A train loss logged every few dozen steps, or one whose points are smooth means (an epoch's
+    loss), lost what the run had learnt, within a few points.
 
     On a loss whose first `min_points` points lie `every` (25) steps apart or
-    more on average, the sustained divergence is read over `points` (3)-point
+    more on average, or logged at every step with its first 12 points smooth
+    (their jitter under `smooth_jitter`: Keras' `epoch_loss`, logged at step =
+    epoch; a full-batch loss), the sustained divergence is read over `points` (3)-point
     medians: the level has lost at least `lost` of the progress from the
     initial level (the median of the first `points` finite points, or the
     first if higher) to its best
@@ -239,20 +285,26 @@ def coarse_divergence(data, p: CoarseParams, since=None):
     under `trend_noise`: a run that learnt a decade in its first points) or
     fewer than 4, nor while the learning rate
     stands at zero or below (the weights do not move: the loss's climb is
-    its batches' noise; CS511 tells the rate). Once
+    its batches' noise; CS511 tells the rate), nor, on a loss read for its
+    smooth points, while the points before the level's window jitter
+    `smooth_jitter` or more (a per-batch loss sits smooth at chance, then
+    learns noisily). Once
     fired, every finite point is part of the divergence until the level is
     back under `back` x the best. A run logged every 50 steps for 1 000 holds
-    20 points, fewer than the 31 the sustained divergence (CS113) waits for.
+    20 points, fewer than the 31 the sustained divergence (CS113) waits for;
+    a Keras run of 30 epochs, 30 points, and a 9-point median five points in
+    a row would tell its divergence a third of the run late.
     """
     s = data.get("train_loss")
     if s is None or len(s) < p.min_points:
         return
     k = p.min_points - 1
     span = int(s.steps[k]) - int(s.steps[0])  # Python ints, as the stream's: no int64 wrap-around
-    if span < p.every * k:
-        return
-    gap = span / k
     v = s.values
+    smooth = span < p.every * k
+    if smooth and not (span == k and len(s) >= SMOOTH_POINTS and smooth_from_start(v[:SMOOTH_POINTS].tolist(), p)):
+        return
+    gap = math.nan if smooth else span / k
     m = p.points
     level = _medians(v, m)
     best = np.fmin.accumulate(_medians(v, p.best_points))
@@ -269,7 +321,7 @@ def coarse_divergence(data, p: CoarseParams, since=None):
             up &= ~(value_at_or_before(lr.steps, lr.values, s.steps) <= 0.0)
     for i in np.flatnonzero(up).tolist():
         hi = max(i + 1 - m, 0)
-        if quiet(level[i], best[i], v[max(hi - p.noise_points, 0):hi].tolist(), p):
+        if quiet(level[i], best[i], v[max(hi - p.noise_points, 0):hi].tolist(), p, smooth):
             up[i] = False
     idx = inside_divergence(up, level, best, v, p)
     idx = idx[idx >= since_index(s, since)]

@@ -1555,10 +1555,25 @@ def test_a_loss_logged_every_50_steps_that_lost_what_it_learnt_is_critical_withi
     assert "CS113" not in codes(analyze(train_loss=series(_SPARSE_CLIMB, (np.arange(14) + 1) * 50 - 1)))
 
 
-def test_the_coarse_divergence_reads_only_sparsely_logged_losses():
-    # The same points logged every step are the first 14 steps of a run: the rule stays out of them.
-    assert _sparse_starts(_SPARSE_CLIMB, every=1) == ([], [])
+def test_the_coarse_divergence_reads_sparse_losses_and_smooth_ones_logged_every_step():
+    # Logged every 20 steps, the points are neither sparse nor every step's: the rule stays out.
     assert _sparse_starts(_SPARSE_CLIMB, every=20) == ([], [])
+    # At every step, smooth (Keras' epoch_loss, at step = epoch): 14 epochs, the climb told at the
+    # 13th, the first whose 10 points before its level's window tell their jitter.
+    assert _sparse_starts(_SPARSE_CLIMB, every=1) == ([12], [12])
+    # The same points with a per-batch loss's noise (30 %): not smooth, not read.
+    noisy = np.array(_SPARSE_CLIMB) * np.exp(0.3 * np.random.default_rng(4).standard_normal(len(_SPARSE_CLIMB)))
+    assert _sparse_starts(noisy, every=1) == ([], [])
+    # Smooth while at chance, then learning noisily (a tiny batch): quiet on its noisy climb.
+    rng = np.random.default_rng(6)
+    chance_then_noisy = np.concatenate([2.3 * np.exp(0.005 * rng.standard_normal(20)),
+                                        0.5 * np.exp(0.5 * rng.standard_normal(40))])
+    chance_then_noisy[45:] *= 2.5
+    assert _sparse_starts(chance_then_noisy, every=1) == ([], [])
+    # Its first 12 points are smooth: only the jitter read at the alarm keeps it quiet.
+    any_jitter = Config(params={"CS118": dataclasses.replace(RULES["CS118"].default_params(), smooth_jitter=10.0)})
+    batch, online = _sparse_starts(chance_then_noisy, every=1, config=any_jitter)
+    assert batch == online and batch
 
 
 def test_no_coarse_divergence_while_the_learning_rate_stands_at_zero():
