@@ -89,7 +89,13 @@ class CoarseParams:
         "logs `epoch_loss` at step = epoch; a full-batch loss): the jitter of its first 12 points "
         "(a robust standard deviation of log values around their trend, from second differences) "
         "under this, and that of the points before the level's window too, at each alarm (a "
-        "per-batch loss is smooth only while it sits at chance); 0: sparse losses only", at_least=0.0,
+        "per-batch loss is smooth while it sits at chance, then learns noisily); 0: sparse losses "
+        "only", at_least=0.0,
+    )
+    noisy_jitter: float = param(
+        0.2, "... until a later block of 12 points jitters this much or more: the rule then retires from "
+        "the loss (a per-batch loss that left chance jitters 0.2-0.5; an epoch loss that falls fast or "
+        "jumps once, ~0.1)", above=0.0,
     )
     min_points: int = param(6, "points needed before the rule can fire", at_least=2)
     cooldown: int = param(10, "points back under that level after which a new episode starts")
@@ -97,9 +103,9 @@ class CoarseParams:
 
 # Fewer positive points than this before the level's window: no quartiles, no alarm.
 _NOISE_MIN = 4
-# A loss logged at every step is read if its first this many points are smooth (`smooth_jitter`):
-# told at the last of them, before any alarm can be (the jitter of the points before the level's
-# window needs 10 of them).
+# A loss logged at every step is read while each block of this many points is smooth (the first under
+# `smooth_jitter`, the later ones under `noisy_jitter`), told at the block's last point: the first
+# block before any alarm can be (the jitter of the points before the level's window needs 10 of them).
 SMOOTH_POINTS = 12
 
 
@@ -137,10 +143,20 @@ def _note(level, best, gap) -> str:
     return f"{fmt(level / best)}x its best level {fmt(best)} ({cadence})"
 
 
-def smooth_from_start(values, p: CoarseParams) -> bool:
-    """Whether a loss logged at every step is read for its smooth points: its first SMOOTH_POINTS
-    points (a list) jitter under `smooth_jitter`."""
-    return p.smooth_jitter > 0 and jitter_of_short(values[:SMOOTH_POINTS]) < p.smooth_jitter
+def smooth_block(values, p: CoarseParams, first: bool) -> bool:
+    """Whether a block of SMOOTH_POINTS points of a loss logged at every step (a list) is smooth:
+    its jitter under `smooth_jitter` for the first block, under `noisy_jitter` for a later one."""
+    return p.smooth_jitter > 0 and jitter_of_short(values) < (p.smooth_jitter if first else p.noisy_jitter)
+
+
+def smooth_until(values, p: CoarseParams) -> int:
+    """The last point of the first block of SMOOTH_POINTS points that is not smooth (`smooth_block`;
+    the number of points if none is): where the rule retires from a loss logged at every step."""
+    n = len(values)
+    for end in range(SMOOTH_POINTS, n + 1, SMOOTH_POINTS):
+        if not smooth_block(values[end - SMOOTH_POINTS:end].tolist(), p, end == SMOOTH_POINTS):
+            return end - 1
+    return n
 
 
 def _describe(ep, p):
@@ -161,7 +177,7 @@ class CoarseDivergenceStream(Stream):
     def __init__(self, p, signal, channels):
         self.p = p
         self.values = []  # the last `keep` points (a list: its slices are cheap)
-        self.keep = max(p.points, p.best_points) + p.noise_points
+        self.keep = max(max(p.points, p.best_points) + p.noise_points, SMOOTH_POINTS)
         self.first_step = None
         self.gap = math.nan
         self.dense = False  # decided at the `min_points`-th point: then the rule is done
@@ -198,12 +214,15 @@ class CoarseDivergenceStream(Stream):
             self.values.append(v)
             if i < SMOOTH_POINTS - 1:
                 return None
-            if not smooth_from_start(self.values, p):
+            if not smooth_block(self.values, p, True):
                 return self._retire()
             self.pending = False
             self.values.pop()
             self._replay()
         level, finite = self._advance(v)
+        if (self.smooth and i >= SMOOTH_POINTS and (i + 1) % SMOOTH_POINTS == 0
+                and not smooth_block(self.values[-SMOOTH_POINTS:], p, False)):
+            return self._retire()  # a per-batch loss that left chance, or a run that crashed
         best, init = self.best, self.init
         up = False
         lr = self.lr
@@ -272,7 +291,8 @@ def coarse_divergence(data, p: CoarseParams, since=None):
     On a loss whose first `min_points` points lie `every` (25) steps apart or
     more on average, or logged at every step with its first 12 points smooth
     (their jitter under `smooth_jitter`: Keras' `epoch_loss`, logged at step =
-    epoch; a full-batch loss), the sustained divergence is read over `points` (3)-point
+    epoch; a full-batch loss; read until a later block of 12 points jitters
+    `noisy_jitter` or more), the sustained divergence is read over `points` (3)-point
     medians: the level has lost at least `lost` of the progress from the
     initial level (the median of the first `points` finite points, or the
     first if higher) to its best
@@ -302,7 +322,10 @@ def coarse_divergence(data, p: CoarseParams, since=None):
     span = int(s.steps[k]) - int(s.steps[0])  # Python ints, as the stream's: no int64 wrap-around
     v = s.values
     smooth = span < p.every * k
-    if smooth and not (span == k and len(s) >= SMOOTH_POINTS and smooth_from_start(v[:SMOOTH_POINTS].tolist(), p)):
+    if smooth and span != k:
+        return
+    until = smooth_until(v, p) if smooth else len(s)  # where the rule retires
+    if smooth and until < SMOOTH_POINTS:
         return
     gap = math.nan if smooth else span / k
     m = p.points
@@ -324,6 +347,6 @@ def coarse_divergence(data, p: CoarseParams, since=None):
         if quiet(level[i], best[i], v[max(hi - p.noise_points, 0):hi].tolist(), p, smooth):
             up[i] = False
     idx = inside_divergence(up, level, best, v, p)
-    idx = idx[idx >= since_index(s, since)]
+    idx = idx[(idx >= since_index(s, since)) & (idx < until)]
     if idx.size:
         yield Hits("train_loss", idx, note=lambda i: _note(level[i], best[i], gap))

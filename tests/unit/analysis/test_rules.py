@@ -1570,9 +1570,13 @@ def test_the_coarse_divergence_reads_sparse_losses_and_smooth_ones_logged_every_
                                         0.5 * np.exp(0.5 * rng.standard_normal(40))])
     chance_then_noisy[45:] *= 2.5
     assert _sparse_starts(chance_then_noisy, every=1) == ([], [])
-    # Its first 12 points are smooth: only the jitter read at the alarm keeps it quiet.
-    any_jitter = Config(params={"CS118": dataclasses.replace(RULES["CS118"].default_params(), smooth_jitter=10.0)})
-    batch, online = _sparse_starts(chance_then_noisy, every=1, config=any_jitter)
+    # Its first 12 points are smooth; the jitter read at the alarm keeps it quiet, and the rule retires
+    # at the first later block of 12 points that jitters `noisy_jitter` or more.
+    defaults = RULES["CS118"].default_params()
+    at_alarm = Config(params={"CS118": dataclasses.replace(defaults, smooth_jitter=10.0)})
+    assert _sparse_starts(chance_then_noisy, every=1, config=at_alarm) == ([], [])
+    neither = Config(params={"CS118": dataclasses.replace(defaults, smooth_jitter=10.0, noisy_jitter=10.0)})
+    batch, online = _sparse_starts(chance_then_noisy, every=1, config=neither)
     assert batch == online and batch
 
 

@@ -280,13 +280,20 @@ def test_a_retired_check_is_no_longer_called(monkeypatch):
         return check(self, i, step, v)
 
     monkeypatch.setattr(CoarseDivergenceStream, "check", counted)
+    from tb_crash_signals.analysis.rules.coarse import SMOOTH_POINTS
+
+    def fed(every, noise=0.0):
+        calls.clear()
+        m = Monitor()
+        jitter = np.exp(noise * np.random.default_rng(0).standard_normal(200))
+        for i in range(200):
+            m.update(every * i + every - 1, train_loss=float(2.0 / (1 + i) * jitter[i]))
+        return list(calls)
+
     points = RULES["CS118"].default_params().min_points
-    dense = Monitor()
-    for i in range(200):
-        dense.update(i, train_loss=2.0 / (1 + i))
-    assert calls == list(range(points))  # retired at its `min_points`-th point: a loss logged every step
-    calls.clear()
-    sparse = Monitor()
-    for i in range(200):
-        sparse.update(50 * i + 49, train_loss=2.0 / (1 + i))
-    assert calls == list(range(200))  # logged every 50 steps: it reads them all
+    # Logged every 20 steps, neither sparse nor at every step: retired at its `min_points`-th point.
+    assert fed(20) == list(range(points))
+    # At every step, a per-batch loss's noise: retired at the end of its first block of points.
+    assert fed(1, noise=0.3) == list(range(SMOOTH_POINTS))
+    # At every step, smooth (an epoch loss), or every 50 steps: it reads them all.
+    assert fed(1) == fed(50) == list(range(200))
