@@ -180,9 +180,11 @@ class CoarseDivergenceStream(Stream):
         self.keep = max(max(p.points, p.best_points) + p.noise_points, SMOOTH_POINTS)
         self.first_step = None
         self.gap = math.nan
-        self.dense = False  # decided at the `min_points`-th point: then the rule is done
-        self.smooth = False  # ... unless the loss is logged at every step: read if its points are smooth
-        self.pending = False  # ... which its first SMOOTH_POINTS points tell
+        # No longer read: a dense loss, from its `min_points`-th point; a loss logged at every step,
+        # from a block of points that is not smooth.
+        self.retired = False
+        self.smooth = False  # a loss logged at every step, read while its points are smooth
+        self.pending = False  # ... waiting for its first SMOOTH_POINTS points to tell
         self.head = []  # the first `points` finite points (the initial level's)
         self.init = math.nan
         self.best = math.nan
@@ -191,7 +193,7 @@ class CoarseDivergenceStream(Stream):
         self.lr = channels["lr"].values  # updated before the train loss's channel
 
     def check(self, i, step, v):
-        if self.dense:
+        if self.retired:
             return RETIRED
         p = self.p
         k = p.min_points - 1
@@ -242,7 +244,7 @@ class CoarseDivergenceStream(Stream):
         return None
 
     def _retire(self):
-        self.dense = True
+        self.retired = True
         self.values = []
         return RETIRED
 

@@ -270,7 +270,7 @@ def test_config_path_and_selection(tmp_path):
 
 
 def test_a_retired_check_is_no_longer_called(monkeypatch):
-    from tb_crash_signals.analysis.rules.coarse import CoarseDivergenceStream
+    from tb_crash_signals.analysis.rules.coarse import SMOOTH_POINTS, CoarseDivergenceStream
 
     calls = []
     check = CoarseDivergenceStream.check
@@ -280,7 +280,6 @@ def test_a_retired_check_is_no_longer_called(monkeypatch):
         return check(self, i, step, v)
 
     monkeypatch.setattr(CoarseDivergenceStream, "check", counted)
-    from tb_crash_signals.analysis.rules.coarse import SMOOTH_POINTS
 
     def fed(every, noise=0.0):
         calls.clear()
