@@ -138,6 +138,12 @@ def _trend(before, p: CoarseParams) -> bool:
     return jitter_decades(jitter_of_short(before)) < p.trend_noise
 
 
+def _bar(best, init, p: CoarseParams) -> float:
+    """The least level `elevated` can say yes to, for a best level (positive) and an initial one."""
+    lost = best + p.lost * (init - best) if init > best else -math.inf
+    return lost if best <= p.learnt * init else max(p.factor * best, lost)
+
+
 def _note(level, best, gap) -> str:
     cadence = f"logged every {fmt(gap)} steps" if gap == gap else "each point a smooth mean, as an epoch's loss"
     return f"{fmt(level / best)}x its best level {fmt(best)} ({cadence})"
@@ -221,23 +227,31 @@ class CoarseDivergenceStream(Stream):
             self.pending = False
             self.values.pop()
             self._replay()
-        level, finite = self._advance(v)
+        finite = self._advance(v)
+        values = self.values
         if (self.smooth and i >= SMOOTH_POINTS and (i + 1) % SMOOTH_POINTS == 0
-                and not smooth_block(self.values[-SMOOTH_POINTS:], p, False)):
+                and not smooth_block(values[-SMOOTH_POINTS:], p, False)):
             return self._retire()  # a per-batch loss that left chance, or a run that crashed
         best, init = self.best, self.init
         up = False
         lr = self.lr
+        level = math.nan  # read only where it can matter: inside a divergence, or at a candidate
         if finite and init == init and best > 0.0 and not (lr and lr[-1] <= 0.0):
-            if ((level >= p.factor * best or best <= p.learnt * init)
-                    and not (init > best and level - best < p.lost * (init - best))):
-                values = self.values
-                hi = max(len(values) - p.points, 0)
-                up = not quiet(level, best, values[max(hi - p.noise_points, 0):hi], p, self.smooth)
+            bar = _bar(best, init, p)
+            # A median of at most 3 points reaches the bar only if the last point or the one
+            # before does: most points of a run are told no candidate without it.
+            if p.points > 3 or v >= bar or (len(values) > 1 and values[-2] >= bar):
+                level = self._level()
+                if ((level >= p.factor * best or best <= p.learnt * init)
+                        and not (init > best and level - best < p.lost * (init - best))):
+                    hi = max(len(values) - p.points, 0)
+                    up = not quiet(level, best, values[max(hi - p.noise_points, 0):hi], p, self.smooth)
+        if self.inside and level != level:
+            level = self._level()
         self.run = self.run + 1 if up else 0
         if up and self.run >= p.consecutive:
             self.inside = True
-        elif level < p.back * best:
+        elif level < p.back * best or not best > 0.0:  # (a best at 0: the loss reached 0 since)
             self.inside = False
         if self.inside and finite:
             return StreamHit(note=_note(level, best, self.gap))
@@ -254,9 +268,13 @@ class CoarseDivergenceStream(Stream):
         for x in waiting:
             self._advance(x)
 
+    def _level(self):
+        """The level: the median of the last `points` points (NaN while fewer, or with a NaN)."""
+        return _median_of_last(self.values, self.p.points)
+
     def _advance(self, v):
-        """Takes point v into the windows, the initial level and the best level: its level, and
-        whether it is finite."""
+        """Takes point v into the windows, the initial level and the best level: whether it is
+        finite."""
         p = self.p
         values = self.values
         values.append(v)
@@ -270,7 +288,7 @@ class CoarseDivergenceStream(Stream):
         low = _median_of_last(values, p.best_points)
         if low == low and not low >= self.best:
             self.best = low
-        return _median_of_last(values, p.points), finite
+        return finite
 
 
 def _medians(v, k):
@@ -348,7 +366,9 @@ def coarse_divergence(data, p: CoarseParams, since=None):
         hi = max(i + 1 - m, 0)
         if quiet(level[i], best[i], v[max(hi - p.noise_points, 0):hi].tolist(), p, smooth):
             up[i] = False
-    idx = inside_divergence(up, level, best, v, p)
+    # A best level at 0 or under (the loss reached 0 since it fired) ends the divergence: no ratio
+    # stands over it.
+    idx = inside_divergence(up, level, np.where(best > 0.0, best, np.inf), v, p)
     idx = idx[(idx >= since_index(s, since)) & (idx < until)]
     if idx.size:
         yield Hits("train_loss", idx, note=lambda i: _note(level[i], best[i], gap))

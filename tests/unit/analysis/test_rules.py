@@ -1610,6 +1610,21 @@ def test_the_coarse_divergence_ignores_sampled_noise():
     assert _sparse_starts(learnt) == ([], [])
 
 
+def test_a_best_level_at_zero_ends_the_coarse_divergence():
+    # Found by the fuzzer: a loss logged every 50 steps that fired over a best of 1e-300, whose
+    # best 5-point median then fell to 0 or under (-0.0, 0.0, -1.8e308 among its points): the
+    # Monitor divided by that best for the episode's note. No ratio stands over it: the episode ends.
+    loss = [0.001, 1e-300, 5e-324, math.inf, 1e-300, 0.0, 0.001, 5e-324, 1e-300, math.nan, 1e-300,
+            -1.7976931348623157e308, 1e-300, 0.001, -math.inf, 1e300, math.inf, -0.0, 0.0]
+    steps = (np.arange(len(loss)) + 1) * 50 - 1
+    with np.errstate(all="ignore"):
+        batch = [(e.start_step, e.end_step) for e in episodes_of(analyze(train_loss=series(loss, steps)), "CS118")]
+    m = Monitor()
+    for s, v in zip(steps.tolist(), loss):
+        m.update(s, train_loss=v)
+    assert batch == [(e.start_step, e.end_step) for e in m.episodes() if e.code == "CS118"] == [(799, 899)]
+
+
 def test_a_loss_that_learnt_a_decade_is_no_noise_to_the_coarse_divergence():
     rng = np.random.default_rng(5)
     # Logged every 50 steps, it fell a decade over 20 points (15 % noise), rested at 0.1, then
