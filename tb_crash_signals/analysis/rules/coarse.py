@@ -118,24 +118,25 @@ def quiet(level, best, before, p: CoarseParams, smooth: bool = False) -> bool:
     logs = sorted(math.log10(x) for x in before if 0.0 < x < math.inf)
     if len(logs) < _NOISE_MIN:
         return True
-    if percentile_sorted(logs, 0.75) - percentile_sorted(logs, 0.25) >= p.max_noise and not _trend(before, p):
-        return True
-    if smooth and not jitter_of_short(before) < p.smooth_jitter:
-        return True
+    jitter = None  # of those points (second differences of their logs): read once, where a gate needs it
+    if percentile_sorted(logs, 0.75) - percentile_sorted(logs, 0.25) >= p.max_noise:
+        # Quartiles far apart may hold the loss's trend, not its noise: a run logged every 50 steps
+        # that learnt a decade spans it in its first twenty points, each point close to the line
+        # through its neighbours. Fewer than 10 points: no telling, the quartiles stand.
+        if p.trend_noise <= 0:
+            return True
+        jitter = jitter_of_short(before)
+        if not jitter_decades(jitter) < p.trend_noise:
+            return True
+    if smooth:
+        if jitter is None:
+            jitter = jitter_of_short(before)
+        if not jitter < p.smooth_jitter:
+            return True
     if p.z <= 0.0:
         return False
     spread = MAD_TO_SIGMA * mad_sorted(logs) * LN10  # in natural-log units
     return not (level > 0.0 and math.log(level / best) > p.z * level_noise(spread, p.points))
-
-
-def _trend(before, p: CoarseParams) -> bool:
-    """Whether quartiles far apart hold the loss's trend, not its noise: a run logged every 50 steps
-    that learnt a decade spans it in its first twenty points, while each point lies close to the
-    line through its neighbours. Told by the jitter (second differences of the logs) of at least 10
-    points; fewer: no telling, the quartiles stand."""
-    if p.trend_noise <= 0:
-        return False
-    return jitter_decades(jitter_of_short(before)) < p.trend_noise
 
 
 def _bar(best, init, p: CoarseParams) -> float:
