@@ -61,6 +61,13 @@ class CoarseParams:
         "`points`: a noisy per-step loss sampled every 50 steps wanders that far over its lowest "
         "3-point median", at_least=0.0,
     )
+    jump: float = param(
+        5.0, "... or the point itself is the level where it is at least this multiple of the level "
+        "before it (the median of the `points` points before): a loss logged every 50 steps that "
+        "ended a stretch 5x where it stood has diverged now, and the next point, 50 steps on, only "
+        "confirms it (the gates above still hold: a noisy loss's jump stays within its noise); 0 "
+        "never", at_least=0.0,
+    )
     consecutive: int = param(
         1, "points in a row at that level before the rule fires (each point is a stretch of "
         "training, and the level already a median of `points` of them: a second point is 50 "
@@ -173,6 +180,12 @@ def _describe(ep, p):
     )
 
 
+def _largest(values):
+    """np.max of a list of values: NaN if one is NaN (Python's max depends on where it stands)."""
+    top = max(values)
+    return top if top == top and all(x == x for x in values) else math.nan
+
+
 def _median_of_last(values, k):
     """np.median of the last `k` of a list of values (NaN while fewer, or if one is NaN)."""
     return small_median(values[-k:]) if len(values) >= k else math.nan
@@ -236,17 +249,21 @@ class CoarseDivergenceStream(Stream):
         best, init = self.best, self.init
         up = False
         lr = self.lr
-        level = math.nan  # read only where it can matter: inside a divergence, or at a candidate
+        # Read only where it can matter: inside a divergence, or at a candidate.
+        level = judged = math.nan
         if finite and init == init and best > 0.0 and not (lr and lr[-1] <= 0.0):
             bar = _bar(best, init, p)
             # A median of at most 3 points reaches the bar only if the last point or the one
             # before does: most points of a run are told no candidate without it.
             if p.points > 3 or v >= bar or (len(values) > 1 and values[-2] >= bar):
-                level = self._level()
-                if ((level >= p.factor * best or best <= p.learnt * init)
-                        and not (init > best and level - best < p.lost * (init - best))):
-                    hi = max(len(values) - p.points, 0)
-                    up = not quiet(level, best, values[max(hi - p.noise_points, 0):hi], p, self.smooth)
+                level = judged = self._level()
+                m = p.points
+                if p.jump > 0 and len(values) > m and v >= p.jump * _largest(values[-m - 1:-1]):
+                    judged = v
+                if ((judged >= p.factor * best or best <= p.learnt * init)
+                        and not (init > best and judged - best < p.lost * (init - best))):
+                    hi = max(len(values) - m, 0)
+                    up = not quiet(judged, best, values[max(hi - p.noise_points, 0):hi], p, self.smooth)
         if self.inside and level != level:
             level = self._level()
         self.run = self.run + 1 if up else 0
@@ -255,7 +272,7 @@ class CoarseDivergenceStream(Stream):
         elif level < p.back * best or not best > 0.0:  # (a best at 0: the loss reached 0 since)
             self.inside = False
         if self.inside and finite:
-            return StreamHit(note=_note(level, best, self.gap))
+            return StreamHit(note=_note(judged if up else level, best, self.gap))
         return None
 
     def _retire(self):
@@ -319,7 +336,9 @@ def coarse_divergence(data, p: CoarseParams, since=None):
     first if higher) to its best
     level so far (the lowest median of `best_points` points), and is at least
     `factor` x that best, unless the best is at most `learnt` x the initial
-    level, and `z` noise units above it, for `consecutive` points in a row,
+    level, and `z` noise units above it, for `consecutive` points in a row
+    (a point at least `jump` x the largest of the `points` before it is
+    judged as the level itself: the next point is 50 steps more of it),
     from the `min_points`-th point on; never while the points before the
     level's window are pure noise (tiny batches: their quartiles `max_noise`
     decades apart or more, unless their jitter around the loss's trend spans
@@ -351,13 +370,20 @@ def coarse_divergence(data, p: CoarseParams, since=None):
     gap = math.nan if smooth else span / k
     m = p.points
     level = _medians(v, m)
+    # The level a point is judged at: itself where it jumped `jump` x the points before it.
+    judged = level.copy()
+    if p.jump > 0 and v.shape[0] > m:
+        with np.errstate(invalid="ignore"):
+            top = np.max(np.lib.stride_tricks.sliding_window_view(v[:-1], m), axis=1)
+            jumped = np.flatnonzero(v[m:] >= p.jump * top) + m
+        judged[jumped] = v[jumped]
     best = np.fmin.accumulate(_medians(v, p.best_points))
     finite = np.flatnonzero(np.isfinite(v))
     if finite.size < m:
         return
     init = max(float(np.median(v[finite[:m]])), float(v[finite[0]]))
     known = int(finite[m - 1])  # the initial level is known from this point on
-    up = elevated(level, best, init, p) & np.isfinite(v)
+    up = elevated(judged, best, init, p) & np.isfinite(v)
     up[: max(k, known)] = False
     lr = data.get("lr")
     if lr is not None and len(lr):
@@ -365,11 +391,11 @@ def coarse_divergence(data, p: CoarseParams, since=None):
             up &= ~(value_at_or_before(lr.steps, lr.values, s.steps) <= 0.0)
     for i in np.flatnonzero(up).tolist():
         hi = max(i + 1 - m, 0)
-        if quiet(level[i], best[i], v[max(hi - p.noise_points, 0):hi].tolist(), p, smooth):
+        if quiet(judged[i], best[i], v[max(hi - p.noise_points, 0):hi].tolist(), p, smooth):
             up[i] = False
     # A best level at 0 or under (the loss reached 0 since it fired) ends the divergence: no ratio
     # stands over it.
     idx = inside_divergence(up, level, np.where(best > 0.0, best, np.inf), v, p)
     idx = idx[(idx >= since_index(s, since)) & (idx < until)]
     if idx.size:
-        yield Hits("train_loss", idx, note=lambda i: _note(level[i], best[i], gap))
+        yield Hits("train_loss", idx, note=lambda i: _note(judged[i] if up[i] else level[i], best[i], gap))

@@ -10,6 +10,7 @@ from support.helpers import analyze, codes, episodes_of, healthy_grad, healthy_l
 from tb_crash_signals.analysis import stats
 from tb_crash_signals.analysis.config import Config, article_config
 from tb_crash_signals.analysis.rules import FAMILIES, RULES
+from tb_crash_signals.analysis.rules.base import fmt
 from tb_crash_signals.analysis.rules.loss_growth import climbing
 from tb_crash_signals.online.monitor import Monitor
 
@@ -1633,11 +1634,36 @@ def test_a_loss_that_learnt_a_decade_is_no_noise_to_the_coarse_divergence():
     fall = 10 ** (-np.arange(20) / 19) * np.exp(0.15 * rng.standard_normal(20))
     floor = 0.1 * np.exp(0.15 * rng.standard_normal(4))
     loss = np.concatenate([fall, floor, [1.2, 1.5, 1.4, 1.6]])
-    # The second point up makes the 3-point median: step 1299.
-    assert _sparse_starts(loss) == ([1299], [1299])
+    # The first point up is 8x and more the three before it (`jump`): step 1249.
+    assert _sparse_starts(loss) == ([1249], [1249])
     # Read by the quartiles alone, the fall is noise and the climb goes untold.
     quartiles = Config(params={"CS118": dataclasses.replace(RULES["CS118"].default_params(), trend_noise=0.0)})
     assert _sparse_starts(loss, config=quartiles) == ([], [])
+
+
+def test_a_sparse_loss_that_jumps_out_of_its_range_is_critical_at_the_jump():
+    # Logged every 50 steps, a regression learnt to ~0.2 (20 % noise), then the exponential learning
+    # rate threw it off: 1.6 at step 749, over 5x the largest of the three points before, and higher after.
+    rng = np.random.default_rng(8)
+    learnt = np.concatenate([[0.9, 0.5, 0.3], 0.2 * np.exp(0.2 * rng.standard_normal(11))])
+    loss = np.concatenate([learnt, [1.6, 2.4, 3.1]])
+    assert _sparse_starts(loss) == ([749], [749])
+    # Without the jump path, the 3-point median tells it a point later.
+    no_jump = Config(params={"CS118": dataclasses.replace(RULES["CS118"].default_params(), jump=0.0)})
+    assert _sparse_starts(loss, config=no_jump) == ([799], [799])
+    episode = episodes_of(analyze(train_loss=series(loss, (np.arange(len(loss)) + 1) * 50 - 1)), "CS118")[0]
+    assert episode.severity == "critical" and episode.start_value == 1.6
+    best = min(np.median(loss[i - 5:i]) for i in range(5, 15))  # the lowest 5-point median
+    assert episode.message.startswith(f"train loss at {fmt(1.6 / best)}x its best level {fmt(best)}")
+    assert loss[14] >= 5 * loss[11:14].max()
+    # A jump within the range of the points before it is no jump: a tiny batch's loss sampled every 50
+    # steps (0.04, 1.3, 0.02, then 1.4: 70x their median, not 5x their largest).
+    noisy = np.concatenate([[2.3, 1.4, 0.6, 0.5, 0.09, 1.0, 1.3, 0.04, 0.02], [1.4], [0.01, 0.03]])
+    assert _sparse_starts(noisy) == ([], [])
+    # Nor a loss whose points before the jump are noise at its scale (their quartiles 0.5 decades
+    # apart): the gates of the level hold for the point too.
+    sampled_noise = np.concatenate([0.02 * np.exp(2.5 * rng.standard_normal(30)), [5.0]])
+    assert _sparse_starts(sampled_noise) == ([], [])
 
 
 def _plateau_starts(loss, every):
