@@ -165,6 +165,13 @@ class LossGrowthParams:
         "rate rising also on its fast level (epoch means of a small dataset: the 7-point level lags a climb "
         "of 30 points by most of its lead); 0: not judged", at_least=0.0,
     )
+    early_left: float = param(
+        0.75, "... and before `min_points` a climb is told only once its level stands above the highest "
+        "level before its lowest (out of the range the loss started in), or the loss learnt: its lowest "
+        "level under this multiple of that highest (a per-batch loss at chance for its first dozen "
+        "points, smooth and a little under and over its start, has no progress to lose); 0: always",
+        at_least=0.0,
+    )
     early_learnt: float = param(
         0.5, "... and a noisier one, only with the grad norm or the learning rate rising, once its level "
         "fell under this multiple of its highest before (a loss that bounces at its start learnt nothing to "
@@ -205,6 +212,24 @@ def early_spread_noise(i, values, p: LossGrowthParams, width: int, corroborated:
                 if level[low] <= p.early_learnt * level[: low + 1].max():
                     return spread, noise
     return spread, math.inf
+
+
+def left_start(i, values, p: LossGrowthParams, width: int) -> bool:
+    """Before `min_points`: whether the level of `width` points at point i (of the run's `values`)
+    stands above the highest level before its lowest, or the loss learnt (that lowest under
+    `early_left` x the highest): a per-batch loss at chance for its first dozen points, a little
+    under and over its start, has no progress to lose, however smooth its points."""
+    if p.early_left <= 0:
+        return True
+    head = values[: i + 1] if isinstance(values, np.ndarray) else np.array(list(islice(values, 0, i + 1)))
+    level = smoothed_level(head, width)
+    now = level[-1]
+    level = level[np.isfinite(level)]
+    if not level.size:
+        return True
+    low = int(np.argmin(level))
+    top = level[: low + 1].max()
+    return bool(now > top or level[low] <= p.early_left * top)
 
 
 def _around_trend(v, ends, spreads, noises, p: LossGrowthParams):
@@ -726,7 +751,8 @@ class LossGrowthStream(Stream):
         self.run = self.run + 1 if how else 0
         self.run_with_grad = self.run_with_grad + 1 if how in _CORROBORATED else 0
         self.run_smooth = self.run_smooth + 1 if how and smooth else 0
-        if how and (self.run >= p.consecutive_alone or max(self.run_with_grad, self.run_smooth) >= p.consecutive):
+        if (how and (self.run >= p.consecutive_alone or max(self.run_with_grad, self.run_smooth) >= p.consecutive)
+                and not (early and not left_start(i, self.values, p, p.fast if said_by is not None else width))):
             w = p.fit_window
             if said_by is not None:
                 told, levels, top_best = said_by
@@ -776,7 +802,8 @@ def loss_growth(data, p: LossGrowthParams, since=None):
     with a grad norm far under any explosion threshold. Before `min_points`,
     from `early_points` on, a smooth loss (see `early_jitter`: epoch means of a
     short run) is judged against the lower of its best level and its lowest
-    current level, with its jitter as its noise and no slow level. The point
+    current level, with its jitter as its noise and no slow level, and told
+    only once its level left the range it started in (`early_left`). The point
     where the level crosses `max_ratio` still counts, with the grad norm or
     the learning rate rising (a fast divergence outruns its level). A smooth
     loss (the jitter of its `spread_window` points before under
@@ -887,12 +914,14 @@ def loss_growth(data, p: LossGrowthParams, since=None):
                                  float(slow_told[i]), slow_before, float(best_smooth[i]), init_i,
                                  p.early_noisy * jit, noise, grad_up, lr_up, p, finishing=finishing, width=p.fast)
             if quick_how in _CORROBORATED:
-                how, lv, best_i = quick_how, fast, float(best_smooth[i])
+                how, lv, best_i, width = quick_how, fast, float(best_smooth[i]), p.fast
         run = run + 1 if how else 0
         run_with_grad = run_with_grad + 1 if how in _CORROBORATED else 0
         run_smooth = run_smooth + 1 if how and fast_i else 0
         if how:
             if not (run >= p.consecutive_alone or max(run_with_grad, run_smooth) >= p.consecutive) or i < first:
+                continue
+            if i < p.min_points and not left_start(i, v, p, width):
                 continue
             lo = max(i - w + 1, 0)
             fit = projection(s.steps[lo : i + 1], lv[lo : i + 1], best_i, p)

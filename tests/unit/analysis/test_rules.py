@@ -1526,6 +1526,32 @@ def test_a_training_set_learnt_by_heart_is_told_whether_or_not_the_validation_lo
     assert incident.headline.endswith("the model learnt its training set by heart")
 
 
+# A 3-class classifier's per-batch loss at chance (ln 3) for its first steps, smooth to within a few
+# per cent, under a linear warm-up of Adam's rate (a real run of bench/detection/torch_runs.py
+# `overshoots`, which learnt to 0.2 over the next 30 steps and diverged 200 steps later).
+_AT_CHANCE = [1.088, 1.12, 1.109, 1.076, 1.074, 1.044, 0.985, 0.948, 0.981, 0.925, 1.036, 1.152, 1.122, 1.035,
+              1.086, 1.085, 0.897, 0.94, 0.854, 0.816]
+
+
+def test_no_early_loss_growth_alarm_on_a_loss_still_within_the_range_it_started_in():
+    lr = (np.arange(len(_AT_CHANCE)) + 1) * 4.3e-4
+    # Its 3-point level went 1.11 -> 0.95 -> 1.09 with the rate rising: 1.15x its lowest, out of the
+    # jitter of a smooth loss, but under where it started: no progress lost, nothing climbed.
+    assert starts_both("CS202", train_loss=_AT_CHANCE, lr=lr) == ([], [])
+    off = Config(params={"CS202": dataclasses.replace(RULES["CS202"].default_params(), early_left=0.0)})
+    assert starts_both("CS202", off, train_loss=_AT_CHANCE, lr=lr) == ([14], [14])
+    # Out of that range, the same climb is told at once.
+    above = _AT_CHANCE[:14] + [1.2, 1.3, 1.45, 1.6, 1.8, 2.0]
+    assert starts_both("CS202", train_loss=above, lr=lr) == ([14], [14])
+    # And a loss that learnt a third of its start (under `early_left` x it) and climbs back is told
+    # before it is back there: an epoch-level run whose exponential rate throws it off.
+    learnt = [2.31, 2.27, 2.25, 2.18, 2.09, 1.89, 1.59, 1.52, 1.45, 1.42, 1.44, 1.52, 1.48, 1.45, 1.44, 1.53, 1.57,
+              1.63, 1.66, 1.71, 1.74, 1.72, 1.85, 1.96, 1.97, 2.0]
+    lr = 1e-3 * 1.24 ** np.arange(len(learnt))
+    batch, online = starts_both("CS202", train_loss=learnt, lr=lr)
+    assert batch == online and batch and learnt[batch[0]] < learnt[0]
+
+
 def _sparse_starts(loss, every=50, config=None):
     """CS118's episode starts on a loss logged every `every` steps: from the batch rules, and from a
     Monitor fed the same points."""
