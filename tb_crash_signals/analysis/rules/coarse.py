@@ -62,11 +62,11 @@ class CoarseParams:
         "3-point median", at_least=0.0,
     )
     jump: float = param(
-        5.0, "... or the point itself is the level where it is at least this multiple of the level "
-        "before it (the median of the `points` points before): a loss logged every 50 steps that "
-        "ended a stretch 5x where it stood has diverged now, and the next point, 50 steps on, only "
-        "confirms it (the gates above still hold: a noisy loss's jump stays within its noise); 0 "
-        "never", at_least=0.0,
+        5.0, "... or, on a sparse loss, the point itself is the level where it is at least this multiple "
+        "of the largest of the `points` points before it: a loss logged every 50 steps that ended a "
+        "stretch 5x where it stood has diverged now, and the next point, 50 steps on, only confirms "
+        "it (the gates above still hold: a noisy loss's jump stays within its noise). Not on a loss "
+        "logged at every step, whose one point may be one batch's spike; 0 never", at_least=0.0,
     )
     consecutive: int = param(
         1, "points in a row at that level before the rule fires (each point is a stretch of "
@@ -258,7 +258,8 @@ class CoarseDivergenceStream(Stream):
             if p.points > 3 or v >= bar or (len(values) > 1 and values[-2] >= bar):
                 level = judged = self._level()
                 m = p.points
-                if p.jump > 0 and len(values) > m and v >= p.jump * _largest(values[-m - 1:-1]):
+                if (p.jump > 0 and not self.smooth and len(values) > m
+                        and v >= p.jump * _largest(values[-m - 1:-1])):
                     judged = v
                 if ((judged >= p.factor * best or best <= p.learnt * init)
                         and not (init > best and judged - best < p.lost * (init - best))):
@@ -337,8 +338,9 @@ def coarse_divergence(data, p: CoarseParams, since=None):
     level so far (the lowest median of `best_points` points), and is at least
     `factor` x that best, unless the best is at most `learnt` x the initial
     level, and `z` noise units above it, for `consecutive` points in a row
-    (a point at least `jump` x the largest of the `points` before it is
-    judged as the level itself: the next point is 50 steps more of it),
+    (on a sparse loss, a point at least `jump` x the largest of the `points`
+    before it is judged as the level itself: the next point is 50 steps
+    more of it),
     from the `min_points`-th point on; never while the points before the
     level's window are pure noise (tiny batches: their quartiles `max_noise`
     decades apart or more, unless their jitter around the loss's trend spans
@@ -372,7 +374,7 @@ def coarse_divergence(data, p: CoarseParams, since=None):
     level = _medians(v, m)
     # The level a point is judged at: itself where it jumped `jump` x the points before it.
     judged = level.copy()
-    if p.jump > 0 and v.shape[0] > m:
+    if p.jump > 0 and not smooth and v.shape[0] > m:
         with np.errstate(invalid="ignore"):
             top = np.max(np.lib.stride_tricks.sliding_window_view(v[:-1], m), axis=1)
             jumped = np.flatnonzero(v[m:] >= p.jump * top) + m
@@ -393,9 +395,10 @@ def coarse_divergence(data, p: CoarseParams, since=None):
         hi = max(i + 1 - m, 0)
         if quiet(judged[i], best[i], v[max(hi - p.noise_points, 0):hi].tolist(), p, smooth):
             up[i] = False
-    # A best level at 0 or under (the loss reached 0 since it fired) ends the divergence: no ratio
-    # stands over it.
-    idx = inside_divergence(up, level, np.where(best > 0.0, best, np.inf), v, p)
+    # A best level at 0 or under (the loss reached 0 since it fired) ends the divergence, whatever
+    # the level (NaN while a NaN is among its points): no ratio stands over it.
+    with np.errstate(invalid="ignore"):
+        idx = inside_divergence(up, np.where(best > 0.0, level, -np.inf), best, v, p)
     idx = idx[(idx >= since_index(s, since)) & (idx < until)]
     if idx.size:
         yield Hits("train_loss", idx, note=lambda i: _note(judged[i] if up[i] else level[i], best[i], gap))

@@ -1650,6 +1650,18 @@ def test_a_best_level_at_zero_ends_the_coarse_divergence():
     for s, v in zip(steps.tolist(), loss):
         m.update(s, train_loss=v)
     assert batch == [(e.start_step, e.end_step) for e in m.episodes() if e.code == "CS118"] == [(799, 899)]
+    # The same end while a NaN among the level's points makes it NaN (found by a fuzzer of the twins:
+    # the batch rule kept the point at 0 inside the divergence, the Monitor ended it there).
+    loss = [2.1, 1.6, 3.4, 1.1, 2.9, 0.79, 0.69, 0.59, 0.99, 1.4, 0.42, 5.8, 3.4, math.nan, math.nan, 0.0, 2.5, 0.78]
+    steps = (np.arange(len(loss)) + 1) * 25 - 1
+    config = Config(params={"CS118": dataclasses.replace(RULES["CS118"].default_params(), best_points=1, points=2)})
+    with np.errstate(all="ignore"):
+        batch = [(e.start_step, e.end_step) for e in episodes_of(analyze(config, train_loss=series(loss, steps)), "CS118")]
+    m = Monitor(config)
+    for s, v in zip(steps.tolist(), loss):
+        m.update(s, train_loss=v)
+    online = [(e.start_step, e.end_step) for e in m.episodes() if e.code == "CS118"]
+    assert batch == online and batch[-1][1] == 324  # its last point before the NaN; 0 at step 399
 
 
 def test_a_loss_that_learnt_a_decade_is_no_noise_to_the_coarse_divergence():
@@ -1690,6 +1702,12 @@ def test_a_sparse_loss_that_jumps_out_of_its_range_is_critical_at_the_jump():
     # apart): the gates of the level hold for the point too.
     sampled_noise = np.concatenate([0.02 * np.exp(2.5 * rng.standard_normal(30)), [5.0]])
     assert _sparse_starts(sampled_noise) == ([], [])
+    # Logged at every step, a smooth loss's one point may be one batch: a large batch's loss (3 %
+    # noise) that learnt, with an 8x spike gone at the next step, is a spike, not a divergence.
+    large_batch = (2.0 * np.exp(-np.arange(300) / 80) + 0.3) * np.exp(0.03 * rng.standard_normal(300))
+    large_batch[200] *= 8.0
+    assert _sparse_starts(large_batch, every=1) == ([], [])
+    assert "CS112" in codes(analyze(train_loss=large_batch))
 
 
 def _plateau_starts(loss, every):
