@@ -1656,7 +1656,8 @@ def test_a_best_level_at_zero_ends_the_coarse_divergence():
     steps = (np.arange(len(loss)) + 1) * 25 - 1
     config = Config(params={"CS118": dataclasses.replace(RULES["CS118"].default_params(), best_points=1, points=2)})
     with np.errstate(all="ignore"):
-        batch = [(e.start_step, e.end_step) for e in episodes_of(analyze(config, train_loss=series(loss, steps)), "CS118")]
+        told = episodes_of(analyze(config, train_loss=series(loss, steps)), "CS118")
+    batch = [(e.start_step, e.end_step) for e in told]
     m = Monitor(config)
     for s, v in zip(steps.tolist(), loss):
         m.update(s, train_loss=v)
