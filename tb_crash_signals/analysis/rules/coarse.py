@@ -372,7 +372,8 @@ def coarse_divergence(data, p: CoarseParams, since=None):
     gap = math.nan if smooth else span / k
     m = p.points
     level = _medians(v, m)
-    # The level a point is judged at: itself where it jumped `jump` x the points before it.
+    # The level a point is judged at: on a sparse loss, the point itself where it jumped `jump` x the
+    # largest of the `points` before it.
     judged = level.copy()
     if p.jump > 0 and not smooth and v.shape[0] > m:
         with np.errstate(invalid="ignore"):
