@@ -22,6 +22,11 @@ Targets and what counts as a failure:
   negative steps, int64 extremes, single points; through `engine.analyze_run`,
   `report.run_to_json` (must be JSON without NaN), `decimate`, and `Monitor.update` in the
   given (unsorted: restarts) order. Failure: any exception.
+* twins: plausible training series (a loss that learns, then may climb, spike, stall or turn
+  NaN, Inf or 0 at a point; a grad norm, a learning rate that warms up, decays, ramps or drops to
+  0, a validation loss; logged every 1, 5, 10 or 50 steps) under the defaults or one rule's
+  parameters drawn small within their bounds, through `analyze_run` and a Monitor fed step by
+  step. Failure: the episodes (fits to 12 digits) or the incidents differ.
 * config: random documents (wrong types, unknown keys, huge ints, NaN, nested junk) and random
   TOML bytes; failure: anything but `ConfigError`, or an accepted config the engine or the
   monitor cannot run.
@@ -60,6 +65,7 @@ from tensorboard.compat.proto import event_pb2
 from tensorboard.summary.writer.record_writer import RecordWriter
 
 from support import eventwriters as ew
+from support.twins import monitored, small_params, whole
 from tb_crash_signals.analysis.config import Config, ConfigError, from_dict, load_config
 from tb_crash_signals.analysis.engine import analyze_run
 from tb_crash_signals.analysis.rules import RULES
@@ -305,6 +311,60 @@ def t_monitor(rng: random.Random, n: int):
 _PARAMS = sorted({f for r in RULES.values() for f in r.default_params().__dataclass_fields__} | {"severity", "zz"})
 
 
+def _training_run(rng: random.Random) -> dict:
+    """Series a training loop could log (see the `twins` target)."""
+    n = rng.choice([6, 12, 25, 40, 80, 200, 500])
+    every = rng.choice([1, 5, 10, 50])
+    gen = np.random.default_rng(rng.getrandbits(32))
+    t = np.arange(n, dtype=np.float64)
+    steps = (np.arange(n) + 1) * every - 1
+    loss = (2.0 * np.exp(-t / rng.choice([3.0, 20.0, 100.0])) + rng.choice([0.01, 0.3])) * np.exp(
+        rng.choice([0.01, 0.05, 0.3, 1.0]) * gen.standard_normal(n))
+    if rng.random() < 0.5:  # a climb from some point on, slow or fast
+        a = rng.randrange(1, n)
+        loss[a:] *= np.exp(rng.choice([0.01, 0.1, 0.5]) * np.arange(n - a))
+    for _ in range(rng.randrange(3)):  # spikes, or a jump that stays
+        a = rng.randrange(n)
+        loss[a if rng.random() < 0.7 else slice(a, None)] *= rng.choice([3.0, 8.0, 100.0])
+    for _ in range(rng.randrange(3)):
+        loss[rng.randrange(n)] = rng.choice([math.nan, math.inf, 0.0])
+    out = {"train_loss": Series.from_arrays(steps, loss)}
+    if rng.random() < 0.6:
+        grad = np.exp(0.3 * gen.standard_normal(n))
+        if rng.random() < 0.5:
+            a = rng.randrange(n)
+            grad[a:] *= np.exp(rng.choice([0.02, 0.1, 0.3]) * np.arange(n - a))
+        if rng.random() < 0.2:
+            grad[rng.randrange(n)] = rng.choice([math.nan, math.inf])
+        out["grad_norm"] = Series.from_arrays(steps, grad)
+    if rng.random() < 0.7:
+        kind = rng.randrange(5)
+        lr = {0: np.full(n, 0.01), 1: 0.01 * np.minimum(1.0, (t + 1) / max(n // 5, 1)),
+              2: 0.01 * 0.5 * (1 + np.cos(np.pi * t / n)), 3: 1e-4 * 1.2 ** t,
+              4: np.where(t < n // 2, 0.01, 0.0)}[kind]
+        out["lr"] = Series.from_arrays(steps, lr)
+    if rng.random() < 0.5 and n >= 12:
+        k = np.arange(0, n, rng.choice([3, 5]))
+        val = loss[k] * rng.choice([1.05, 1.5]) * np.exp(0.01 * t[k] * rng.random())
+        out["val_loss"] = Series.from_arrays(steps[k], val)
+    return out
+
+
+def t_twins(rng: random.Random, n: int):
+    data = _training_run(rng)
+    config = Config()
+    if rng.random() < 0.7:
+        code = rng.choice(sorted(RULES))
+        config = Config(params={code: small_params(code, rng.randint)})
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore")
+        offline = analyze_run(_logical(data), data, config)
+        online = monitored(data, config)
+    assert whole(online.episodes()) == whole(offline.episodes), "episodes differ"
+    assert [i.to_json() for i in online.incidents()] == [i.to_json() for i in offline.incidents], "incidents differ"
+    return 1
+
+
 def _junk(rng, depth=0):
     choice = rng.randrange(12 if depth < 2 else 9)
     return [
@@ -456,6 +516,7 @@ TARGETS = {
     "reader": t_reader,
     "engine": t_engine,
     "monitor": t_monitor,
+    "twins": t_twins,
     "config": t_config,
     "routes": t_routes,
 }

@@ -6,7 +6,6 @@ $TBCS_REAL_LOGS)."""
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import os
 
@@ -17,11 +16,10 @@ from hypothesis import strategies as st
 
 from support.helpers import logical
 from support.paths import DEMO_LOGS, REPO
-from tb_crash_signals import Monitor
+from support.twins import monitored, small_params, whole
 from tb_crash_signals.analysis.config import Config
 from tb_crash_signals.analysis.engine import analyze_run
 from tb_crash_signals.analysis.rules import RULES
-from tb_crash_signals.analysis.rules.base import param_bounds
 from tb_crash_signals.analysis.signals import group_runs
 from tb_crash_signals.ingest.reader import LogdirSource
 from tb_crash_signals.ingest.series import Series
@@ -29,31 +27,9 @@ from tb_crash_signals.ingest.series import Series
 SIGNALS = ("train_loss", "val_loss", "grad_norm", "update_ratio", "lr")
 
 
-def _close(fit):
-    """A fit's fields, floats to 12 significant digits: the batch and streaming least squares sum in
-    different orders, so their last bits may differ."""
-    if fit is None:
-        return None
-    return {k: float(f"{v:.12g}") if isinstance(v, float) else v for k, v in dataclasses.asdict(fit).items()}
-
-
-def whole(episodes):
-    """Everything an episode says, fit included."""
-    return [(e.to_json(), _close(e.fit)) for e in episodes]
-
-
-def small_params(draw, code):
-    """The rule's parameters with windows of a few points, within their declared range."""
-    p = RULES[code].default_params()
-    changes = {}
-    for f in dataclasses.fields(p):
-        value = getattr(p, f.name)
-        if not isinstance(value, int) or isinstance(value, bool):
-            continue
-        bounds = param_bounds(type(p), f.name)
-        low = int(bounds.low) if bounds is not None and bounds.low is not None else 0
-        changes[f.name] = draw(st.integers(max(low, 1 if f.name == "cooldown" else 0), max(low, 1) + 30))
-    return dataclasses.replace(p, **changes)
+def _drawn(draw):
+    """small_params' `pick`, drawn by hypothesis."""
+    return lambda low, high: draw(st.integers(low, high))
 
 
 @st.composite
@@ -86,22 +62,6 @@ def long_runs(draw):
     return out
 
 
-def updates_of(data):
-    """The series as a training loop logs them: step by step, every signal of a step at once."""
-    by_step: dict[int, dict] = {}
-    for sig, s in data.items():
-        for step, v in zip(s.steps.tolist(), s.values.tolist()):
-            by_step.setdefault(step, {})[sig] = v
-    return sorted(by_step.items())
-
-
-def monitored(data, config):
-    m = Monitor(config)
-    for step, values in updates_of(data):
-        m.update(step, **values)
-    return m
-
-
 @pytest.mark.slow
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -109,7 +69,7 @@ def monitored(data, config):
 def test_whole_episodes_agree_on_long_series_with_small_windows(d):
     data = d.draw(long_runs())
     small = d.draw(st.booleans())
-    config = Config(params={code: small_params(d.draw, code) for code in RULES}) if small else Config()
+    config = Config(params={code: small_params(code, _drawn(d.draw)) for code in RULES}) if small else Config()
     offline = analyze_run(logical(**data), data, config)
     online = monitored(data, config)
     assert whole(online.episodes()) == whole(offline.episodes)
@@ -202,7 +162,7 @@ def sparse_runs(draw):
 def test_whole_episodes_agree_on_sparsely_logged_runs(d):
     data = d.draw(sparse_runs())
     small = d.draw(st.booleans())
-    config = Config(params={"CS118": small_params(d.draw, "CS118")}) if small else Config()
+    config = Config(params={"CS118": small_params("CS118", _drawn(d.draw))}) if small else Config()
     offline = analyze_run(logical(**data), data, config)
     online = monitored(data, config)
     assert whole(online.episodes()) == whole(offline.episodes)

@@ -236,7 +236,9 @@ class CoarseDivergenceStream(Stream):
             self.values.append(v)
             if i < SMOOTH_POINTS - 1:
                 return None
-            if not smooth_block(self.values, p, True):
+            # Every block of SMOOTH_POINTS points so far, as the batch rule reads them: more than one
+            # when the rule waits for more than SMOOTH_POINTS points (`min_points`).
+            if smooth_until(np.asarray(self.values), p) < len(self.values):
                 return self._retire()
             self.pending = False
             self.values.pop()

@@ -1607,6 +1607,23 @@ def test_the_coarse_divergence_reads_sparse_losses_and_smooth_ones_logged_every_
     assert batch == online and batch
 
 
+def test_a_smooth_loss_is_read_block_by_block_however_many_points_the_rule_waits_for():
+    # Found by the twins' fuzzer (`bench/fuzz.py --only twins`): with `min_points` over 12 the Monitor
+    # judged the first block of a smooth loss over all the points it had waited for, and skipped the
+    # blocks that ended before them. A smooth fall with one noisy block (points 12-23), then a climb.
+    rng = np.random.default_rng(1)
+    loss = 2.3 * np.exp(-np.arange(60) / 15) * np.exp(0.01 * rng.standard_normal(60))
+    loss[12:24] *= np.exp(0.5 * rng.standard_normal(12))
+    loss[45:] *= np.exp(0.4 * np.arange(15))
+    defaults = RULES["CS118"].default_params()
+    waits = Config(params={"CS118": dataclasses.replace(defaults, min_points=26)})
+    assert _sparse_starts(loss, every=1, config=waits) == ([], [])  # retired at the noisy block
+    # Not retired by a later block (`noisy_jitter`), both read the first block alone and tell the climb.
+    kept = Config(params={"CS118": dataclasses.replace(defaults, min_points=26, noisy_jitter=10.0)})
+    batch, online = _sparse_starts(loss, every=1, config=kept)
+    assert batch == online and batch and batch[0] >= 45
+
+
 def test_no_coarse_divergence_while_the_learning_rate_stands_at_zero():
     # A network frozen by a schedule that dropped to 0 at step 199: its per-batch loss, sampled every
     # 50 steps, wanders 0.38-0.95 and its 3-point median doubles its lowest 5-point median.
