@@ -201,17 +201,31 @@ def early_spread_noise(i, values, p: LossGrowthParams, width: int, corroborated:
         # A noisier loss, with the grad norm or the learning rate rising: judged once it learnt (its
         # lowest level under `early_learnt` x its highest before), its gate the decades the same
         # points span.
-        head = values[: i + 1] if isinstance(values, np.ndarray) else np.array(list(islice(values, 0, i + 1)))
+        head = _head(values, i)
         k = max(i - width + 1, 0)
         noise = noise_decades(head[max(k - EARLY_JITTER_POINTS, 0) : k])
         if noise == noise:
-            level = smoothed_level(head, width)
-            level = level[np.isfinite(level)]
-            if level.size:
-                low = int(np.argmin(level))
-                if level[low] <= p.early_learnt * level[: low + 1].max():
-                    return spread, noise
+            _, low, top = _start_range(head, width)
+            if low <= p.early_learnt * top:
+                return spread, noise
     return spread, math.inf
+
+
+def _head(values, i):
+    """The run's points up to point i, as an array (`values` an array or a channel's deque)."""
+    return values[: i + 1] if isinstance(values, np.ndarray) else np.array(list(islice(values, 0, i + 1)))
+
+
+def _start_range(head, width: int):
+    """The level of `width` points at the last of the points `head`, its lowest finite level so far and
+    the highest before that lowest (NaN, NaN, NaN without a finite level)."""
+    level = smoothed_level(head, width)
+    now = level[-1]
+    level = level[np.isfinite(level)]
+    if not level.size:
+        return now, math.nan, math.nan
+    low = int(np.argmin(level))
+    return now, level[low], level[: low + 1].max()
 
 
 def left_start(i, values, p: LossGrowthParams, width: int) -> bool:
@@ -221,15 +235,10 @@ def left_start(i, values, p: LossGrowthParams, width: int) -> bool:
     under and over its start, has no progress to lose, however smooth its points."""
     if p.early_left <= 0:
         return True
-    head = values[: i + 1] if isinstance(values, np.ndarray) else np.array(list(islice(values, 0, i + 1)))
-    level = smoothed_level(head, width)
-    now = level[-1]
-    level = level[np.isfinite(level)]
-    if not level.size:
+    now, low, top = _start_range(_head(values, i), width)
+    if low != low:  # no finite level yet
         return True
-    low = int(np.argmin(level))
-    top = level[: low + 1].max()
-    return bool(now > top or level[low] <= p.early_left * top)
+    return bool(now > top or low <= p.early_left * top)
 
 
 def _around_trend(v, ends, spreads, noises, p: LossGrowthParams):
