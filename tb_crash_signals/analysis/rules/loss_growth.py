@@ -121,7 +121,8 @@ class LossGrowthParams:
     lr_back: int = param(10, "the learning rate is rising when it is `lr_up` x its value this many LR points "
                          "before, above its point before and at its highest yet (a ramp, a range test, a warm-up "
                          "that overshoots; not the decay after a restart, nor a cyclic schedule climbing back to "
-                         "the rate the run trained at)", at_least=1)
+                         "the rate the run trained at; at most 127: twice that within the 256 points the monitor "
+                         "keeps)", at_least=1, at_most=127)
     lr_up: float = param(1.2, "see `lr_back`", above=1.0)
     lr_jump: float = param(
         5.0, "the grad norm's climb is no evidence while the learning rate it follows jumped: more than "
@@ -145,6 +146,16 @@ class LossGrowthParams:
         "best level last fell, above its point before and at its highest yet: a schedule that keeps "
         "climbing past the rate the run learnt best at (an exponential rate, a range test, a ramp), "
         "however slowly it climbs per logged point; 0: never", at_least=0.0,
+    )
+    lr_faster: float = param(
+        1.1, "either rise lowers the bars to `ratio_with_lr` and `z_with_lr` only while the learning rate "
+        "climbs ever faster: its rise over its last `lr_back` points more than this multiple of its rise "
+        "over the `lr_back` points before them (`lr_up`), or before the point where the best level last "
+        "fell (`lr_since_best`); a steadier rise holds the grad norm's bars (`ratio_with_grad`, "
+        "`z_with_grad`). An exponential rate, a range test or a quadratic ramp climbs ever faster; a "
+        "linear or cosine warm-up as fast or slower, to the peak its schedule set, and a loss 10-15 % "
+        "over its best on the way is no divergence. Too few points to tell: faster; 0: every rise",
+        at_least=0.0,
     )
     fit_window: int = param(10, "level points in the log-linear fit drawn and projected", at_least=3)
     target: float = param(2.0, "the fit projects when the level reaches this multiple of the best", above=0.0)
@@ -249,6 +260,11 @@ def _around_trend(v, ends, spreads, noises, p: LossGrowthParams):
     return spreads, lift_trend_gates(v, ends, noises, p)
 
 
+# How the learning rate rises, as `lr_rising` reads it (0: it does not): as fast as it did or
+# slower (a linear or cosine warm-up), or ever faster (see `lr_faster`; True reads as faster).
+STEADY, FASTER = 2, 3
+
+
 def climbing(level, before, slow, slow_before, best, init, spread, noise, grad_rising, lr_rising,
              p: LossGrowthParams, finishing=False, width=None):
     """The decision at one loss point, from its level (of `width` points, `smooth` if None) now
@@ -273,8 +289,11 @@ def climbing(level, before, slow, slow_before, best, init, spread, noise, grad_r
                 sd = level_noise(spread, width or p.smooth) if spread == spread else 0.0
                 if lost and bool(grad_rising) and r >= p.ratio_with_grad and math.log(r) > p.z_with_grad * sd:
                     return "with grad"
-                if bool(lr_rising) and r >= p.ratio_with_lr and math.log(r) > p.z_with_lr * sd:
-                    return "with grad"
+                if lr_rising:  # a steady rise holds the grad norm's bars (`lr_faster`)
+                    steady = lr_rising == STEADY
+                    ratio, z = (p.ratio_with_grad, p.z_with_grad) if steady else (p.ratio_with_lr, p.z_with_lr)
+                    if r >= ratio and math.log(r) > z * sd:
+                        return "with grad"
                 if lost and r >= p.ratio and math.log(r) > p.z * sd and r < p.max_ratio:
                     return "alone"
     # A per-step loss too noisy for the short level still shows its climb in the long one; alone
@@ -337,15 +356,35 @@ def _note(level, best, grad_rising, lr_rising) -> str:
 def _lr_rising(lr, p: LossGrowthParams) -> np.ndarray:
     """For each learning-rate point: whether it is `lr_up` x its value `lr_back` points before,
     above its point before (still rising: the learning rate that jumped at a restart decays) and
-    at least its finite peak so far (a new high: a cyclic schedule climbs back to its peak)."""
+    at least its finite peak so far (a new high: a cyclic schedule climbs back to its peak); how
+    (STEADY or FASTER, see `lr_faster`), else 0."""
     v = lr.values
-    out = np.zeros(v.shape[0], bool)
+    out = np.zeros(v.shape[0], np.int8)
     k = p.lr_back
     if k < v.shape[0]:
+        rising = np.zeros(v.shape[0], bool)
         with np.errstate(invalid="ignore"):
-            out[k:] = (v[k:] >= p.lr_up * v[:-k]) & (v[:-k] > 0)
-        out &= ramp_points(v)
+            rising[k:] = (v[k:] >= p.lr_up * v[:-k]) & (v[:-k] > 0)
+        rising &= ramp_points(v)
+        out[rising] = STEADY
+        out[rising & _rising_faster(v, k, p.lr_faster)] = FASTER
     return out
+
+
+def _rising_faster(v, k: int, factor: float) -> np.ndarray:
+    """For each learning-rate point: whether its rise over its last k points is more than `factor` x
+    its rise over the k points before them (see `lr_faster`; True with fewer points, or factor 0)."""
+    out = np.ones(v.shape[0], bool)
+    if factor > 0 and v.shape[0] > 2 * k:
+        with np.errstate(invalid="ignore"):
+            out[2 * k:] = ~(v[2 * k:] - v[k:-k] <= factor * (v[k:-k] - v[: -2 * k]))
+    return out
+
+
+def _rise_at(v, pos, k: int) -> np.ndarray:
+    """The learning rate's rise over the k points up to each of the points `pos` (NaN before k)."""
+    with np.errstate(invalid="ignore"):
+        return np.where(pos >= k, v[pos] - v[np.maximum(pos - k, 0)], np.nan)
 
 
 class _LrJump:
@@ -371,7 +410,8 @@ class _LrJump:
 def _lr_since_best_at(v, loss_steps, lr, cand, p: LossGrowthParams) -> np.ndarray:
     """For each of the loss points `cand`: whether the learning rate, as of its last point at or
     before it, rose point to point to its highest yet, at least `lr_since_best` x its value at the
-    loss point where the best level last fell (see `lr_since_best`)."""
+    loss point where the best level last fell (see `lr_since_best`); how (STEADY or FASTER, see
+    `lr_faster`), else 0."""
     best = best_levels(v, p.best_smooth)
     fell = np.zeros(v.shape[0], bool)
     fell[0] = np.isfinite(best[0])
@@ -381,8 +421,18 @@ def _lr_since_best_at(v, loss_steps, lr, cand, p: LossGrowthParams) -> np.ndarra
     then = value_at_or_before(lr.steps, lr.values, loss_steps[np.maximum(last_fell, 0)])
     now = value_at_or_before(lr.steps, lr.values, loss_steps[cand])
     with np.errstate(invalid="ignore"):
-        return ((last_fell >= 0) & ramping_at(lr, loss_steps[cand]) & (then > 0)
-                & (now >= p.lr_since_best * then))
+        rising = ((last_fell >= 0) & ramping_at(lr, loss_steps[cand]) & (then > 0)
+                  & (now >= p.lr_since_best * then))
+    out = np.where(rising, FASTER, 0).astype(np.int8)
+    if p.lr_faster > 0 and rising.any():
+        # Faster than where the best level last fell (see `lr_faster`).
+        pos_then = np.searchsorted(lr.steps, loss_steps[np.maximum(last_fell, 0)], side="right") - 1
+        pos_now = np.searchsorted(lr.steps, loss_steps[cand], side="right") - 1
+        k = p.lr_back
+        with np.errstate(invalid="ignore"):
+            steady = _rise_at(lr.values, pos_now, k) <= p.lr_faster * _rise_at(lr.values, pos_then, k)
+        out[rising & steady] = STEADY
+    return out
 
 
 def _lr_restarted_at(lr, steps, p: LossGrowthParams) -> np.ndarray:
@@ -448,40 +498,29 @@ def _lr_climbed_back_at(lr, steps, p: LossGrowthParams) -> np.ndarray:
     return (pos >= 0) & back[np.maximum(pos, 0)]
 
 
-class _LrTrend:
-    """The learning rate's side of the rule: whether it is rising, as of its last point."""
-
-    def __init__(self, p: LossGrowthParams):
-        self.p = p
-        self.values = collections.deque(maxlen=p.lr_back + 1)
-        self.rising = False
-        self.peak = -math.inf
-
-    def push(self, v):
-        values = self.values
-        values.append(v)
-        back = values[0]
-        if self.peak < v < math.inf:
-            self.peak = v  # of finite values, as the channel's max_finite
-        self.rising = bool(len(values) > self.p.lr_back and v >= self.p.lr_up * back and back > 0
-                           and v > values[-2] and v >= self.peak)
-
-
 class _LrTrendOfChannel:
-    """_LrTrend read from the learning rate's channel when needed, for an `lr_back` within the
-    points the channel keeps (so nothing runs at the learning rate's points)."""
+    """The learning rate's side of the rule (`_lr_rising`): whether it is rising, as of its last
+    point, read from its channel when needed (so nothing runs at the learning rate's points)."""
 
     def __init__(self, p: LossGrowthParams, channel):
-        self.back, self.up = p.lr_back, p.lr_up
+        self.back, self.up, self.faster = p.lr_back, p.lr_up, p.lr_faster
         self.channel = channel
 
     @property
     def rising(self):
+        """0, STEADY or FASTER."""
         ch = self.channel
-        if ch.n <= self.back:
-            return False
-        back = ch.values[-1 - self.back]
-        return bool(ch.values[-1] >= self.up * back and back > 0 and ramping(ch))
+        k = self.back
+        if ch.n <= k:
+            return 0
+        values = ch.values
+        back = values[-1 - k]
+        if not (values[-1] >= self.up * back and back > 0 and ramping(ch)):
+            return 0
+        # `lr_faster`, as _rising_faster (the channel holds 2 k + 1 points: k is at most 127).
+        if self.faster == 0 or ch.n <= 2 * k or not values[-1] - back <= self.faster * (back - values[-1 - 2 * k]):
+            return FASTER
+        return STEADY
 
 
 def _grad_rising(g, p: LossGrowthParams) -> np.ndarray:
@@ -548,15 +587,11 @@ class LossGrowthStream(Stream):
         if signal == "lr":
             self.jump = self.lr.shared.setdefault(_LR_JUMP, _LrJump())
             self.lr_values = self.lr.values  # holds this point and the ones before
-            if p.lr_back < self.lr.values.maxlen:
-                self.lr.shared.setdefault(_LR, _LrTrendOfChannel(p, self.lr))
-                if p.lr_jump_back:
-                    self.check = self._note_jump  # only at the jumps, which the screen lets through
-                else:
-                    self.idle = True
+            self.lr.shared.setdefault(_LR, _LrTrendOfChannel(p, self.lr))
+            if p.lr_jump_back:
+                self.check = self._note_jump  # only at the jumps, which the screen lets through
             else:
-                self.trend = self.lr.shared.setdefault(_LR, _LrTrend(p))
-                self.check = self._push_lr
+                self.idle = True
             return
         # The levels of the last points (for the level `smooth` points before and the fit) are
         # the shared Levels' histories, so a point where the rule rests changes nothing here.
@@ -568,7 +603,7 @@ class LossGrowthStream(Stream):
         self.lr_jump = self.lr.shared.setdefault(_LR_JUMP, _LrJump())
         # The learning rate where the best level last fell (`lr_since_best`), noted by the level as
         # it falls: at points where the rule may rest.
-        self.lr_at_best = math.nan
+        self.lr_at_best = self.lr_rise_at_best = math.nan  # ... and its rise over lr_back points then
         if p.lr_since_best > 0:
             self.best_level.on_low = self._note_best
         self.values = ch.values
@@ -636,17 +671,18 @@ class LossGrowthStream(Stream):
         """The best level fell at this loss point: the learning rate's last point, at or before it."""
         lr = self.lr
         self.lr_at_best = lr.values[-1] if lr.n else math.nan
+        self.lr_rise_at_best = self._lr_rise()
+
+    def _lr_rise(self):
+        """The learning rate's rise over its last `lr_back` points (NaN before that many), as _rise_at."""
+        lr, k = self.lr, self.p.lr_back
+        return lr.values[-1] - lr.values[-1 - k] if lr.n > k else math.nan
 
     def _note_jump(self, i, step, v):
         """The check on the learning rate, when its trend is read from its channel: its jumps."""
         if i:
             self.jump.note(i, v, self.lr_values[-2], self.p)
 
-    def _push_lr(self, i, step, v):
-        """The check on the learning rate, when its trend is not read from its channel."""
-        self.trend.push(v)
-        if i and self.p.lr_jump_back:
-            self.jump.note(i, v, self.lr_values[-2], self.p)
 
     def check(self, i, step, v):
         if i < self.start - 1 and not self.own_steps:
@@ -697,14 +733,17 @@ class LossGrowthStream(Stream):
         rising = lr_rising = False
         if seven or quick:
             lr_trend = self.lr.shared.get(_LR)
-            lr_rising = lr_trend is not None and lr_trend.rising
-            if not lr_rising:
+            lr_rising = 0 if lr_trend is None else lr_trend.rising
+            if lr_rising != FASTER:
                 # `lr_since_best`, as _lr_since_best_at: the ratio first (under a constant or
                 # decaying rate it fails, and the ramp is not read). lr_at_best is NaN without a
                 # learning rate then, or with lr_since_best 0.
                 then = self.lr_at_best
-                if then > 0.0 and self.lr.values[-1] >= p.lr_since_best * then:
-                    lr_rising = ramping(self.lr)
+                if then > 0.0 and self.lr.values[-1] >= p.lr_since_best * then and ramping(self.lr):
+                    if p.lr_faster == 0 or not self._lr_rise() <= p.lr_faster * self.lr_rise_at_best:
+                        lr_rising = FASTER
+                    else:
+                        lr_rising = STEADY
             if not lr_rising:
                 # Then climbing's bars are `ratio_with_grad` (or `ratio`) x the best on a level and
                 # `slow_ratio` x on the slow one: a level under both does not climb, whatever the grad
@@ -876,7 +915,7 @@ def loss_growth(data, p: LossGrowthParams, since=None):
         nearly = np.zeros(maybe.size, bool)
         if p.early_noisy > 0:
             bs = best_smooth[maybe]
-            nearly = ((maybe < p.min_points) & ~smooth & (jitters < 2.0 * p.early_jitter) & (rising | lr_rising)
+            nearly = ((maybe < p.min_points) & ~smooth & (jitters < 2.0 * p.early_jitter) & (rising | (lr_rising > 0))
                       & ((fast[maybe] >= low * bs) | (slow_told[maybe] >= p.slow_ratio * bs)))
         keep |= nearly
     cand, smooth, nearly, jitters = maybe[keep], smooth[keep], nearly[keep], jitters[keep]
@@ -960,9 +999,9 @@ def _corroborated(s, v, g, lr, cand, p: LossGrowthParams):
     if rising.any():  # the learning rate's restarts and climbs only discount a climbing grad norm
         rising &= ~_lr_restarted_at(lr, s.steps[cand], p)
         rising &= ~_lr_climbed_back_at(lr, s.steps[cand], p)
-    lr_rising = np.zeros(cand.size, bool)
+    lr_rising = np.zeros(cand.size, np.int8)  # 0, STEADY or FASTER
     if lr is not None and len(lr):
-        lr_rising = value_at_or_before(lr.steps, _lr_rising(lr, p).astype(np.float64), s.steps[cand]) > 0
+        lr_rising = value_at_or_before(lr.steps, _lr_rising(lr, p).astype(np.float64), s.steps[cand]).astype(np.int8)
         if p.lr_since_best > 0:
-            lr_rising |= _lr_since_best_at(v, s.steps, lr, cand, p)
+            lr_rising = np.maximum(lr_rising, _lr_since_best_at(v, s.steps, lr, cand, p))
     return rising, lr_rising

@@ -11,7 +11,7 @@ from tb_crash_signals.analysis import stats
 from tb_crash_signals.analysis.config import Config, article_config
 from tb_crash_signals.analysis.rules import FAMILIES, RULES
 from tb_crash_signals.analysis.rules.base import fmt
-from tb_crash_signals.analysis.rules.loss_growth import climbing
+from tb_crash_signals.analysis.rules.loss_growth import FASTER, STEADY, climbing
 from tb_crash_signals.online.monitor import Monitor
 
 
@@ -623,6 +623,37 @@ def test_a_loss_climbing_as_the_learning_rate_keeps_rising_past_where_it_learnt_
     alone = Config(params={"CS202": dataclasses.replace(RULES["CS202"].default_params(), lr_since_best=0.0)})
     later, _ = starts_both("CS202", alone, train_loss=loss, lr=lr)
     assert not later or later[0] > batch[0] + 20, (batch, later)
+
+
+def test_a_loss_a_little_over_its_best_during_a_linear_warm_up_is_no_divergence():
+    # The loss, flat at its best from point 150, drifts 15 % up from point 300: over `ratio_with_lr`
+    # (1.1), under `ratio_with_grad` (1.25). Under an exponential rate (ever faster) that is a climb
+    # with the rate; under a linear warm-up, which rises as fast as it did to the peak its schedule
+    # set, the rise holds the grad norm's bars (`lr_faster`), and the loss stays under them.
+    n = 460
+    t = np.arange(n)
+    loss = np.where(t < 150, 2.0 - t / 150, 1.0) * (1 + 0.15 * np.clip((t - 300) / 60, 0, 1))
+    loss = loss * (1 + 0.02 * np.random.default_rng(3).standard_normal(n))
+    linear, exponential = 1e-4 * (t + 1), 1e-3 * 1.009**t
+    batch, online = starts_both("CS202", train_loss=loss, lr=exponential)
+    assert batch == online and batch and 300 < batch[0] < 360, batch
+    assert starts_both("CS202", train_loss=loss, lr=linear) == ([], [])
+    every_rise = Config(params={"CS202": dataclasses.replace(RULES["CS202"].default_params(), lr_faster=0.0)})
+    batch, online = starts_both("CS202", every_rise, train_loss=loss, lr=linear)
+    assert batch == online and batch, batch
+
+
+def test_a_steady_learning_rate_rise_holds_the_grad_norms_bars():
+    # A level 1.38x its best, 3.25 noise units above it: over `z_with_lr`, under `z_with_grad`.
+    p = RULES["CS202"].default_params()
+    spread = 0.1 * math.sqrt(p.smooth) / 1.25
+    level = math.exp(0.325)
+
+    def decide(lr_rising):
+        return climbing(level, 1.2, math.nan, math.nan, 1.0, 2.0, spread, 0.0, False, lr_rising, p)
+
+    assert decide(FASTER) == "with grad" and decide(True) == "with grad"
+    assert decide(STEADY) is False
 
 
 def test_a_climb_under_a_rising_learning_rate_has_its_own_noise_bar():
