@@ -338,10 +338,12 @@ def _training_run(rng: random.Random) -> dict:
             grad[rng.randrange(n)] = rng.choice([math.nan, math.inf])
         out["grad_norm"] = Series.from_arrays(steps, grad)
     if rng.random() < 0.7:
-        kind = rng.randrange(5)
+        kind = rng.randrange(7)
         lr = {0: np.full(n, 0.01), 1: 0.01 * np.minimum(1.0, (t + 1) / max(n // 5, 1)),
               2: 0.01 * 0.5 * (1 + np.cos(np.pi * t / n)), 3: 1e-4 * 1.2 ** t,
-              4: np.where(t < n // 2, 0.01, 0.0)}[kind]
+              4: np.where(t < n // 2, 0.01, 0.0),
+              # ramps that never stop: a steady one and an ever faster one (CS202's `lr_faster`)
+              5: 1e-3 * (t + 1), 6: 1e-4 * (t + 1) ** 2}[kind]
         out["lr"] = Series.from_arrays(steps, lr)
     if rng.random() < 0.5 and n >= 12:
         k = np.arange(0, n, rng.choice([3, 5]))
