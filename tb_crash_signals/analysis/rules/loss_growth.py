@@ -683,7 +683,6 @@ class LossGrowthStream(Stream):
         if i:
             self.jump.note(i, v, self.lr_values[-2], self.p)
 
-
     def check(self, i, step, v):
         if i < self.start - 1 and not self.own_steps:
             # No candidate before `start`: the run counts stay at 0, and `under` is read from the
@@ -835,7 +834,9 @@ def loss_growth(data, p: LossGrowthParams, since=None):
     ramp or range test left running, a warm-up that overshoots; not a cyclic
     schedule climbing back to its peak; or to `lr_since_best` x the rate where
     the best level last fell, however slowly per logged point),
-    `ratio_with_lr` x and `z_with_lr` units. With one of
+    `ratio_with_lr` x and `z_with_lr` units (a rate rising no faster than it
+    did, a linear or cosine warm-up on its way to its peak, holds the grad
+    norm's bars: `lr_faster`). With one of
     those, a per-step loss too noisy for the short level may show the climb in
     its slow level (the trailing median of `best_smooth` points, `slow_ratio`
     x the best). Beyond
