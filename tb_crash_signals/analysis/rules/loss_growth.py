@@ -149,13 +149,13 @@ class LossGrowthParams:
     )
     lr_faster: float = param(
         1.1, "either rise lowers the bars to `ratio_with_lr` and `z_with_lr` only while the learning rate "
-        "climbs ever faster: its rise over its last `lr_back` points more than this multiple of its rise "
-        "over the `lr_back` points before them (`lr_up`), or before the point where the best level last "
-        "fell (`lr_since_best`); a steadier rise holds the grad norm's bars (`ratio_with_grad`, "
-        "`z_with_grad`). An exponential rate, a range test or a quadratic ramp climbs ever faster; a "
-        "linear or cosine warm-up as fast or slower, to the peak its schedule set, and a loss 10-15 % "
-        "over its best on the way is no divergence. Too few points to tell: faster; 0: every rise",
-        at_least=0.0,
+        "climbs ever faster: its rise a point over its last `lr_back` points more than this multiple of its "
+        "rise a point over the `lr_back` points before them (`lr_up`), or before the point where the best "
+        "level last fell (all of them, if fewer: `lr_since_best`); a steadier rise holds the grad norm's "
+        "bars (`ratio_with_grad`, `z_with_grad`). An exponential rate, a range test or a quadratic ramp "
+        "climbs ever faster; a linear or cosine warm-up as fast or slower, to the peak its schedule set, "
+        "and a loss 10-15 % over its best on the way is no divergence. Too few points to tell: faster; "
+        "0: every rise", at_least=0.0,
     )
     fit_window: int = param(10, "level points in the log-linear fit drawn and projected", at_least=3)
     target: float = param(2.0, "the fit projects when the level reaches this multiple of the best", above=0.0)
@@ -382,9 +382,11 @@ def _rising_faster(v, k: int, factor: float) -> np.ndarray:
 
 
 def _rise_at(v, pos, k: int) -> np.ndarray:
-    """The learning rate's rise over the k points up to each of the points `pos` (NaN before k)."""
-    with np.errstate(invalid="ignore"):
-        return np.where(pos >= k, v[pos] - v[np.maximum(pos - k, 0)], np.nan)
+    """The learning rate's rise a point over the k points up to each of the points `pos` (over all
+    the points before one of the first k; NaN at the first)."""
+    back = np.minimum(np.maximum(pos, 0), k)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(back > 0, (v[pos] - v[pos - back]) / back, np.nan)
 
 
 class _LrJump:
@@ -674,9 +676,10 @@ class LossGrowthStream(Stream):
         self.lr_rise_at_best = self._lr_rise()
 
     def _lr_rise(self):
-        """The learning rate's rise over its last `lr_back` points (NaN before that many), as _rise_at."""
-        lr, k = self.lr, self.p.lr_back
-        return lr.values[-1] - lr.values[-1 - k] if lr.n > k else math.nan
+        """The learning rate's rise a point over its last `lr_back` points (or all, if fewer), as _rise_at."""
+        lr = self.lr
+        back = min(lr.n - 1, self.p.lr_back)
+        return (lr.values[-1] - lr.values[-1 - back]) / back if back > 0 else math.nan
 
     def _note_jump(self, i, step, v):
         """The check on the learning rate, when its trend is read from its channel: its jumps."""

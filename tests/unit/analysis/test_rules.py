@@ -641,6 +641,12 @@ def test_a_loss_a_little_over_its_best_during_a_linear_warm_up_is_no_divergence(
     every_rise = Config(params={"CS202": dataclasses.replace(RULES["CS202"].default_params(), lr_faster=0.0)})
     batch, online = starts_both("CS202", every_rise, train_loss=loss, lr=linear)
     assert batch == online and batch, batch
+    # A best level that last fell at the 10th point, before `lr_back` points of rate: its rise a
+    # point is read over the points there are, and a linear rate from 0 is as steady then as later.
+    loss = np.where(t < 3, 2.0 - t / 3, 1.0) * (1 + 0.15 * np.clip((t - 60) / 30, 0, 1))
+    assert starts_both("CS202", train_loss=loss[:120], lr=linear[:120]) == ([], [])
+    batch, online = starts_both("CS202", every_rise, train_loss=loss[:120], lr=linear[:120])
+    assert batch == online and batch, batch
 
 
 def test_a_steady_learning_rate_rise_holds_the_grad_norms_bars():
