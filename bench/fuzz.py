@@ -344,7 +344,10 @@ def _training_run(rng: random.Random) -> dict:
               4: np.where(t < n // 2, 0.01, 0.0),
               # ramps that never stop: a steady one and an ever faster one (CS202's `lr_faster`)
               5: 1e-3 * (t + 1), 6: 1e-4 * (t + 1) ** 2}[kind]
-        out["lr"] = Series.from_arrays(steps, lr)
+        if rng.random() < 0.1:
+            lr[rng.randrange(n)] = rng.choice([math.nan, math.inf])
+        sparse = rng.choice([1, 1, 2, 5])  # the rate logged less often than the loss
+        out["lr"] = Series.from_arrays(steps[::sparse], lr[::sparse])
     if rng.random() < 0.5 and n >= 12:
         k = np.arange(0, n, rng.choice([3, 5]))
         val = loss[k] * rng.choice([1.05, 1.5]) * np.exp(0.01 * t[k] * rng.random())
