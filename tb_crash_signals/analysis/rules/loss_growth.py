@@ -372,12 +372,13 @@ def _lr_rising(lr, p: LossGrowthParams) -> np.ndarray:
 
 
 def _rising_faster(v, k: int, factor: float) -> np.ndarray:
-    """For each learning-rate point: whether its rise over its last k points is more than `factor` x
-    its rise over the k points before them (see `lr_faster`; True with fewer points, or factor 0)."""
+    """For each learning-rate point: whether its rise a point over its last k points is more than
+    `factor` x that over the k points before them (see `lr_faster`; True with fewer points, or factor 0)."""
     out = np.ones(v.shape[0], bool)
     if factor > 0 and v.shape[0] > 2 * k:
+        pos = np.arange(2 * k, v.shape[0])
         with np.errstate(invalid="ignore"):
-            out[2 * k:] = ~(v[2 * k:] - v[k:-k] <= factor * (v[k:-k] - v[: -2 * k]))
+            out[2 * k:] = ~(_rise_at(v, pos, k) <= factor * _rise_at(v, pos - k, k))
     return out
 
 
@@ -387,6 +388,14 @@ def _rise_at(v, pos, k: int) -> np.ndarray:
     back = np.minimum(np.maximum(pos, 0), k)
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(back > 0, (v[pos] - v[pos - back]) / back, np.nan)
+
+
+def _channel_rise(channel, k: int, skip: int = 0) -> float:
+    """_rise_at of a channel's point `skip` points before its last (the stream's side: the channel
+    keeps its last 256 points, and `lr_back` is at most 127)."""
+    back = min(channel.n - 1 - skip, k)
+    values = channel.values
+    return (values[-1 - skip] - values[-1 - skip - back]) / back if back > 0 else math.nan
 
 
 class _LrJump:
@@ -519,8 +528,8 @@ class _LrTrendOfChannel:
         back = values[-1 - k]
         if not (values[-1] >= self.up * back and back > 0 and ramping(ch)):
             return 0
-        # `lr_faster`, as _rising_faster (the channel holds 2 k + 1 points: k is at most 127).
-        if self.faster == 0 or ch.n <= 2 * k or not values[-1] - back <= self.faster * (back - values[-1 - 2 * k]):
+        # `lr_faster`, as _rising_faster.
+        if self.faster == 0 or ch.n <= 2 * k or not _channel_rise(ch, k) <= self.faster * _channel_rise(ch, k, k):
             return FASTER
         return STEADY
 
@@ -605,7 +614,7 @@ class LossGrowthStream(Stream):
         self.lr_jump = self.lr.shared.setdefault(_LR_JUMP, _LrJump())
         # The learning rate where the best level last fell (`lr_since_best`), noted by the level as
         # it falls: at points where the rule may rest.
-        self.lr_at_best = self.lr_rise_at_best = math.nan  # ... and its rise over lr_back points then
+        self.lr_at_best = self.lr_rise_at_best = math.nan  # ... and its rise a point then (_channel_rise)
         if p.lr_since_best > 0:
             self.best_level.on_low = self._note_best
         self.values = ch.values
@@ -673,13 +682,7 @@ class LossGrowthStream(Stream):
         """The best level fell at this loss point: the learning rate's last point, at or before it."""
         lr = self.lr
         self.lr_at_best = lr.values[-1] if lr.n else math.nan
-        self.lr_rise_at_best = self._lr_rise()
-
-    def _lr_rise(self):
-        """The learning rate's rise a point over its last `lr_back` points (or all, if fewer), as _rise_at."""
-        lr = self.lr
-        back = min(lr.n - 1, self.p.lr_back)
-        return (lr.values[-1] - lr.values[-1 - back]) / back if back > 0 else math.nan
+        self.lr_rise_at_best = _channel_rise(lr, self.p.lr_back)
 
     def _note_jump(self, i, step, v):
         """The check on the learning rate, when its trend is read from its channel: its jumps."""
@@ -742,7 +745,7 @@ class LossGrowthStream(Stream):
                 # learning rate then, or with lr_since_best 0.
                 then = self.lr_at_best
                 if then > 0.0 and self.lr.values[-1] >= p.lr_since_best * then and ramping(self.lr):
-                    if p.lr_faster == 0 or not self._lr_rise() <= p.lr_faster * self.lr_rise_at_best:
+                    if p.lr_faster == 0 or not _channel_rise(self.lr, p.lr_back) <= p.lr_faster * self.lr_rise_at_best:
                         lr_rising = FASTER
                     else:
                         lr_rising = STEADY
