@@ -94,8 +94,14 @@ class LossGrowthParams:
         "square root of `best_smooth`) and rising: a per-step loss too noisy for the short level"
     )
     lost: float = param(
-        0.1, "and the level must have lost at least this share of the progress from the initial level "
-        "(the median of the first 10 points) to the best"
+        0.3, "and the level must have lost at least this share of the progress from the initial level "
+        "(the median of the first 10 points) to the best: at a warm-up's peak a classifier's loss bumps "
+        "2-4x its best with the grad norm, having lost 12-20 % of what it learnt, and comes back as the "
+        "rate decays"
+    )
+    lost_with_lr: float = param(
+        0.1, "... or this share while the learning rate climbs ever faster (see `lr_faster`): an "
+        "exponential rate or a quadratic ramp does not come back"
     )
     lost_decades: float = param(
         0.2, "... or, with the learning rate rising, this share of its fall in log terms (of the decades from "
@@ -277,10 +283,12 @@ def climbing(level, before, slow, slow_before, best, init, spread, noise, grad_r
     sustained divergence needs more points still."""
     if not best > 0 or noise >= p.max_noise:
         return False
-    progress = p.lost * (init - best) if init > best else 0.0
+    share = p.lost_with_lr if lr_rising and lr_rising != STEADY else p.lost
+    progress = share * (init - best) if init > best else 0.0
     if level > 0 and level > before:
-        # The progress lost: a share of the fall from the initial level to the best; with the learning
-        # rate rising, or a share of its decades (see `lost_decades`).
+        # The progress lost: a share of the fall from the initial level to the best (a smaller one
+        # while the learning rate rises ever faster); with the rate rising, or a share of its decades
+        # (see `lost_decades`).
         lost = level - best >= progress
         if lost or (lr_rising and _lost_decades(level, best, init, p)):
             r = level / best
@@ -851,7 +859,8 @@ def loss_growth(data, p: LossGrowthParams, since=None):
     `smooth` points before: the slow recovery of a spike falls) for
     `consecutive` points in a row with the grad norm or the learning rate, or
     on a smooth loss (below), else `consecutive_alone`. The level must also have lost `lost` of
-    the progress from the initial level, and the loss must not be pure noise
+    the progress from the initial level (`lost_with_lr` while the learning rate climbs ever
+    faster), and the loss must not be pure noise
     (tiny batches). A log-linear fit of the last levels projects when the
     loss reaches `target` x its best. Many small models diverge this way
     with a grad norm far under any explosion threshold. Before `min_points`,
