@@ -21,12 +21,19 @@ process: "auto", their default, or true / false).
 --long trains each 10x longer (1 200 / 3 000 / 1 960 steps): a training run lasts minutes, and
 what a callback costs once (the child process's start, bringing the Monitor back at the end)
 weighs on a run of a second as it never does on one of minutes.
+--without PART (repeatable) takes one part of the callbacks' work out, to see what it costs:
+"feeds" (nothing reaches the Monitor: `Watch.give` returns at once), "sending" (the steps are
+checked and held, then dropped instead of fed), "grad_norm" (never measured: Lightning's only at
+the loggers' steps), "update_ratio" (never measured), "logging" (Lightning's writes of what it
+measured to the trainer's loggers). A part a callback does not have is left alone. For the
+measurements only: a callback without its feeds watches nothing.
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
+import inspect
 import logging
 import os
 import platform
@@ -84,12 +91,36 @@ def loop_share(marks) -> float:
     return (s1 - s0) / (t1 - t0)
 
 
-def hf(out, scale=1, grad_every=None, **options):  # the Trainer logs the gradient norm itself
+# --without: the callbacks' options that take a part out (those a callback takes).
+WITHOUT_OPTIONS = {"grad_norm": {"grad_every": 10**9, "grad_norm": False}, "update_ratio": {"ratio_every": 0},
+                   "logging": {"log_signals": False}}
+
+
+def ablate(parts) -> None:
+    """Takes the Watch's parts named in `parts` out of every callback (see --without)."""
+    from tb_crash_signals.integrations import _watch
+
+    if "feeds" in parts:
+        _watch.Watch.give = lambda self, step, values: False
+    if "sending" in parts:
+        def drop(self, wait, urgent=False):
+            self._pending = []
+
+        _watch.Watch._send = drop
+
+
+def made(cls, options):
+    """cls(**options), with the options it does not take left out."""
+    takes = inspect.signature(cls).parameters
+    return cls(**{k: v for k, v in options.items() if k in takes})
+
+
+def hf(out, scale=1, **options):  # the Trainer logs the gradient norm itself
     import test_hf
 
     from tb_crash_signals.integrations.hf import CrashSignalsCallback
 
-    cb = CrashSignalsCallback(**options)
+    cb = made(CrashSignalsCallback, options)
     spent, marks = timed(cb, "on_log")  # logging_steps=1: once a step
     t0 = time.perf_counter()
     trainer = test_hf.train(out, cb, lr=0.5, steps=120 * scale, eval_steps=40 * scale)
@@ -101,7 +132,7 @@ def lightning(out, scale=1, **options):
 
     from tb_crash_signals.integrations.lightning import CrashSignals
 
-    cb = CrashSignals(**options)
+    cb = made(CrashSignals, options)
     spent, marks = timed(cb, "on_train_batch_end")
     t0 = time.perf_counter()
     trainer = test_lightning.fit(out, cb, peak_lr=0.1, ramp=20, steps=300 * scale, log_every=LIGHTNING_LOG_EVERY)
@@ -113,7 +144,7 @@ def keras(out, scale=1, **options):
 
     from tb_crash_signals.integrations.keras import CrashSignals
 
-    cb = CrashSignals(**options)
+    cb = made(CrashSignals, options)
     spent, marks = timed(cb, "on_train_batch_end")
     t0 = time.perf_counter()
     model, _ = test_keras.fit(out, cb, lr=0.05, epochs=7 * scale)
@@ -139,6 +170,9 @@ def main(argv=None):
     ap.add_argument("--background", choices=("auto", "true", "false"), default=None,
                     help='the Monitor in a child process (default: the callbacks\' own, "auto")')
     ap.add_argument("--long", action="store_true", help="train 10x longer (steady state)")
+    ap.add_argument("--without", action="append", default=[], metavar="PART",
+                    choices=("feeds", "sending", *WITHOUT_OPTIONS),
+                    help="take a part of the callbacks' work out (repeatable; see the module)")
     args = ap.parse_args(argv)
     options = {}  # the callbacks' own
     if args.check_every is not None:
@@ -147,6 +181,9 @@ def main(argv=None):
         options["grad_every"] = args.grad_every if args.grad_every == "auto" else int(args.grad_every)
     if args.background is not None:
         options["background"] = {"auto": "auto", "true": True, "false": False}[args.background]
+    for part in args.without:
+        options.update(WITHOUT_OPTIONS.get(part, {}))
+    ablate(args.without)
     scale = 10 if args.long else 1
     logging.disable(logging.WARNING)
     import numpy as np
@@ -157,7 +194,8 @@ def main(argv=None):
           f"Python {platform.python_version()}, torch {torch.__version__} (1 thread), numpy {np.__version__}, "
           f"load average {os.getloadavg()[0]:.1f}; check_every={args.check_every or 'default'}, "
           f"grad_every={args.grad_every or 'default'}, background={args.background or 'default'}"
-          f"{', 10x longer runs' if args.long else ''}")
+          f"{', 10x longer runs' if args.long else ''}"
+          f"{', without ' + ', '.join(args.without) if args.without else ''}")
     print("framework   steps   step (wall)   callback per step   share of fit()   share of the loop   "
           "the child's CPU per step (background)")
     print("            (medians of the runs after a warm-up run; loop share min-max)")

@@ -685,9 +685,9 @@ def test_a_climb_under_a_rising_learning_rate_has_its_own_noise_bar():
 def test_a_climb_under_a_rising_learning_rate_counts_the_decades_the_loss_had_fallen():
     # A regression loss fell from 1.0 to 0.03 (1.5 decades); at 2.7x its best it has lost 5 % of
     # that fall, under `lost_with_lr` (10 %) and `lost` (30 %), but 28 % of its decades, over
-    # `lost_decades` (20 %): with the
-    # learning rate still rising (a warm-up that overshoots) it climbs; with the grad norm alone
-    # (a converged classifier's per-step loss bumps that far) it does not.
+    # `lost_decades` (20 %): with the learning rate still rising (a warm-up that overshoots) it
+    # climbs; with the grad norm alone (a converged classifier's per-step loss bumps that far) it
+    # does not.
     p = RULES["CS202"].default_params()
     level, best, init = 0.08, 0.03, 1.0
     assert level - best < p.lost * (init - best)
