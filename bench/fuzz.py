@@ -25,9 +25,9 @@ Targets and what counts as a failure:
 * twins: plausible training series (a loss that learns, then may climb, spike, stall or turn
   NaN, Inf or 0 at a point; a grad norm, a learning rate that warms up, decays, ramps (to a peak,
   or without end, steadily or ever faster) or drops to 0, now and then NaN or Inf and logged less
-  often than the loss, a validation loss; logged every 1, 5, 10 or 50 steps) under the defaults or one rule's
-  parameters drawn small within their bounds, through `analyze_run` and a Monitor fed step by
-  step. Failure: the episodes (fits to 12 digits) or the incidents differ.
+  often than the loss, a validation loss; logged every 1, 5, 10 or 50 steps) under the defaults
+  or one rule's parameters drawn small within their bounds, through `analyze_run` and a Monitor
+  fed step by step. Failure: the episodes (fits to 12 digits) or the incidents differ.
 * config: random documents (wrong types, unknown keys, huge ints, NaN, nested junk) and random
   TOML bytes; failure: anything but `ConfigError`, or an accepted config the engine or the
   monitor cannot run.

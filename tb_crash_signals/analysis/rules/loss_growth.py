@@ -283,8 +283,8 @@ def climbing(level, before, slow, slow_before, best, init, spread, noise, grad_r
     sustained divergence needs more points still."""
     if not best > 0 or noise >= p.max_noise:
         return False
-    share = p.lost_with_lr if lr_rising and lr_rising != STEADY else p.lost
-    progress = share * (init - best) if init > best else 0.0
+    faster = lr_rising and lr_rising != STEADY  # (True reads as faster)
+    progress = (p.lost_with_lr if faster else p.lost) * (init - best) if init > best else 0.0
     if level > 0 and level > before:
         # The progress lost: a share of the fall from the initial level to the best (a smaller one
         # while the learning rate rises ever faster); with the rate rising, or a share of its decades
@@ -298,8 +298,7 @@ def climbing(level, before, slow, slow_before, best, init, spread, noise, grad_r
                 if lost and bool(grad_rising) and r >= p.ratio_with_grad and math.log(r) > p.z_with_grad * sd:
                     return "with grad"
                 if lr_rising:  # a steady rise holds the grad norm's bars (`lr_faster`)
-                    steady = lr_rising == STEADY
-                    ratio, z = (p.ratio_with_grad, p.z_with_grad) if steady else (p.ratio_with_lr, p.z_with_lr)
+                    ratio, z = (p.ratio_with_lr, p.z_with_lr) if faster else (p.ratio_with_grad, p.z_with_grad)
                     if r >= ratio and math.log(r) > z * sd:
                         return "with grad"
                 if lost and r >= p.ratio and math.log(r) > p.z * sd and r < p.max_ratio:
@@ -396,6 +395,13 @@ def _rise_at(v, pos, k: int) -> np.ndarray:
     back = np.minimum(np.maximum(pos, 0), k)
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(back > 0, (v[pos] - v[pos - back]) / back, np.nan)
+
+
+def _speed(rise, rise_before, factor: float) -> int:
+    """FASTER when the learning rate's rise a point is more than `factor` x the rise it is read
+    against (or either is NaN, or factor is 0), else STEADY: `lr_faster` for one point, as
+    `_rising_faster` and `_lr_since_best_at` read it for many."""
+    return FASTER if factor == 0 or not rise <= factor * rise_before else STEADY
 
 
 def _channel_rise(channel, k: int, skip: int = 0) -> float:
@@ -536,10 +542,8 @@ class _LrTrendOfChannel:
         back = values[-1 - k]
         if not (values[-1] >= self.up * back and back > 0 and ramping(ch)):
             return 0
-        # `lr_faster`, as _rising_faster.
-        if self.faster == 0 or ch.n <= 2 * k or not _channel_rise(ch, k) <= self.faster * _channel_rise(ch, k, k):
-            return FASTER
-        return STEADY
+        # `lr_faster`, as _rising_faster: too few points to tell read as faster.
+        return FASTER if ch.n <= 2 * k else _speed(_channel_rise(ch, k), _channel_rise(ch, k, k), self.faster)
 
 
 def _grad_rising(g, p: LossGrowthParams) -> np.ndarray:
@@ -753,10 +757,7 @@ class LossGrowthStream(Stream):
                 # learning rate then, or with lr_since_best 0.
                 then = self.lr_at_best
                 if then > 0.0 and self.lr.values[-1] >= p.lr_since_best * then and ramping(self.lr):
-                    if p.lr_faster == 0 or not _channel_rise(self.lr, p.lr_back) <= p.lr_faster * self.lr_rise_at_best:
-                        lr_rising = FASTER
-                    else:
-                        lr_rising = STEADY
+                    lr_rising = _speed(_channel_rise(self.lr, p.lr_back), self.lr_rise_at_best, p.lr_faster)
             if not lr_rising:
                 # Then climbing's bars are `ratio_with_grad` (or `ratio`) x the best on a level and
                 # `slow_ratio` x on the slow one: a level under both does not climb, whatever the grad
