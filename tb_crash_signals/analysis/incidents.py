@@ -82,7 +82,8 @@ class Incident:
         severity: the most severe of its episodes' ("info", "warning", "critical").
         signal: the signal its story starts from: its first alarm's, or that of the cause
             before it (a learning rate that jumped).
-        start_step: where its story starts (its first episode, or the fit's start).
+        start_step: where its story starts (its first episode, or the fit's start; a note over
+            before the first alarm, an occurrence that passed, not).
         first_alarm_step: the start of its first episode of its severity (a note before a warning is no alarm).
         end_step, open: its last episode's end; whether one of its episodes is still open.
         crash_step: the first step of the crash itself (divergence, nonfinite), else None.
@@ -259,7 +260,10 @@ def _incident(kind: str, members: list[int], episodes: list[Episode]) -> Inciden
         causes = [e for e in eps if e.family == "optimizer" and e.severity == severity]
         if causes:
             alarm = min(causes, key=lambda e: (e.start_step, e.code))
-    start = min(e.start_step for e in eps)
+    # A note over before the first alarm (a rise the validation loss came back from, a slow start
+    # the run learnt past) is an occurrence that passed, not where the alarm's story starts; one
+    # still going on at it (a loss that levelled off, then a plateau warning) is.
+    start = min(e.start_step for e in eps if e.severity != "info" or e.end_step >= first.start_step)
     fits = [e for e in eps if e.fit is not None]
     fit = max(fits, key=lambda e: e.fit.end_step).fit if fits else None
     crash = None

@@ -97,6 +97,19 @@ def test_a_loss_that_levelled_off_is_a_note_until_a_plateau_warning_joins_it():
     assert incident.headline == "CS302 at 600; the train loss stopped improving too"
 
 
+def test_a_validation_rise_the_run_came_back_from_does_not_start_the_later_overfit_s_story():
+    # CS402 at 1380 came back (a note: the validation loss reached a new best at 2415 since), then
+    # rose again and stayed: the story to tell starts at that warning, not at the passed rise.
+    passed = dataclasses.replace(episode("CS402", 1380, signal="val_loss"), severity="info")
+    rising = episode("CS402", 3105, 3400, signal="val_loss")
+    (incident,) = build_incidents([passed, rising], run_steps=3500)
+    assert incident.kind == "overfit" and incident.severity == "warning" and incident.episodes == (0, 1)
+    assert incident.start_step == incident.first_alarm_step == 3105
+    # The note alone is a story of its own, told from its step.
+    (note,) = build_incidents([passed], run_steps=3500)
+    assert note.severity == "info" and note.start_step == 1380
+
+
 def test_a_loss_stuck_at_its_start_after_updates_far_too_large_is_told_to_lower_the_learning_rate():
     stuck = episode("CS301", 30, 200)
     (plain,) = build_incidents([stuck], run_steps=300)
