@@ -2,7 +2,8 @@
 
 Tags are matched by name, with a fixed precedence, so the same logdir always
 maps the same way. Keras writes one run per split (`X/train`, `X/validation`)
-with the same tag in each; those sibling runs become one logical run `X`.
+with the same tag in each, fairseq three (`X/train_inner`, `X/train`, `X/valid`);
+those sibling runs become one logical run `X`.
 """
 
 from __future__ import annotations
@@ -22,7 +23,9 @@ SIGNAL_LABELS = {
     "lr": "learning rate",
 }
 
-_TRAIN_SPLITS = ("train", "training")
+# fairseq writes its per-update training metrics to `train_inner`, their epoch means to `train`:
+# both are the training split, the per-update one read first.
+_TRAIN_SPLITS = ("train_inner", "train", "training")
 _VAL_SPLITS = ("validation", "val", "valid", "eval", "evaluation", "test", "dev")
 
 _VAL_WORDS = frozenset(_VAL_SPLITS) | {"v"}
@@ -54,6 +57,8 @@ _KNOWN = {
         "epoch_learning_rate", "lr-adam", "lr-sgd", "lr-adamw",
     ),
 }
+
+_NUMBERED_LR = re.compile(r"lr\d+")
 
 # Words that make a tag look like a loss but not the objective itself.
 _NOT_A_LOSS = frozenset({"scale", "scaler", "weight", "ratio", "std", "var", "min", "max"})
@@ -124,7 +129,8 @@ def _score(dimension: str, tag: str, split: str | None) -> int:
             return 0
     elif dimension == "grad_norm":
         joined = "".join(words)
-        if not ("grad" in joined and "norm" in joined) and lowered not in known:
+        # fairseq's "gnorm" (under train/, train_inner/) names no "grad".
+        if not ("grad" in joined and "norm" in joined) and lowered not in known and "gnorm" not in wordset:
             return 0
         if wordset & {"clip", "clipped", "max", "min"}:
             return 0
@@ -134,7 +140,9 @@ def _score(dimension: str, tag: str, split: str | None) -> int:
             if lowered not in known:
                 return 0
     elif dimension == "lr":
-        if not (wordset & {"lr", "learning"} or "learningrate" in "".join(words)):
+        # ESPnet's "optim0_lr0": a numbered rate is a rate too.
+        if not (wordset & {"lr", "learning"} or "learningrate" in "".join(words)
+                or any(_NUMBERED_LR.fullmatch(w) for w in words)):
             return 0
         if lowered.startswith("lr-") or lowered.startswith("lr_"):
             return 900
@@ -203,6 +211,12 @@ def family(run: str) -> str:
     return (posixpath.dirname(run) or ".") if _split_of(run) is not None else run
 
 
+def _member_order(run: str):
+    """Training splits first, the finer one first (`_TRAIN_SPLITS`' order), then validation."""
+    last = posixpath.basename(run).lower()
+    return (_split_of(run) != "train", _TRAIN_SPLITS.index(last) if last in _TRAIN_SPLITS else 0, run)
+
+
 def group_runs(
     run_tags: Mapping[str, Iterable[str]],
     overrides: Mapping[str, Sequence[str]] | None = None,
@@ -230,11 +244,11 @@ def group_runs(
         splits = [_split_of(c) for c in children]
         # Keras writes train/ alone when there is no validation data, and an
         # hparams-only event file (no scalars) in the parent, which we absorb.
-        if splits.count("train") != 1 or splits.count("val") > 1 or runs.get(parent):
+        if not splits.count("train") or splits.count("val") > 1 or runs.get(parent):
             continue
         if parent in runs:
             grouped.add(parent)
-        ordered = sorted(children, key=lambda c: (_split_of(c) != "train", c))
+        ordered = sorted(children, key=_member_order)
         members = [(c, _split_of(c), runs[c]) for c in ordered]
         logical.append(
             LogicalRun(

@@ -42,7 +42,25 @@ def mapping(tags, run="r", overrides=None):
             ["Training loss", "Test loss (avg on test)", "IoU (avg on test)", "amp/loss_scale"],
             dict(train_loss="Training loss", val_loss="Test loss (avg on test)"),
         ),
-        (["accuracy", "images/sample"], {}),
+        (  # fairseq: its per-update and per-epoch training metrics, and the validation's
+            ["train_inner/loss", "train_inner/gnorm", "train_inner/lr", "train_inner/loss_scale", "valid/loss"],
+            dict(train_loss="train_inner/loss", val_loss="valid/loss", grad_norm="train_inner/gnorm",
+                 lr="train_inner/lr"),
+        ),
+        (  # ESPnet
+            ["train/loss", "valid/loss", "optim0_lr0", "grad_norm", "clip"],
+            dict(train_loss="train/loss", val_loss="valid/loss", grad_norm="grad_norm", lr="optim0_lr0"),
+        ),
+        (  # Megatron-LM
+            ["lm loss", "lm loss validation", "grad-norm", "learning-rate", "loss-scale", "params-norm"],
+            dict(train_loss="lm loss", val_loss="lm loss validation", grad_norm="grad-norm", lr="learning-rate"),
+        ),
+        (  # OLMo-core
+            ["train/CE loss", "optim/total grad norm", "optim/LR (group 0)", "eval/lm/c4/CE loss"],
+            dict(train_loss="train/CE loss", val_loss="eval/lm/c4/CE loss", grad_norm="optim/total grad norm",
+                 lr="optim/LR (group 0)"),
+        ),
+        (["accuracy", "images/sample", "layer/lognorm", "slr", "glr2"], {}),
     ],
 )
 def test_writer_styles(tags, expected):
@@ -71,6 +89,21 @@ def test_keras_sibling_runs_become_one_logical_run():
     assert (exp.signals["train_loss"].run, exp.signals["train_loss"].tag) == ("exp/train", "epoch_loss")
     assert (exp.signals["val_loss"].run, exp.signals["val_loss"].tag) == ("exp/validation", "epoch_loss")
     assert exp.signals["lr"].tag == "epoch_learning_rate"
+
+
+def test_fairseq_s_per_update_and_per_epoch_runs_join_its_validation_the_per_update_one_read():
+    runs = group_runs(
+        {
+            "ckpt/tb/valid": ["loss", "nll_loss", "ppl"],
+            "ckpt/tb/train": ["loss", "gnorm", "lr", "wall"],
+            "ckpt/tb/train_inner": ["loss", "gnorm", "lr", "loss_scale"],
+        }
+    )
+    (run,) = runs
+    assert run.name == "ckpt/tb" and run.members == ("ckpt/tb/train_inner", "ckpt/tb/train", "ckpt/tb/valid")
+    got = {dim: (ref.run, ref.tag) for dim, ref in run.signals.items() if ref is not None}
+    assert got == {"train_loss": ("ckpt/tb/train_inner", "loss"), "val_loss": ("ckpt/tb/valid", "loss"),
+                   "grad_norm": ("ckpt/tb/train_inner", "gnorm"), "lr": ("ckpt/tb/train_inner", "lr")}
 
 
 def test_train_and_test_dirs_pair_too_and_root_siblings_are_named_dot():
