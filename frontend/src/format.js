@@ -136,3 +136,30 @@ export function logSplits(min, max, room = 6) {
   if (out.length > roomy + 1) return out.filter((v) => !/^2/.test(v.toExponential()));
   return [0.1, 0.5, 0.9].map((f) => Number((min * (max / min) ** f).toPrecision(3)));
 }
+
+// A run name's tail keeps at least this many characters (its last path segments): "run0" or
+// "RMSprop" alone says little in a list where the next run differs only one folder up.
+const RUN_TAIL_CHARS = 12;
+// ... and a long tail keeps its last this many apart: a sweep's runs named by their
+// hyperparameters differ at the end of the name as often as at its start.
+const RUN_END_CHARS = 9;
+
+/**
+ * A run name as [head, body, end]: the tail (its last path segment, or the last few while they
+ * are short: `SUB_1/RMSprop`) split into its body and, when long, its last RUN_END_CHARS
+ * characters; the head what comes before it (with its slash). Empty strings where a part is
+ * absent. The run list ellipsises the head first, then the body: runs of a sweep share a long
+ * folder prefix and differ at their end.
+ */
+export function runNameParts(name) {
+  const s = String(name);
+  let cut = s.lastIndexOf('/', s.length - 2); // a trailing slash belongs to the last segment
+  while (cut > 0 && s.length - cut - 1 < RUN_TAIL_CHARS) {
+    const before = s.lastIndexOf('/', cut - 1);
+    if (before < 0) break;
+    cut = before;
+  }
+  const [head, tail] = cut <= 0 ? ['', s] : [s.slice(0, cut + 1), s.slice(cut + 1)];
+  if (tail.length <= 2 * RUN_END_CHARS) return [head, tail, ''];
+  return [head, tail.slice(0, -RUN_END_CHARS), tail.slice(-RUN_END_CHARS)];
+}

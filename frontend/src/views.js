@@ -1,7 +1,7 @@
 // DOM views (no uPlot, no fetch). Every data string goes through textContent or an attribute.
 
 import {el} from './dom.js';
-import {fmtNum, fmtSpan, fmtStep, plural} from './format.js';
+import {fmtNum, fmtSpan, fmtStep, plural, runNameParts} from './format.js';
 import {countsOf, headlineOf, incidentCountsOf, HEALTH_LABEL, isPending, severityOf, SIGNAL_LABEL, tomlSnippet} from './model.js';
 
 const HEALTH_GLYPH = {critical: '◆', warning: '▲', pending: '◌', ok: '●', no_signals: '○'};
@@ -17,6 +17,8 @@ export function healthBadge(health) {
     HEALTH_LABEL[health] || String(health),
   ]);
 }
+
+const RUN_NAME_PARTS = ['cs-name-head', 'cs-name-body', 'cs-name-end'];
 
 /** One run in the run list (data-run, data-health, data-pending are test hooks). */
 export function runListItem(entry, {selected, onSelect}) {
@@ -63,7 +65,8 @@ export function runListItem(entry, {selected, onSelect}) {
     },
     [
       el('span', {class: `cs-dot ${healthClass(entry.health)}`, text: HEALTH_GLYPH[entry.health] || '○', attrs: {'aria-hidden': 'true'}}),
-      el('span', {class: 'cs-run-name', text: entry.run}),
+      el('span', {class: 'cs-run-name'}, runNameParts(entry.run).map((part, i) =>
+        el('span', {class: `${RUN_NAME_PARTS[i]}${i === 0 && part.length > 3 ? ' cs-name-cut' : ''}`, text: part}))),
       el('span', {class: 'cs-run-meta'}, meta),
     ],
   );

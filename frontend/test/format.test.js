@@ -1,6 +1,6 @@
 import {test} from 'node:test';
 import assert from 'node:assert/strict';
-import {toNum, fmtNum, fmtStep, fmtSpan, fmtStepAxis, fmtTick, fmtTicks, fmtAxis, fmtLog, logSplits, plural, stepDecimals} from '../src/format.js';
+import {toNum, fmtNum, fmtStep, fmtSpan, fmtStepAxis, fmtTick, fmtTicks, fmtAxis, fmtLog, logSplits, plural, runNameParts, stepDecimals} from '../src/format.js';
 
 test('toNum', () => {
   assert.equal(toNum(1.5), 1.5);
@@ -94,5 +94,19 @@ test('log axes label every range from 1e-12 to 1e38 with at least two ticks', ()
       assert.equal(new Set(labels).size, labels.length, `${min}..${max}: ${labels}`);
       for (const l of labels) assert.ok(l.length <= 8, l);
     }
+  }
+});
+
+test('runNameParts keeps the end of a run name apart: its last segments while short, a long one\'s end', () => {
+  assert.deepEqual(runNameParts('sweep/logs/search/learning_rate=1.0_optimizer=Adam'),
+    ['sweep/logs/search/', 'learning_rate=1.0_optim', 'izer=Adam']);
+  assert.deepEqual(runNameParts('hw/Homework04/logs/SUB_1/RMSprop'), ['hw/Homework04/logs/', 'SUB_1/RMSprop', '']);
+  assert.deepEqual(runNameParts('lora/runs/run0'), ['lora/', 'runs/run0', '']);
+  assert.deepEqual(runNameParts('custom/healthy'), ['custom/', 'healthy', '']);
+  assert.deepEqual(runNameParts('.'), ['', '.', '']);
+  assert.deepEqual(runNameParts('a/b/'), ['a/', 'b/', '']);
+  assert.deepEqual(runNameParts('/abs/p'), ['', '/abs/p', '']);
+  for (const name of ['x/y/z/a_long_enough_name', 'one', 'a//b', 'k/' + 'z'.repeat(40), '']) {
+    assert.equal(runNameParts(name).join(''), name);
   }
 });
