@@ -109,6 +109,23 @@ def test_hostile_run_names_are_text(browser, tensorboard):
         tab.close()
 
 
+def test_a_long_run_name_keeps_its_end_in_view_in_the_run_list(browser, tensorboard):
+    tab = Tab(browser, tensorboard)
+    try:
+        row = tab.frame.locator(f"[data-run='{LONG}']")
+        assert row.locator(".cs-run-name").text_content() == LONG
+        # Its folders and the middle of its last one are ellipsised; its last characters are shown
+        # whole, and the row stays within the list.
+        end = row.locator(".cs-name-end")
+        assert end.text_content() == LONG[-9:]
+        assert end.evaluate("e => e.scrollWidth <= e.clientWidth && e.clientWidth > 0")
+        assert row.locator(".cs-name-head").evaluate("e => e.scrollWidth > e.clientWidth")
+        assert row.evaluate("e => e.scrollWidth <= e.clientWidth")
+        _assert_clean(tab)
+    finally:
+        tab.close()
+
+
 def test_hostile_tag_names_are_text(browser, tensorboard):
     tab = Tab(browser, tensorboard)
     try:
