@@ -119,7 +119,9 @@ def _score(dimension: str, tag: str, split: str | None) -> int:
     is_train_tag = bool(wordset & _TRAIN_WORDS)
 
     if dimension in ("train_loss", "val_loss"):
-        if "loss" not in "".join(words) or wordset & _NOT_A_LOSS:
+        # A cross-entropy is a loss by another name (Composer's `metrics/eval/LanguageCrossEntropy`).
+        joined = "".join(words)
+        if ("loss" not in joined and "crossentropy" not in joined) or wordset & _NOT_A_LOSS:
             return 0
         wants_val = dimension == "val_loss"
         in_val = is_val_tag or (split == "val" and not is_train_tag)
@@ -156,6 +158,7 @@ def _score(dimension: str, tag: str, split: str | None) -> int:
         score += 20 if words and words[-1] == "loss" else 0
         score -= 10 * max(0, len(words) - 2)
         score -= 15 if "epoch" in wordset else 0
+        score -= 30 if "loss" not in joined else 0  # a metric named so, where a loss is logged too
     return max(score, 1)
 
 

@@ -60,6 +60,12 @@ def mapping(tags, run="r", overrides=None):
             dict(train_loss="train/CE loss", val_loss="eval/lm/c4/CE loss", grad_norm="optim/total grad norm",
                  lr="optim/LR (group 0)"),
         ),
+        (  # Composer / LLM Foundry: the eval loss is a metric named by what it computes
+            ["loss/train/total", "metrics/train/LanguageCrossEntropy", "metrics/eval/LanguageCrossEntropy",
+             "metrics/eval/LanguagePerplexity", "lr-DecoupledAdamW/group0", "l2_norm/grad/global"],
+            dict(train_loss="loss/train/total", val_loss="metrics/eval/LanguageCrossEntropy",
+                 grad_norm="l2_norm/grad/global", lr="lr-DecoupledAdamW/group0"),
+        ),
         (["accuracy", "images/sample", "layer/lognorm", "slr", "glr2"], {}),
     ],
 )
