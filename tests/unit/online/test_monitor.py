@@ -227,6 +227,30 @@ def test_update_returns_opened_episodes_and_acting_on_them():
     assert (ep.start_step, ep.end_step, ep.peak_value) == (50, 51, 300.0)
 
 
+def test_a_second_overfit_after_one_the_validation_loss_came_back_from_is_reported_too():
+    reported = []
+    m = Monitor(on_incident=reported.append)
+    # Epoch-level: the train loss keeps falling; the validation loss rises from epoch 15, comes back
+    # to a new best by epoch 34, then rises again for good.
+    for epoch in range(60):
+        if epoch < 15:
+            val = 2.0 * math.exp(-epoch / 12) + 0.3
+        elif epoch < 22:
+            val = 2.0 * math.exp(-15 / 12) + 0.3 + 0.05 * (epoch - 14)
+        elif epoch < 35:
+            val = 0.5 - 0.01 * (epoch - 22)
+        else:
+            val = 0.37 + 0.04 * (epoch - 34)
+        m.update(epoch * 100, train_loss=2.0 * math.exp(-epoch / 15) + 0.1, val_loss=val)
+    assert [(i.kind, i.severity) for i in reported] == [("overfit", "warning"), ("overfit", "warning")]
+    first, second = reported
+    assert first.first_alarm_step < 2200 <= 3400 < second.first_alarm_step == second.start_step
+    # The report tells the story once, from its current alarm: the first rise, which the
+    # validation loss came back from, is a note inside it.
+    (incident,) = m.incidents()
+    assert incident.start_step == second.start_step and incident.severity == "warning"
+
+
 def test_stop_on_limits_which_criticals_stop():
     m = Monitor(stop_on=["CS001"])
     for i in range(30):
