@@ -114,13 +114,13 @@ def _score(dimension: str, tag: str, split: str | None) -> int:
     lowered = tag.lower()
     words = _words(tag)
     wordset = set(words)
+    joined = "".join(words)
     known = _KNOWN[dimension]
     is_val_tag = bool(wordset & _VAL_WORDS)
     is_train_tag = bool(wordset & _TRAIN_WORDS)
 
     if dimension in ("train_loss", "val_loss"):
         # A cross-entropy is a loss by another name (Composer's `metrics/eval/LanguageCrossEntropy`).
-        joined = "".join(words)
         if ("loss" not in joined and "crossentropy" not in joined) or wordset & _NOT_A_LOSS:
             return 0
         wants_val = dimension == "val_loss"
@@ -130,20 +130,18 @@ def _score(dimension: str, tag: str, split: str | None) -> int:
         if split == "train" and wants_val and not is_val_tag:
             return 0
     elif dimension == "grad_norm":
-        joined = "".join(words)
         # fairseq's "gnorm" (under train/, train_inner/) names no "grad".
         if not ("grad" in joined and "norm" in joined) and lowered not in known and "gnorm" not in wordset:
             return 0
         if wordset & {"clip", "clipped", "max", "min"}:
             return 0
     elif dimension == "update_ratio":
-        joined = "".join(words)
         if not ("update" in joined and ("ratio" in joined or "param" in joined)):
             if lowered not in known:
                 return 0
     elif dimension == "lr":
         # ESPnet's "optim0_lr0": a numbered rate is a rate too.
-        if not (wordset & {"lr", "learning"} or "learningrate" in "".join(words)
+        if not (wordset & {"lr", "learning"} or "learningrate" in joined
                 or any(_NUMBERED_LR.fullmatch(w) for w in words)):
             return 0
         if lowered.startswith("lr-") or lowered.startswith("lr_"):
