@@ -29,7 +29,8 @@ Frames are an 8-byte length and a pickle. Parent to child: ("start", pickled Mon
 ("catch up", steps), ("feed", steps, asked), ("home",); steps are [(step, {signal: float}),
 ...]. Child to parent: ("ready",) once started; ("fed", [(incident, should_stop when it
 opened), ...], should_stop, asked) or ("error", exception, asked) after a feed that asked or
-found something; to "home": ("monitor", pickled Monitor), after which the child ends.
+found something; to "home": ("monitor", pickled Monitor), after which the child ends; to
+("copy",): ("copy", the Monitor's state_dict), and it goes on.
 """
 
 from __future__ import annotations
@@ -298,6 +299,19 @@ class Offload:
         for incident, should_stop in opened:
             self._tell(incident, should_stop)
 
+    def copy(self) -> dict:
+        """The state_dict of the Monitor, fed every step sent; the child goes on."""
+        if self._journal is not None:
+            return self.local.state_dict()
+        self._read()
+        self._process.send(("copy",))
+        self._process.wake()
+        while True:
+            message = self._process.read(HOME_TIMEOUT)
+            if message[0] == "copy":
+                return message[1]
+            self._handle(message)
+
     def home(self):
         """The Monitor, fed every step sent, back in this process; the child ends."""
         if self._journal is not None:
@@ -426,6 +440,8 @@ def _serve(wake: int, board: mmap.mmap) -> None:
                 continue
             if asked or opened or monitor.should_stop != was:
                 tell(("fed", list(opened), monitor.should_stop, asked))
+        elif kind == "copy":
+            tell(("copy", monitor.state_dict()))
         elif kind == "home":
             monitor.on_incident = None
             tell(("monitor", pickle.dumps(monitor, protocol=_PROTOCOL)))

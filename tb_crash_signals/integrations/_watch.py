@@ -242,8 +242,20 @@ class Watch:
         self._step = None
         if self.stop and self.stopped_step is None and self._stopping():
             self.stopped_step = step
+            if not self._stop_told:
+                self._tell_stop(step)
             return True
         return False
+
+    def _tell_stop(self, step: int):
+        """Says the stop when no incident told it: the critical that stopped training joined one
+        told before (a resumed run's story going on), which is named again."""
+        self._stop_told = True
+        told = [incident for incident in self.reported if incident.severity == "critical"]
+        if told:
+            self._say("critical", describe(told[-1], step))
+        else:
+            self._say("critical", f"crash signals: a critical episode opened. Training stopped at step {step}.")
 
     def _stopping(self) -> bool:
         return self._offload.should_stop if self._offload is not None else self._monitor.should_stop
@@ -291,6 +303,56 @@ class Watch:
             self.flush()
             self.auto, self.check_every = False, 1
             self.background = False
+
+    def state_dict(self) -> dict:
+        """The Monitor's `state_dict`, fed every step given so far (what a checkpoint keeps); a
+        Monitor in a child process goes on there."""
+        self._send(wait=True)
+        if self._offload is not None:
+            try:
+                return self._offload.copy()
+            except _process.ProcessGone as e:
+                self._lost(e, [])
+        return self._monitor.state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        """Continues from a `state_dict()` (a run resumed from its checkpoint): its incidents
+        count as reported, and the stop is decided afresh.
+
+        Raises:
+            ValueError: as `Monitor.load_state_dict` (the Watch is then as it was).
+        """
+        monitor = Monitor(self._monitor.config, stop_on=self._monitor.stop_on)
+        monitor.load_state_dict(state)
+        self._start_over(monitor)
+
+    def resume(self, history) -> None:
+        """Starts again from a run's history, the (step, {signal: value}) it logged up to the
+        checkpoint it resumes from (the Trainer keeps them in its checkpoints), fed quietly: its
+        incidents count as reported, and the stop is decided afresh. A value that is not a
+        number is left out."""
+        monitor = Monitor(self._monitor.config, stop_on=self._monitor.stop_on)
+        for step, values in history:
+            try:
+                monitor.update(step, **values)
+            except (TypeError, ValueError):  # a step or value the Monitor does not take
+                continue
+        monitor.should_stop = False
+        self._start_over(monitor)
+
+    def _start_over(self, monitor: Monitor) -> None:
+        """Takes `monitor` (quiet so far) as the one fed from now on; a child process and the
+        steps held back are dropped, and the incidents it holds count as reported."""
+        if self._offload is not None:
+            self._offload.close()
+            self._offload = self._told = None
+        self._pending, self._raw_held = [], False
+        self._top = dict.fromkeys(self._top)
+        self.stopped_step, self._stop_told, self._step = None, False, None
+        self.reported = sorted(monitor.incidents(), key=lambda incident: incident.first_alarm_step)
+        monitor._reported.update(incident.key for incident in self.reported)
+        monitor.on_incident = self._on_incident
+        self._monitor = monitor
 
     def flush(self):
         """Feeds the Monitor the steps given since its last feed, and brings it back into this

@@ -12,6 +12,10 @@ critical incident it sets `control.should_training_stop`, and with
 `save_checkpoint=True` also `control.should_save`, so the Trainer writes a
 checkpoint at that step before it stops.
 
+A run resumed from a checkpoint (`trainer.train(resume_from_checkpoint=...)`) starts the
+Monitor from the log history the checkpoint holds: the rules know the run's best loss, its
+noise and its learning rate's course, and the incidents found before are not reported again.
+
 Under distributed training the logged values are the same on every process
 (the Trainer gathers the loss; the gradient norm is of the synchronised
 gradients), so every process reaches the same decision at the same step and
@@ -32,6 +36,18 @@ _logger = _transformers.utils.logging.get_logger("tb_crash_signals.integrations.
 
 # Trainer log keys -> Monitor signals.
 _KEYS = (("loss", "train_loss"), ("grad_norm", "grad_norm"), ("learning_rate", "lr"), ("eval_loss", "val_loss"))
+
+
+def _history(log_history, upto: int) -> list:
+    """The (step, {signal: value}) of a Trainer's log history, up to step `upto`."""
+    history = []
+    for entry in log_history or ():
+        step = entry.get("step") if isinstance(entry, dict) else None
+        if type(step) is int and step <= upto:
+            values = {signal: entry[key] for key, signal in _KEYS if key in entry}
+            if values:
+                history.append((step, values))
+    return history
 
 
 class CrashSignalsCallback(Watching, TrainerCallback):
@@ -74,6 +90,10 @@ class CrashSignalsCallback(Watching, TrainerCallback):
         if getattr(args, "world_size", 1) > 1:
             # Every process decides on its own logs: they must feed at the same steps.
             self._watch.in_lockstep()
+        if state is not None and state.global_step > 0:
+            # Resumed from a checkpoint, whose state holds what the Trainer logged up to it: the
+            # Monitor starts from that history, as `scan` reads the run's logs.
+            self._watch.resume(_history(state.log_history, state.global_step))
 
     def on_train_end(self, args, state, control, **kwargs):
         self._watch.flush()  # the steps held back: their incidents are reported now

@@ -20,6 +20,10 @@ Under DDP the rank-zero process feeds the Monitor and decides; the decision
 reaches every rank each step (one all-reduce of a flag, as Lightning's
 EarlyStopping makes its own), so all ranks stop at the same step.
 
+A fit resumed from a checkpoint (`trainer.fit(model, ckpt_path=...)`) continues the Monitor
+saved in it (the callback's `state_dict`): the rules know the run's history, and the incidents
+found before are not reported again.
+
 The module's parameters are listed once per training epoch (walking the module
 every step costs more than the norm of a tiny model's gradients): parameters
 added in the middle of an epoch count from the next one.
@@ -160,6 +164,21 @@ class CrashSignals(Watching, Cadenced, _pl.Callback):
         if self._params_of is not pl_module:
             self._params, self._params_of = list(pl_module.parameters()), pl_module
         return self._params
+
+    def state_dict(self) -> dict:
+        """What Lightning's checkpoints keep of the callback: rank zero's Monitor (`Watch.state_dict`)."""
+        return {} if self._zero is False else {"monitor": self._watch.state_dict()}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        """A fit resumed from a checkpoint (`ckpt_path=`) continues the Monitor saved with it; one
+        saved with another config, or damaged, is said and left: the Monitor starts afresh."""
+        saved = state_dict.get("monitor") if isinstance(state_dict, dict) else None
+        if saved is None:
+            return
+        try:
+            self._watch.load_state_dict(saved)
+        except ValueError as e:
+            _logger.warning(f"crash signals: the checkpoint's monitor is not continued ({e}); it starts afresh")
 
     def on_fit_start(self, trainer, pl_module):
         if self._bind(trainer):

@@ -18,6 +18,7 @@ the summary — not the whole history, unlike the source article's monitor.
 from __future__ import annotations
 
 import collections
+import io
 import math
 import pickle
 from typing import Callable, Iterable
@@ -43,7 +44,36 @@ _SIGNAL_SET = frozenset(SIGNALS)
 # last _SNAPSHOTS of them kept, with the updates since the oldest for replay.
 _SNAPSHOT_EVERY = 1024
 _SNAPSHOTS = 4
+# state_dict's envelope.
+_STATE_FORMAT, _STATE_VERSION = "tb-crash-signals monitor", 1
+# What a saved state may name: this package's classes and the few others its state holds. A
+# checkpoint is a file from elsewhere: its bytes are never given a way to other code.
+_STATE_GLOBALS = {("collections", "deque"), ("numpy", "log"), ("numpy", "log10")}
+_STATE_MODULES = ("tb_crash_signals.analysis.", "tb_crash_signals.online.")
 
+
+
+class _StateUnpickler(pickle.Unpickler):
+    """Unpickles a state_dict's bytes, resolving only what a Monitor's state holds: the classes
+    of the analysis and the monitor (in-memory state, no files, no processes), a few others, and
+    bound methods (`getattr(obj, name)`) by a plain name, never a dunder."""
+
+    def find_class(self, module, name):
+        if module == "builtins" and name == "getattr":
+            return _plain_getattr
+        if (module, name) in _STATE_GLOBALS:
+            return super().find_class(module, name)
+        if module.startswith(_STATE_MODULES) and not name.startswith("__"):
+            found = super().find_class(module, name)
+            if isinstance(found, type):
+                return found
+        raise pickle.UnpicklingError(f"{module}.{name} is not part of a Monitor's state")
+
+
+def _plain_getattr(obj, name):
+    if not isinstance(name, str) or name.startswith("__"):
+        raise pickle.UnpicklingError(f"attribute {name!r} is not part of a Monitor's state")
+    return getattr(obj, name)
 
 
 def _retire(ch, check):
@@ -460,6 +490,49 @@ class Monitor:
         ch.open[code] = op
         st.episodes.append(op)
         return self._episode(op)
+
+    # -- checkpoints ---------------------------------------------------------------
+
+    def state_dict(self) -> dict:
+        """Everything the Monitor has seen and found, for a training checkpoint: a dict of plain
+        values and one bytes string (what `torch.save` and Lightning's checkpoints keep).
+        `load_state_dict` continues from it, so a resumed run's rules know its history: its
+        best loss, its noise, its learning rate's peak, the incidents already reported."""
+        handlers = self.on_episode, self.on_incident
+        self.on_episode = self.on_incident = None  # the caller's functions: not part of the state
+        try:
+            blob = pickle.dumps(self, protocol=5)
+        finally:
+            self.on_episode, self.on_incident = handlers
+        return {"format": _STATE_FORMAT, "version": _STATE_VERSION, "state": blob}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Continues from a `state_dict()`: the steps it had seen, its episodes and the incidents
+        it had reported (not reported again). This Monitor keeps its own callbacks, `stop_on` and
+        name, and `should_stop` starts False: a resumed run stops on a new critical episode.
+
+        Raises:
+            ValueError: not a Monitor's state_dict, one this version cannot read, or one saved
+                with another config (the rules' state is that config's).
+        """
+        if not isinstance(state, dict) or state.get("format") != _STATE_FORMAT:
+            raise ValueError("not a tb-crash-signals Monitor state_dict")
+        if state.get("version") != _STATE_VERSION or not isinstance(state.get("state"), bytes):
+            raise ValueError(f"a Monitor state_dict of version {state.get('version')!r}; "
+                             f"this version reads version {_STATE_VERSION}")
+        try:
+            saved = _StateUnpickler(io.BytesIO(state["state"])).load()
+        except Exception as e:  # a damaged or hostile blob: whatever unpickling it raised
+            raise ValueError(f"a Monitor state_dict that does not load: {e}") from None
+        if not isinstance(saved, Monitor):
+            raise ValueError("not a tb-crash-signals Monitor state_dict")
+        if saved.config != self.config:
+            raise ValueError("the Monitor state_dict was saved with another config: its rules' state "
+                             "is that config's (give the same config, or start afresh)")
+        keep = {name: getattr(self, name) for name in ("on_episode", "on_incident", "stop_on", "name")}
+        self.__dict__.update(saved.__dict__)
+        self.__dict__.update(keep)
+        self.should_stop = False
 
     # -- restarts ----------------------------------------------------------------
 

@@ -31,7 +31,7 @@ def counting_data(seed=0):
     return [{"input_ids": row, "labels": row} for row in ids]
 
 
-def train(out, callback, lr, steps, warmup=0, eval_steps=None):
+def train(out, callback, lr, steps, warmup=0, eval_steps=None, save_steps=None, resume=None):
     torch.manual_seed(0)
     config = GPT2Config(vocab_size=VOCAB, n_positions=LENGTH, n_embd=16, n_layer=2, n_head=2)
     data = counting_data()
@@ -41,11 +41,12 @@ def train(out, callback, lr, steps, warmup=0, eval_steps=None):
         # No clipping, but the norm is still computed and logged.
         max_grad_norm=1e30, logging_steps=1, logging_nan_inf_filter=False,
         eval_strategy="steps" if eval_steps else "no", eval_steps=eval_steps, per_device_eval_batch_size=64,
-        report_to=["tensorboard"], save_strategy="no", use_cpu=True, disable_tqdm=True, seed=0,
+        report_to=["tensorboard"], use_cpu=True, disable_tqdm=True, seed=0,
+        save_strategy="steps" if save_steps else "no", save_steps=save_steps,
     )
     trainer = Trainer(model=GPT2LMHeadModel(config), args=args, train_dataset=data,
                       eval_dataset=data[:64] if eval_steps else None, callbacks=[callback])
-    trainer.train()
+    trainer.train(resume_from_checkpoint=resume)
     return trainer
 
 
@@ -100,3 +101,28 @@ def test_under_distributed_training_every_process_feeds_every_step(tmp_path):
     assert single._watch.auto
     several.on_train_begin(type("Args", (), {"world_size": 2})(), None, None)
     assert not several._watch.auto and several._watch.check_every == 1
+
+
+def test_a_run_resumed_from_its_checkpoint_is_watched_with_its_history(tmp_path, monkeypatch):
+    free = CrashSignalsCallback(stop=False)
+    train(tmp_path / "free", free, lr=20.0, warmup=200, steps=120)
+    nan_step = first_nonfinite(logged(tmp_path / "free", "train/loss"))
+    first_alarm = critical(free.incidents)[0][1]
+
+    # The same run, its job ended at step 40 (a checkpoint every 20), then resumed by another job
+    # from its checkpoint at 20, logging steps 21-40 again into the same TensorBoard run.
+    monkeypatch.setenv("TENSORBOARD_LOGGING_DIR", str(tmp_path / "run" / "logs"))
+    train(tmp_path / "run", CrashSignalsCallback(), lr=20.0, warmup=200, steps=40, save_steps=20)
+    assert first_alarm > 20
+    cb = CrashSignalsCallback()
+    trainer = train(tmp_path / "run", cb, lr=20.0, warmup=200, steps=120, save_steps=20,
+                    resume=str(tmp_path / "run" / "checkpoint-20"))
+    print(f"\nHF resumed at step 20: stopped at step {cb.stopped_step} (uninterrupted: the first alarm at "
+          f"{first_alarm}); the loss turns NaN at step {nan_step}")
+    # Its Monitor read the steps before the checkpoint too: the same story as the run never interrupted.
+    assert cb.monitor.report()["points"]["train_loss"] == cb.stopped_step
+    assert cb.stopped_step is not None and cb.stopped_step < nan_step
+    assert trainer.state.global_step == cb.stopped_step
+    ours = critical(cb.incidents)
+    assert ours[:1] == critical(free.incidents)[:1]
+    assert critical(scanned_incidents(str(tmp_path / "run" / "logs")))[:1] == ours[:1]

@@ -15,6 +15,7 @@ import pytest
 pytest.importorskip("lightning")
 import lightning
 import torch
+from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import TensorBoardLogger
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -61,16 +62,18 @@ def loaders(seed=0):
             torch.utils.data.DataLoader(val, batch_size=128))
 
 
-def fit(out, callback, peak_lr, ramp, steps, val_every=50, log_every=1, module=None):
+def fit(out, callback, peak_lr, ramp, steps, val_every=50, log_every=1, module=None, save_every=None,
+        ckpt_path=None):
     torch.manual_seed(0)
+    saves = [ModelCheckpoint(dirpath=str(out / "ckpt"), every_n_train_steps=save_every, save_top_k=-1)]
     trainer = lightning.Trainer(
         accelerator="cpu", devices=1, max_steps=steps, log_every_n_steps=log_every, val_check_interval=val_every,
-        check_val_every_n_epoch=None, num_sanity_val_steps=0, callbacks=[callback],
-        logger=TensorBoardLogger(str(out), name="run", version=0), enable_checkpointing=False,
+        check_val_every_n_epoch=None, num_sanity_val_steps=0, callbacks=[callback] + (saves if save_every else []),
+        logger=TensorBoardLogger(str(out), name="run", version=0), enable_checkpointing=bool(save_every),
         enable_progress_bar=False, enable_model_summary=False,
     )
     train, val = loaders()
-    trainer.fit((module or TinyRegressor)(peak_lr, ramp), train, val)
+    trainer.fit((module or TinyRegressor)(peak_lr, ramp), train, val, ckpt_path=ckpt_path)
     return trainer
 
 
@@ -137,6 +140,32 @@ def test_a_learning_rate_far_too_high_is_stopped_before_nan(tmp_path, caplog):
 
 
 PEAK, RAMP, STEPS = 3.0, 200, 120
+
+
+def test_a_fit_resumed_from_its_checkpoint_continues_the_monitor_saved_in_it(tmp_path):
+    free = CrashSignals(stop=False)
+    fit(tmp_path / "free", free, peak_lr=PEAK, ramp=RAMP, steps=STEPS)
+    nan_step = first_nonfinite(logged(tmp_path / "free", "train_loss"))
+    first_alarm = critical(free.incidents)[0][1]
+    assert first_alarm > 40
+
+    # The same run, its job ended at step 40 (a checkpoint every 20 steps), then resumed by another
+    # job from its checkpoint at step 20, logging steps 20-39 again into the same TensorBoard run.
+    fit(tmp_path, CrashSignals(), peak_lr=PEAK, ramp=RAMP, steps=40, save_every=20)
+    saved = torch.load(str(tmp_path / "ckpt" / "epoch=0-step=20.ckpt"), weights_only=False)
+    assert saved["callbacks"]["CrashSignals"]["monitor"]["format"] == "tb-crash-signals monitor"
+    cb = CrashSignals()
+    fit(tmp_path, cb, peak_lr=PEAK, ramp=RAMP, steps=STEPS, ckpt_path=str(tmp_path / "ckpt" / "epoch=0-step=20.ckpt"))
+    print(f"\nLightning resumed at step 20: stopped at step {cb.stopped_step} (uninterrupted: the first alarm "
+          f"at {first_alarm}); the loss turns NaN at step {nan_step}")
+    assert cb.stopped_step is not None and cb.stopped_step < nan_step
+    # Its Monitor continued from the checkpoint's: every step from the first, the story `scan` reads
+    # in the run's logs (its batches after the resume are not the uninterrupted run's: Lightning
+    # does not resume a plain DataLoader mid-epoch).
+    assert cb.monitor.report()["points"]["train_loss"] == cb.stopped_step + 1
+    ours = critical(cb.incidents)
+    assert ours and ours[0][0] == critical(free.incidents)[0][0] == "divergence"
+    assert critical(scanned_incidents(str(tmp_path / "run")))[:1] == ours[:1]
 
 
 class WaitsForTheChild(TinyRegressor):
@@ -234,3 +263,16 @@ def test_under_ddp_rank_zero_decides_and_every_rank_stops_at_the_same_step(tmp_p
     assert zero["stopped_step"] is not None and zero["stopped_step"] < STEPS - 1
     assert one["stopped_step"] == zero["stopped_step"] and one["global_step"] == zero["global_step"]
     assert zero["fed"] > 0 and one["fed"] == 0  # only rank zero feeds its Monitor
+
+
+def test_a_checkpoint_s_monitor_it_cannot_continue_is_said_and_left(caplog):
+    from tb_crash_signals.analysis.config import Config
+
+    other = CrashSignals(config=Config(ignore=("CS301",)))
+    with caplog.at_level(logging.WARNING, logger="lightning.pytorch.callbacks.crash_signals"):
+        other.load_state_dict({"monitor": CrashSignals().state_dict()["monitor"]})
+        other.load_state_dict({"monitor": {"format": "something else"}})
+        other.load_state_dict({})  # a checkpoint saved by another rank, or before this callback kept one
+    said = [r.getMessage() for r in caplog.records]
+    assert len(said) == 2 and all("starts afresh" in line for line in said)
+    assert "another config" in said[0] and other.monitor.report()["points"] == {}

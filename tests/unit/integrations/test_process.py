@@ -181,3 +181,24 @@ def test_the_tally_board_tells_of_frames_ahead_of_those_read_only():
         process._seen = board[0] = seen
     watch.flush()
     assert watch._offload is None
+
+
+def test_a_checkpoint_copies_the_child_s_monitor_and_the_child_goes_on():
+    watch = Watch(check_every=10, background=True)
+    start = handed_over(watch)
+    pid = watch._offload._process.pid
+    for step in range(start, start + 25):
+        watch.update(step, train_loss=loss_at(step), grad_norm=loss_at(step) * 2)
+    state = watch.state_dict()  # the steps held back are fed first
+    assert watch._offload is not None and watch._offload.handed_over and not ended(pid, timeout=0.2)
+    resumed = Watch(check_every=1)
+    resumed.load_state_dict(state)
+    assert resumed.monitor.report()["points"]["train_loss"] == start + 25
+    onset = start + 40
+    for step in range(start + 25, onset + 100):  # both go on alike, the child too
+        values = {"train_loss": loss_at(step, onset), "grad_norm": loss_at(step, onset) * 2}
+        watch.update(step, **values)
+        resumed.update(step, **values)
+    watch.flush()
+    assert resumed.monitor.report()["episodes"] == watch.monitor.report()["episodes"]
+    assert [i.kind for i in resumed.reported] == [i.kind for i in watch.reported] == ["divergence"]

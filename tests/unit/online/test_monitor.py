@@ -320,3 +320,60 @@ def test_a_retired_check_is_no_longer_called(monkeypatch):
     assert fed(1, noise=0.3) == list(range(SMOOTH_POINTS))
     # At every step, smooth (an epoch loss), or every 50 steps: it reads them all.
     assert fed(1) == fed(50) == list(range(200))
+
+
+def test_a_monitor_continued_from_its_state_dict_finds_what_one_fed_the_whole_run_finds(tmp_path):
+    updates = crash_run()
+    told = []
+    first = online([u for u in updates if u[0] < 2000], on_incident=told.append)
+    state = pickle.loads(pickle.dumps(first.state_dict()))  # as a checkpoint file keeps it
+    assert set(state) == {"format", "version", "state"} and isinstance(state["state"], bytes)
+
+    resumed, told_after = Monitor(on_incident=lambda i: told_after.append(i), name="resumed"), []
+    resumed.load_state_dict(state)
+    for step, values in updates:
+        if step >= 2000:
+            resumed.update(step, **values)
+    whole = online(updates)
+    assert [e.to_json() for e in resumed.episodes()] == [e.to_json() for e in whole.episodes()]
+    assert key([e.to_json() for e in resumed.episodes()]) == key(offline(tmp_path, updates)["episodes"])
+    assert resumed.report()["points"] == whole.report()["points"] and resumed.name == "resumed"
+    # The incidents told before the checkpoint are not told again; the crash after it is.
+    assert told and {i.key for i in told}.isdisjoint(i.key for i in told_after)
+    assert [i.kind for i in told_after] == ["divergence"] and resumed.should_stop
+
+
+def test_a_resumed_monitor_decides_the_stop_afresh():
+    updates = crash_run()
+    stopped = online(updates)
+    assert stopped.should_stop
+    resumed = Monitor()
+    resumed.load_state_dict(stopped.state_dict())
+    assert not resumed.should_stop
+    assert [e.to_json() for e in resumed.episodes()] == [e.to_json() for e in stopped.episodes()]
+
+
+def test_a_state_dict_that_is_not_a_monitor_s_or_of_another_config_is_refused():
+    state = online(crash_run()[:500]).state_dict()
+    with pytest.raises(ValueError, match="another config"):
+        Monitor(Config(ignore=("CS301",))).load_state_dict(state)
+    for bad in ({}, {"format": "x"}, {**state, "version": 99}, {**state, "state": b"not a pickle"},
+                {**state, "state": pickle.dumps(["a list"])}):
+        with pytest.raises(ValueError):
+            Monitor().load_state_dict(bad)
+
+
+class _Hostile:
+    def __reduce__(self):
+        import os
+
+        return (os.system, ("echo should never run",))
+
+
+def test_a_state_dict_s_bytes_can_name_no_code_outside_the_monitor_s_state():
+    monitor = Monitor()
+    for blob in (pickle.dumps(_Hostile()),
+                 # A dunder through getattr, the way to a function's globals.
+                 b"cbuiltins\ngetattr\n(ctb_crash_signals.online.monitor\nMonitor\nS'__init__'\ntR."):
+        with pytest.raises(ValueError, match="not part of a Monitor's state"):
+            monitor.load_state_dict({"format": "tb-crash-signals monitor", "version": 1, "state": blob})
