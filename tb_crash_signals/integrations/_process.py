@@ -303,30 +303,28 @@ class Offload:
         """The state_dict of the Monitor, fed every step sent; the child goes on."""
         if self._journal is not None:
             return self.local.state_dict()
-        self._read()
-        self._process.send(("copy",))
-        self._process.wake()
-        while True:
-            message = self._process.read(HOME_TIMEOUT)
-            if message[0] == "copy":
-                return message[1]
-            self._handle(message)
+        return self._ask(("copy",), "copy")
 
     def home(self):
         """The Monitor, fed every step sent, back in this process; the child ends."""
         if self._journal is not None:
             self._process.close()
             return self.local
+        monitor = self._ask(("home",), "monitor")
+        self._process.close()
+        return pickle.loads(monitor)
+
+    def _ask(self, request: tuple, kind: str):
+        """Sends `request` once every answer to what was sent is read, and waits for the answer
+        of `kind` (handling the others that come first); its content."""
         self._read()
-        self._process.send(("home",))
+        self._process.send(request)
         self._process.wake()
         while True:
             message = self._process.read(HOME_TIMEOUT)
-            if message[0] == "monitor":
-                break
+            if message[0] == kind:
+                return message[1]
             self._handle(message)
-        self._process.close()
-        return pickle.loads(message[1])
 
     def close(self) -> None:
         self._process.close()

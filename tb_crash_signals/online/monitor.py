@@ -46,11 +46,11 @@ _SNAPSHOT_EVERY = 1024
 _SNAPSHOTS = 4
 # state_dict's envelope.
 _STATE_FORMAT, _STATE_VERSION = "tb-crash-signals monitor", 1
-# What a saved state may name: this package's classes and the few others its state holds. A
-# checkpoint is a file from elsewhere: its bytes are never given a way to other code.
+# What a saved state may name: the analysis' and the monitor's classes and the few others its state
+# holds. A checkpoint is a file from elsewhere: its bytes reach no other code (no file writes, no
+# processes, no imports).
 _STATE_GLOBALS = {("collections", "deque"), ("numpy", "log"), ("numpy", "log10")}
 _STATE_MODULES = ("tb_crash_signals.analysis.", "tb_crash_signals.online.")
-
 
 
 class _StateUnpickler(pickle.Unpickler):
@@ -71,6 +71,8 @@ class _StateUnpickler(pickle.Unpickler):
 
 
 def _plain_getattr(obj, name):
+    """getattr for a pickled bound method (a stream's check): a dunder is the way out of the
+    Monitor's classes (to a function's globals), so none is given."""
     if not isinstance(name, str) or name.startswith("__"):
         raise pickle.UnpicklingError(f"attribute {name!r} is not part of a Monitor's state")
     return getattr(obj, name)
