@@ -331,6 +331,9 @@ class JumpTogetherParams:
         10.0, "the grad norm and the train loss logged at the same step must both be at least this "
         "multiple of their recent medians"
     )
+    loss_factor: float = param(
+        10.0, "... and the train loss at least this multiple of its recent median (as `factor`)"
+    )
     min_rise: float = param(
         0.05, "the loss must rise above its median by at least this share of the run's initial level "
         "(the median of its first 10 points; before it is known, any rise): jumps between losses near zero are "
@@ -339,6 +342,20 @@ class JumpTogetherParams:
     noise_window: int = noise_window_param(from_recent=True)
     max_noise: float = max_noise_param("alarm")
     cooldown: int = param(20, "points after which a new episode starts")
+
+
+@dataclasses.dataclass(frozen=True)
+class ValJumpTogetherParams(JumpTogetherParams):
+    factor: float = param(
+        10.0, "the validation loss must be at least this multiple of its recent median, and the train "
+        "loss logged at the same step ..."
+    )
+    loss_factor: float = param(
+        3.0, "... at least this multiple of its own: an epoch's mean train loss (Keras) averages the "
+        "batches before the weights broke, the validation loss measured after them holds the break "
+        "whole (a transformer's epoch: train 5.9x, validation 55x); a validation loss 10x its recent "
+        "evaluations is no noise"
+    )
 
 
 _PARTNERS = {"grad_norm": "grad norm", "val_loss": "validation loss"}
@@ -402,12 +419,12 @@ class JumpTogetherStream(Stream):
             return None
         # The loss's median before its last point is at least its window's lower bound.
         lo = train.window.low
-        if lo > 0 and p.factor >= 0 and loss < p.factor * lo:
+        if lo > 0 and p.loss_factor >= 0 and loss < p.loss_factor * lo:
             return None
         g_med = self.median.before(i, i, p.min_points)
         l_med = self.loss_median.before(train.n - 1, train.n, p.min_points)
         if (
-            g_med > 0 and l_med > 0 and v >= p.factor * g_med and loss >= p.factor * l_med
+            g_med > 0 and l_med > 0 and v >= p.factor * g_med and loss >= p.loss_factor * l_med
             and loss - l_med >= p.min_rise * self._init_before(train.n - 1)
         ):
             if not (self.loss_noise.noise_decades() >= p.max_noise or self.noise.noise_decades() >= p.max_noise):
@@ -444,13 +461,13 @@ class ValJumpTogetherStream(JumpTogetherStream):
 
 @rule(
     code="CS117", symbol="val-jump-together", family="divergence", severity="critical",
-    signals=("val_loss", "train_loss"), params=JumpTogetherParams, describe=_describe_together,
+    signals=("val_loss", "train_loss"), params=ValJumpTogetherParams, describe=_describe_together,
     stream=ValJumpTogetherStream,
     advice="the weights broke at this step (the validation loss, measured apart from any batch, jumped "
     "with the train loss): resume from a checkpoint before it, lower the learning rate, clip gradients",
 )
-def val_jump_together(data, p: JumpTogetherParams, since=None):
-    """The validation loss and the train loss jump `factor` (10) x together at the same step.
+def val_jump_together(data, p: ValJumpTogetherParams, since=None):
+    """The validation loss jumps `factor` (10) x and the train loss `loss_factor` (3) x together.
 
     As CS115, with the validation loss in place of the grad norm (each against
     the median of its previous `window` points): the train loss alone can be a
@@ -486,7 +503,7 @@ def jumped_together(data, p: JumpTogetherParams, since, partner: str):
     init, known_after = initial_level(s.values)
     inits = np.where(pos > known_after, init, 0.0)
     with np.errstate(invalid="ignore", divide="ignore"):
-        ok = (g_med > 0) & (l_med > 0) & (gv[cand] >= p.factor * g_med) & (loss >= p.factor * l_med)
+        ok = (g_med > 0) & (l_med > 0) & (gv[cand] >= p.factor * g_med) & (loss >= p.loss_factor * l_med)
         ok &= np.isfinite(loss) & (loss - l_med >= p.min_rise * inits)
     notes = {}
     for i, j, gm, lv, lm in zip(cand[ok], pos[ok], g_med[ok], loss[ok], l_med[ok]):

@@ -139,6 +139,25 @@ def test_the_train_and_validation_losses_jumping_together_are_a_crash():
     assert "CS117" not in codes(analyze(train_loss=np.linspace(2.3, 1.6, 21), val_loss=val))
 
 
+def test_an_epoch_whose_validation_loss_broke_while_its_mean_train_loss_only_began_to_is_a_crash():
+    # A Keras transformer under negative weight decay: the epoch's mean train loss averages the
+    # batches before the weights broke (2.8 -> 14.2, 5x), the validation loss, measured after them,
+    # holds the break whole (2.6 -> 146, 55x). The next epoch, 194 and 442, only confirms it.
+    train = np.array([2.36, 2.27, 2.27, 2.26, 2.26, 2.29, 2.33, 2.43, 2.45, 2.49, 2.57, 2.57, 2.76, 2.80,
+                      14.2, 194.0, 842.0])
+    val = np.array([2.27, 2.26, 2.26, 2.25, 2.29, 2.31, 2.42, 2.48, 2.41, 2.62, 2.52, 2.54, 2.80, 2.63,
+                    146.0, 442.0, 2884.0])
+    assert starts_both("CS117", train_loss=train, val_loss=val) == ([14], [14])  # the monitor alike
+    # The train loss 2x (under `loss_factor`, 3): a validation set that changed, not weights that broke.
+    halfway = train.copy()
+    halfway[14:] = 5.6
+    assert starts_both("CS117", train_loss=halfway, val_loss=val) == ([], [])
+    # CS115 keeps 10x for the train loss beside the grad norm: per-step, both jump at the same update.
+    jumped = Config(params={"CS117": dataclasses.replace(RULES["CS117"].default_params(), loss_factor=10.0)})
+    assert starts_both("CS117", jumped, train_loss=train, val_loss=val)[0] == [15]
+    assert RULES["CS115"].default_params().loss_factor == 10.0
+
+
 def test_a_loss_that_jumps_right_after_the_learning_rate_did():
     # A scheduler restart multiplies the learning rate 50x; the loss doubles at the next point and
     # stays: a crash, at that point, though far under any 3x bar.
