@@ -488,6 +488,17 @@ class Watching:
         self._watch.flush()
         return self._watch.reported
 
+    def state_dict(self) -> dict:
+        """The Monitor's state (`Monitor.state_dict`), for a checkpoint of your own: a fresh
+        callback given it by `load_state_dict` goes on with the run's history when training
+        resumes. (Lightning and the HuggingFace Trainer carry it through their own checkpoints.)"""
+        return self._watch.state_dict()
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        """Continues from `state_dict()`: the incidents found before are not reported again and
+        the stop is decided afresh. Raises ValueError as `Monitor.load_state_dict`."""
+        self._watch.load_state_dict(state_dict)
+
 
 class Cadenced:
     """What the Lightning and Keras callbacks expose of their measuring cadences."""

@@ -118,3 +118,21 @@ def test_a_learning_rate_far_too_high_is_stopped_before_nan(tmp_path):
     assert ours and ours[0][0] == "divergence"
     assert critical(scanned_incidents(str(tmp_path / "stopped")))[:1] == ours[:1]
     assert ours[0] in critical(scanned_incidents(str(tmp_path / "free")))
+
+
+def test_training_resumed_with_the_callback_s_state_dict_goes_on_with_its_history(tmp_path):
+    # Keras keeps no callback state in its checkpoints: a loop that saves its own passes it on.
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((16,)), keras.layers.Dense(32, activation="tanh"), keras.layers.Dense(1)])
+    model.compile(optimizer=keras.optimizers.SGD(0.05), loss="mse")
+    x, y, xv, yv = data()
+    first = CrashSignals()
+    model.fit(x, y, batch_size=32, epochs=3, validation_data=(xv, yv), verbose=0, callbacks=[first])
+    state = first.state_dict()
+    resumed = CrashSignals()
+    resumed.load_state_dict(state)
+    model.fit(x, y, batch_size=32, epochs=6, initial_epoch=3, validation_data=(xv, yv), verbose=0,
+              callbacks=[resumed])
+    points = resumed.monitor.report()["points"]
+    assert points["train_loss"] == 6 * 28 and points["val_loss"] == 6
+    assert resumed.stopped_step is None and critical(resumed.incidents) == []
