@@ -65,10 +65,11 @@ def loaders(seed=0):
 def fit(out, callback, peak_lr, ramp, steps, val_every=50, log_every=1, module=None, save_every=None,
         ckpt_path=None):
     torch.manual_seed(0)
-    saves = [ModelCheckpoint(dirpath=str(out / "ckpt"), every_n_train_steps=save_every, save_top_k=-1)]
+    saves = [ModelCheckpoint(dirpath=os.path.join(str(out), "ckpt"), every_n_train_steps=save_every, save_top_k=-1)
+             ] if save_every else []
     trainer = lightning.Trainer(
         accelerator="cpu", devices=1, max_steps=steps, log_every_n_steps=log_every, val_check_interval=val_every,
-        check_val_every_n_epoch=None, num_sanity_val_steps=0, callbacks=[callback] + (saves if save_every else []),
+        check_val_every_n_epoch=None, num_sanity_val_steps=0, callbacks=[callback] + saves,
         logger=TensorBoardLogger(str(out), name="run", version=0), enable_checkpointing=bool(save_every),
         enable_progress_bar=False, enable_model_summary=False,
     )
