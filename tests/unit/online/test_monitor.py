@@ -343,6 +343,20 @@ def test_a_monitor_continued_from_its_state_dict_finds_what_one_fed_the_whole_ru
     assert [i.kind for i in told_after] == ["divergence"] and resumed.should_stop
 
 
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(update_streams(), st.floats(0.0, 1.0))
+def test_a_monitor_saved_anywhere_and_continued_tells_what_one_never_saved_tells(updates, where):
+    cut = int(where * len(updates))
+    first = online(updates[:cut])
+    resumed = Monitor()
+    resumed.load_state_dict(first.state_dict())
+    for step, values in updates[cut:]:
+        resumed.update(step, **values)
+    whole = online(updates)
+    assert [e.to_json() for e in resumed.episodes()] == [e.to_json() for e in whole.episodes()]
+    assert resumed.report() == whole.report() and resumed.approximate == whole.approximate
+
+
 def test_a_resumed_monitor_decides_the_stop_afresh():
     updates = crash_run()
     stopped = online(updates)
