@@ -163,3 +163,46 @@ export function runNameParts(name) {
   if (tail.length <= 2 * RUN_END_CHARS) return [head, tail, ''];
   return [head, tail.slice(0, -RUN_END_CHARS), tail.slice(-RUN_END_CHARS)];
 }
+
+// Between one `key=value` pair of a run name and the next: hyperparameters in names read
+// `lr=0.1_bs=64`, `lr=0.1,bs=64`, `lr=0.1/seed=1`, `a=1~b=2` (never a '-' or '.': `1e-3`, `0.5`).
+const PAIR_SEPARATORS = '_,;/ &~|+';
+
+/**
+ * A run name as [text, kind] spans that rejoin to it, for the run list: its head ('head'), then
+ * its tail (see runNameParts) as 'key' and 'value' spans when it names hyperparameters
+ * (`learning_rate=` `0.1` `_optimizer=` `Adam`), else as 'body' and 'end'. The list ellipsises
+ * the head first, then the keys: in a sweep the values are what tell its runs apart.
+ */
+export function runNameSpans(name) {
+  const [head, body, end] = runNameParts(name);
+  const tail = body + end;
+  const spans = head ? [[head, 'head']] : [];
+  if (!tail.includes('=')) {
+    spans.push([body, 'body']);
+    if (end) spans.push([end, 'end']);
+    return spans;
+  }
+  let from = 0; // where the current key starts
+  let eq = tail.indexOf('=');
+  while (eq >= 0) {
+    const next = tail.indexOf('=', eq + 1);
+    // The value runs to the last separator before the next '=' (the next key's start), or to the end.
+    let stop = tail.length;
+    if (next >= 0) {
+      stop = next;
+      for (let i = next - 1; i > eq; i--) {
+        if (PAIR_SEPARATORS.includes(tail[i])) {
+          stop = i;
+          break;
+        }
+      }
+      if (stop === next) stop = eq + 1; // no separator: an empty value, the rest is the next key
+    }
+    spans.push([tail.slice(from, eq + 1), 'key']);
+    if (stop > eq + 1) spans.push([tail.slice(eq + 1, stop), 'value']);
+    from = stop;
+    eq = next;
+  }
+  return spans;
+}

@@ -1,7 +1,7 @@
 // DOM views (no uPlot, no fetch). Every data string goes through textContent or an attribute.
 
 import {el} from './dom.js';
-import {fmtNum, fmtSpan, fmtStep, plural, runNameParts} from './format.js';
+import {fmtNum, fmtSpan, fmtStep, plural, runNameSpans} from './format.js';
 import {countsOf, headlineOf, incidentCountsOf, HEALTH_LABEL, isPending, severityOf, SIGNAL_LABEL, tomlSnippet} from './model.js';
 
 const HEALTH_GLYPH = {critical: '◆', warning: '▲', pending: '◌', ok: '●', no_signals: '○'};
@@ -18,7 +18,14 @@ export function healthBadge(health) {
   ]);
 }
 
-const RUN_NAME_PARTS = ['cs-name-head', 'cs-name-body', 'cs-name-end'];
+
+// A head longer than its ellipsis keeps a letter or two in view; a value over LONG_VALUE
+// characters may be cut (style.css).
+const LONG_VALUE = 10;
+const NAME_SPAN_EXTRA = {
+  head: (text) => (text.length > 3 ? ' cs-name-cut' : ''),
+  value: (text) => (text.length > LONG_VALUE ? ' cs-name-long' : ''),
+};
 
 /** One run in the run list (data-run, data-health, data-pending are test hooks). */
 export function runListItem(entry, {selected, onSelect}) {
@@ -65,8 +72,8 @@ export function runListItem(entry, {selected, onSelect}) {
     },
     [
       el('span', {class: `cs-dot ${healthClass(entry.health)}`, text: HEALTH_GLYPH[entry.health] || '○', attrs: {'aria-hidden': 'true'}}),
-      el('span', {class: 'cs-run-name'}, runNameParts(entry.run).map((part, i) =>
-        el('span', {class: `${RUN_NAME_PARTS[i]}${i === 0 && part.length > 3 ? ' cs-name-cut' : ''}`, text: part}))),
+      el('span', {class: 'cs-run-name'}, runNameSpans(entry.run).map(([text, kind]) =>
+        el('span', {class: `cs-name-${kind}${NAME_SPAN_EXTRA[kind]?.(text) ?? ''}`, text}))),
       el('span', {class: 'cs-run-meta'}, meta),
     ],
   );

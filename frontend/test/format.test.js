@@ -1,6 +1,6 @@
 import {test} from 'node:test';
 import assert from 'node:assert/strict';
-import {toNum, fmtNum, fmtStep, fmtSpan, fmtStepAxis, fmtTick, fmtTicks, fmtAxis, fmtLog, logSplits, plural, runNameParts, stepDecimals} from '../src/format.js';
+import {toNum, fmtNum, fmtStep, fmtSpan, fmtStepAxis, fmtTick, fmtTicks, fmtAxis, fmtLog, logSplits, plural, runNameParts, runNameSpans, stepDecimals} from '../src/format.js';
 
 test('toNum', () => {
   assert.equal(toNum(1.5), 1.5);
@@ -108,5 +108,25 @@ test('runNameParts keeps the end of a run name apart: its last segments while sh
   assert.deepEqual(runNameParts('/abs/p'), ['', '/abs/p', '']);
   for (const name of ['x/y/z/a_long_enough_name', 'one', 'a//b', 'k/' + 'z'.repeat(40), '']) {
     assert.equal(runNameParts(name).join(''), name);
+  }
+});
+
+test('runNameSpans: a sweep\'s key=value names as keys and values, so that the list keeps the values in view', () => {
+  assert.deepEqual(runNameSpans('sweep/search/learning_rate=0.001_optimizer=Adamax'), [
+    ['sweep/search/', 'head'], ['learning_rate=', 'key'], ['0.001', 'value'], ['_optimizer=', 'key'], ['Adamax', 'value']]);
+  // Separators between pairs, values with '-' and '.' and their own '_' (up to the next key).
+  assert.deepEqual(runNameSpans('runs/lr=3e-4,bs=64'), [['runs/', 'head'], ['lr=', 'key'], ['3e-4', 'value'], [',bs=', 'key'], ['64', 'value']]);
+  assert.deepEqual(runNameSpans('s/optimized_scheduler=Adadelta_plateau_scheduler=CyclicLR_x_~random=1').slice(1), [
+    ['optimized_scheduler=', 'key'], ['Adadelta_plateau', 'value'], ['_scheduler=', 'key'], ['CyclicLR_x_', 'value'],
+    ['~random=', 'key'], ['1', 'value']]);
+  assert.deepEqual(runNameSpans('a=1b=2'), [['a=', 'key'], ['1b=', 'key'], ['2', 'value']]);
+  // A snake_case key after a value is not told from a snake_case value: the value keeps the doubt
+  // (shown whole), the key its last word.
+  assert.deepEqual(runNameSpans('o=Adamax_batch_size=64'), [['o=', 'key'], ['Adamax_batch', 'value'], ['_size=', 'key'], ['64', 'value']]);
+  // Names without '=' keep runNameParts' body and end.
+  assert.deepEqual(runNameSpans('custom/healthy'), [['custom/', 'head'], ['healthy', 'body']]);
+  assert.deepEqual(runNameSpans('k/' + 'z'.repeat(40)), [['k/', 'head'], ['z'.repeat(31), 'body'], ['z'.repeat(9), 'end']]);
+  for (const name of ['x=', '=y', '==', 'a/b=/c=d', '<img src=x onerror="top.__xss=1;alert(1)">', '', '.']) {
+    assert.equal(runNameSpans(name).map(([text]) => text).join(''), name);
   }
 });

@@ -33,6 +33,8 @@ RUNS = [
     "🔥💥 e\u0301\u0301\u0301 ñ 日本語 \U0001F9EA",
     LONG,
 ]
+# A sweep's run named by its hyperparameters, far longer than the run list is wide.
+SWEEP_RUN = "sweep/logs/convergence_search/learning_rate=0.001_optimizer=Adamax_seed=3"
 HOSTILE_TAGS = [
     "<img src=x onerror=top.__xss=4>",
     "T" * 10_000,
@@ -59,6 +61,7 @@ def logdir(tmp_path_factory):
         write_scalars(os.path.join(root, *name.split("/")), {"train/loss": _loss()})
     write_scalars(os.path.join(root, "tags"), {t: [(0, 1.0), (1, 2.0)] for t in HOSTILE_TAGS})
     write_scalars(os.path.join(root, "mapped"), {MAPPED_TAG: _loss()})
+    write_scalars(os.path.join(root, *SWEEP_RUN.split("/")), {"train/loss": _loss()})
     with open(os.path.join(root, "crash_signals.toml"), "w", encoding="utf-8") as f:
         f.write(CONFIG_OK)
     return root
@@ -66,7 +69,7 @@ def logdir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def tensorboard(logdir):
-    with running_tensorboard(logdir, "--reload_interval", "1", ready=runs_listed(len(RUNS) + 2)) as base:
+    with running_tensorboard(logdir, "--reload_interval", "1", ready=runs_listed(len(RUNS) + 3)) as base:
         yield base
 
 
@@ -120,6 +123,25 @@ def test_a_long_run_name_keeps_its_end_in_view_in_the_run_list(browser, tensorbo
         assert end.text_content() == LONG[-9:]
         assert end.evaluate("e => e.scrollWidth <= e.clientWidth && e.clientWidth > 0")
         assert row.locator(".cs-name-head").evaluate("e => e.scrollWidth > e.clientWidth")
+        assert row.evaluate("e => e.scrollWidth <= e.clientWidth")
+        _assert_clean(tab)
+    finally:
+        tab.close()
+
+
+def test_a_sweep_run_s_hyperparameter_values_stay_in_view_in_the_run_list(browser, tensorboard):
+    tab = Tab(browser, tensorboard)
+    try:
+        row = tab.frame.locator(f"[data-run='{SWEEP_RUN}']")
+        assert row.locator(".cs-run-name").text_content() == SWEEP_RUN
+        # The folders and the keys give way; every value is shown whole, within the row.
+        values = row.locator(".cs-name-value")
+        assert values.all_text_contents() == ["0.001", "Adamax", "3"]
+        for i in range(values.count()):
+            assert values.nth(i).evaluate("e => e.scrollWidth <= e.clientWidth && e.clientWidth > 0")
+        assert row.locator(".cs-name-head").evaluate("e => e.scrollWidth > e.clientWidth")
+        keys = row.locator(".cs-name-key")
+        assert any(keys.nth(i).evaluate("e => e.scrollWidth > e.clientWidth") for i in range(keys.count()))
         assert row.evaluate("e => e.scrollWidth <= e.clientWidth")
         _assert_clean(tab)
     finally:
