@@ -18,7 +18,6 @@ export function healthBadge(health) {
   ]);
 }
 
-
 // A head longer than its ellipsis keeps a letter or two in view; a value over LONG_VALUE
 // characters may be cut (style.css).
 const LONG_VALUE = 10;

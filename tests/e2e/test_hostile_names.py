@@ -112,37 +112,34 @@ def test_hostile_run_names_are_text(browser, tensorboard):
         tab.close()
 
 
-def test_a_long_run_name_keeps_its_end_in_view_in_the_run_list(browser, tensorboard):
+WHOLE = "e => e.scrollWidth <= e.clientWidth && e.clientWidth > 0"  # shown whole
+CUT = "e => e.scrollWidth > e.clientWidth"  # ellipsised
+
+
+def _listed(tab, name):
+    """The run list's row of `name`, which holds the whole name as its text and stays within the list."""
+    row = tab.frame.locator(f"[data-run='{name}']")
+    assert row.locator(".cs-run-name").text_content() == name
+    assert row.evaluate("e => e.scrollWidth <= e.clientWidth")
+    return row
+
+
+def test_long_run_names_keep_what_tells_the_runs_apart_in_view_in_the_run_list(browser, tensorboard):
     tab = Tab(browser, tensorboard)
     try:
-        row = tab.frame.locator(f"[data-run='{LONG}']")
-        assert row.locator(".cs-run-name").text_content() == LONG
-        # Its folders and the middle of its last one are ellipsised; its last characters are shown
-        # whole, and the row stays within the list.
+        row = _listed(tab, LONG)
+        # Its folders and the middle of its last one are ellipsised; its last characters are shown whole.
         end = row.locator(".cs-name-end")
-        assert end.text_content() == LONG[-9:]
-        assert end.evaluate("e => e.scrollWidth <= e.clientWidth && e.clientWidth > 0")
-        assert row.locator(".cs-name-head").evaluate("e => e.scrollWidth > e.clientWidth")
-        assert row.evaluate("e => e.scrollWidth <= e.clientWidth")
-        _assert_clean(tab)
-    finally:
-        tab.close()
-
-
-def test_a_sweep_run_s_hyperparameter_values_stay_in_view_in_the_run_list(browser, tensorboard):
-    tab = Tab(browser, tensorboard)
-    try:
-        row = tab.frame.locator(f"[data-run='{SWEEP_RUN}']")
-        assert row.locator(".cs-run-name").text_content() == SWEEP_RUN
-        # The folders and the keys give way; every value is shown whole, within the row.
+        assert end.text_content() == LONG[-9:] and end.evaluate(WHOLE)
+        assert row.locator(".cs-name-head").evaluate(CUT)
+        # A sweep's key=value name: the folders and the keys give way; every value is shown whole.
+        row = _listed(tab, SWEEP_RUN)
         values = row.locator(".cs-name-value")
         assert values.all_text_contents() == ["0.001", "Adamax", "3"]
-        for i in range(values.count()):
-            assert values.nth(i).evaluate("e => e.scrollWidth <= e.clientWidth && e.clientWidth > 0")
-        assert row.locator(".cs-name-head").evaluate("e => e.scrollWidth > e.clientWidth")
+        assert all(values.nth(i).evaluate(WHOLE) for i in range(values.count()))
+        assert row.locator(".cs-name-head").evaluate(CUT)
         keys = row.locator(".cs-name-key")
-        assert any(keys.nth(i).evaluate("e => e.scrollWidth > e.clientWidth") for i in range(keys.count()))
-        assert row.evaluate("e => e.scrollWidth <= e.clientWidth")
+        assert any(keys.nth(i).evaluate(CUT) for i in range(keys.count()))
         _assert_clean(tab)
     finally:
         tab.close()
