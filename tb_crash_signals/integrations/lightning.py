@@ -171,7 +171,8 @@ class CrashSignals(Watching, Cadenced, _pl.Callback):
 
     def load_state_dict(self, state_dict: dict) -> None:
         """A fit resumed from a checkpoint (`ckpt_path=`) continues the Monitor saved with it; one
-        saved with another config, or damaged, is said and left: the Monitor starts afresh."""
+        saved with another config or by another version, or damaged, is said and left: the
+        Monitor starts afresh."""
         saved = state_dict.get("monitor") if isinstance(state_dict, dict) else None
         if saved is None:
             return

@@ -18,8 +18,11 @@ the summary — not the whole history, unlike the source article's monitor.
 from __future__ import annotations
 
 import collections
+import functools
+import hashlib
 import io
 import math
+import os
 import pickle
 from typing import Callable, Iterable
 
@@ -68,6 +71,22 @@ class _StateUnpickler(pickle.Unpickler):
             if isinstance(found, type):
                 return found
         raise pickle.UnpicklingError(f"{module}.{name} is not part of a Monitor's state")
+
+
+@functools.lru_cache(maxsize=1)
+def _code_fingerprint() -> str:
+    """A digest of the code whose objects a state holds (this package's analysis and online
+    modules): a state is continued by the same code only, never unpickled into classes whose
+    attributes have changed since (an upgrade between a checkpoint and its resume)."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    digest = hashlib.sha256()
+    for folder in ("analysis", "online"):
+        for here, dirs, files in sorted(os.walk(os.path.join(root, folder))):
+            dirs.sort()
+            for name in sorted(f for f in files if f.endswith(".py")):
+                with open(os.path.join(here, name), "rb") as f:
+                    digest.update(name.encode() + b"\0" + f.read())
+    return digest.hexdigest()[:16]
 
 
 def _plain_getattr(obj, name):
@@ -506,7 +525,7 @@ class Monitor:
             blob = pickle.dumps(self, protocol=5)
         finally:
             self.on_episode, self.on_incident = handlers
-        return {"format": _STATE_FORMAT, "version": _STATE_VERSION, "state": blob}
+        return {"format": _STATE_FORMAT, "version": _STATE_VERSION, "code": _code_fingerprint(), "state": blob}
 
     def load_state_dict(self, state: dict) -> None:
         """Continues from a `state_dict()`: the steps it had seen, its episodes and the incidents
@@ -514,14 +533,17 @@ class Monitor:
         name, and `should_stop` starts False: a resumed run stops on a new critical episode.
 
         Raises:
-            ValueError: not a Monitor's state_dict, one this version cannot read, or one saved
-                with another config (the rules' state is that config's).
+            ValueError: not a Monitor's state_dict, one saved by another version of the package
+                or with another config (the rules' state is that code's and that config's).
         """
         if not isinstance(state, dict) or state.get("format") != _STATE_FORMAT:
             raise ValueError("not a tb-crash-signals Monitor state_dict")
         if state.get("version") != _STATE_VERSION or not isinstance(state.get("state"), bytes):
             raise ValueError(f"a Monitor state_dict of version {state.get('version')!r}; "
                              f"this version reads version {_STATE_VERSION}")
+        if state.get("code") != _code_fingerprint():
+            raise ValueError("the Monitor state_dict was saved by another version of tb-crash-signals "
+                             "(its rules' state is that version's)")
         try:
             saved = _StateUnpickler(io.BytesIO(state["state"])).load()
         except Exception as e:  # a damaged or hostile blob: whatever unpickling it raised

@@ -327,7 +327,7 @@ def test_a_monitor_continued_from_its_state_dict_finds_what_one_fed_the_whole_ru
     told = []
     first = online([u for u in updates if u[0] < 2000], on_incident=told.append)
     state = pickle.loads(pickle.dumps(first.state_dict()))  # as a checkpoint file keeps it
-    assert set(state) == {"format", "version", "state"} and isinstance(state["state"], bytes)
+    assert set(state) == {"format", "version", "code", "state"} and isinstance(state["state"], bytes)
 
     resumed, told_after = Monitor(on_incident=lambda i: told_after.append(i), name="resumed"), []
     resumed.load_state_dict(state)
@@ -371,6 +371,9 @@ def test_a_state_dict_that_is_not_a_monitor_s_or_of_another_config_is_refused():
     state = online(crash_run()[:500]).state_dict()
     with pytest.raises(ValueError, match="another config"):
         Monitor(Config(ignore=("CS301",))).load_state_dict(state)
+    # Saved by other code (an upgrade between the checkpoint and the resume): its classes changed.
+    with pytest.raises(ValueError, match="another version"):
+        Monitor().load_state_dict({**state, "code": "0" * 16})
     for bad in ({}, {"format": "x"}, {**state, "version": 99}, {**state, "state": b"not a pickle"},
                 {**state, "state": pickle.dumps(["a list"])}):
         with pytest.raises(ValueError):
@@ -390,4 +393,4 @@ def test_a_state_dict_s_bytes_can_name_no_code_outside_the_monitor_s_state():
                  # A dunder through getattr, the way to a function's globals.
                  b"cbuiltins\ngetattr\n(ctb_crash_signals.online.monitor\nMonitor\nS'__init__'\ntR."):
         with pytest.raises(ValueError, match="not part of a Monitor's state"):
-            monitor.load_state_dict({"format": "tb-crash-signals monitor", "version": 1, "state": blob})
+            monitor.load_state_dict({**monitor.state_dict(), "state": blob})
