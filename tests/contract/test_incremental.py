@@ -322,3 +322,17 @@ def test_reader_revision_changes_exactly_when_a_series_does_not_just_grow(tmp_pa
     _append(path, events(range(200, 210)))  # a restart: purged
     reader.reload()
     assert reader.revision("loss") != rev and len(reader.series("loss")) == 210
+
+
+def test_a_burst_that_began_before_the_window_read_since_is_told_as_the_full_call_tells_it():
+    # The grad norm non-finite (the loss finite) from point 40 to 99: a burst that began within
+    # the first 50 points needs 24 in a row (the scaler calibrating). Read from step 90 on, the
+    # window looks back 24 points, to point 66, in the middle of the burst: its start is at 40.
+    n = 120
+    grad = np.ones(n)
+    grad[40:100] = np.nan
+    data = {"train_loss": series(np.linspace(2.0, 1.0, n)), "grad_norm": series(grad)}
+    p = RULES["CS004"].default_params()
+    full = hits_of("CS004", data, p, None)
+    assert full["grad_norm"][2][63] == "24"  # the first hit: 24 in a row from point 40
+    assert hits_of("CS004", data, p, 90) == tail(full, data, 90)

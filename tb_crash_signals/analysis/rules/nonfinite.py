@@ -225,6 +225,11 @@ def overflow_burst(data, p: OverflowBurstParams, since=None):
     if not bad.any():
         return
     bad &= loss_finite_at(data, s.steps[a:])
+    if a and bad[0]:
+        # A burst under way at the window's first point began before it, maybe within the first
+        # `start_points`: read from the first point, where its start is known.
+        a = 0
+        bad = ~np.isfinite(s.values) & loss_finite_at(data, s.steps)
     runs = run_lengths(bad)
     at = np.arange(a, a + runs.shape[0])
     needs = np.where(at - runs + 1 < p.start_points, p.start_consecutive, p.consecutive)
