@@ -328,11 +328,11 @@ class JumpTogetherParams:
         "is no warm-up (a warm-up's grad norm rises while its loss falls)"
     )
     factor: float = param(
-        10.0, "the grad norm and the train loss logged at the same step must both be at least this "
-        "multiple of their recent medians"
+        10.0, "the grad norm must be at least this multiple of its recent median, and the train loss "
+        "logged at the same step ..."
     )
     loss_factor: float = param(
-        10.0, "... and the train loss at least this multiple of its recent median (as `factor`)"
+        10.0, "... at least this multiple of its own (per step, both jump at the same update)"
     )
     min_rise: float = param(
         0.05, "the loss must rise above its median by at least this share of the run's initial level "
