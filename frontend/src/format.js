@@ -152,6 +152,14 @@ const RUN_END_CHARS = 9;
  * folder prefix and differ at their end.
  */
 export function runNameParts(name) {
+  const [head, tail] = headAndTail(name);
+  if (tail.length <= 2 * RUN_END_CHARS) return [head, tail, ''];
+  return [head, tail.slice(0, -RUN_END_CHARS), tail.slice(-RUN_END_CHARS)];
+}
+
+/** A run name's head (its folders, with their slash) and tail (its last segment, or the last
+ * few while they are short). */
+function headAndTail(name) {
   const s = String(name);
   let cut = s.lastIndexOf('/', s.length - 2); // a trailing slash belongs to the last segment
   while (cut > 0 && s.length - cut - 1 < RUN_TAIL_CHARS) {
@@ -159,9 +167,7 @@ export function runNameParts(name) {
     if (before < 0) break;
     cut = before;
   }
-  const [head, tail] = cut <= 0 ? ['', s] : [s.slice(0, cut + 1), s.slice(cut + 1)];
-  if (tail.length <= 2 * RUN_END_CHARS) return [head, tail, ''];
-  return [head, tail.slice(0, -RUN_END_CHARS), tail.slice(-RUN_END_CHARS)];
+  return cut <= 0 ? ['', s] : [s.slice(0, cut + 1), s.slice(cut + 1)];
 }
 
 // Between one `key=value` pair of a run name and the next: hyperparameters in names read
@@ -175,10 +181,10 @@ const PAIR_SEPARATORS = '_,;/ &~|+';
  * the head first, then the keys: in a sweep the values are what tell its runs apart.
  */
 export function runNameSpans(name) {
-  const [head, body, end] = runNameParts(name);
-  const tail = body + end;
+  const [head, tail] = headAndTail(name);
   const spans = head ? [[head, 'head']] : [];
   if (!tail.includes('=')) {
+    const [, body, end] = runNameParts(name);
     spans.push([body, 'body']);
     if (end) spans.push([end, 'end']);
     return spans;

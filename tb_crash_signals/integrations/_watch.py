@@ -322,7 +322,7 @@ class Watch:
         Raises:
             ValueError: as `Monitor.load_state_dict` (the Watch is then as it was).
         """
-        monitor = Monitor(self._monitor.config, stop_on=self._monitor.stop_on)
+        monitor = self._fresh_monitor()
         monitor.load_state_dict(state)
         self._start_over(monitor)
 
@@ -331,7 +331,7 @@ class Watch:
         checkpoint it resumes from (the Trainer keeps them in its checkpoints), fed quietly: its
         incidents count as reported, and the stop is decided afresh. A value that is not a
         number is left out."""
-        monitor = Monitor(self._monitor.config, stop_on=self._monitor.stop_on)
+        monitor = self._fresh_monitor()
         for step, values in history:
             try:
                 monitor.update(step, **values)
@@ -339,6 +339,10 @@ class Watch:
                 continue
         monitor.should_stop = False
         self._start_over(monitor)
+
+    def _fresh_monitor(self) -> Monitor:
+        """A Monitor with this one's config and stop codes, fed nothing, reporting to no one."""
+        return Monitor(self._monitor.config, stop_on=self._monitor.stop_on)
 
     def _start_over(self, monitor: Monitor) -> None:
         """Takes `monitor` (quiet so far) as the one fed from now on; a child process and the
