@@ -149,6 +149,17 @@ export function incidentCountsOf(entry) {
   return c;
 }
 
+// What the analysis watches of losses that are not an objective (the report's `loss_kind`).
+const LOSS_KIND_NOTE = {
+  adversarial: 'A GAN’s losses (its tags name a generator and a discriminator): they do not fall like an objective, so they are watched for NaN/Inf, blow-ups, gradient norms and learning rates only.',
+  reinforcement: 'A reinforcement learner’s losses (the run logs a reward or a return): they move with the returns it learns, so they are watched for NaN/Inf, blow-ups, gradient norms and learning rates only.',
+};
+
+/** The note a run's losses get when they are not an objective; null for an objective's (or an older server's). */
+export function lossKindNote(analysis) {
+  return (analysis && Object.hasOwn(LOSS_KIND_NOTE, analysis.loss_kind) && LOSS_KIND_NOTE[analysis.loss_kind]) || null;
+}
+
 /** One sentence: what happened, when, and how early. The server's headline wins. */
 export function headlineOf(entry) {
   const h = entry.headline || (entry.summary && entry.summary.headline);

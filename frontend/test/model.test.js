@@ -4,7 +4,7 @@ import {
   rankRuns, filterRuns, defaultSelection, countsOf, incidentCountsOf, headlineOf, smoothEMA, canLog, unionSteps, alignTo,
   presentCharts, chartIdFor, stepExtent, chartData, fitLine, fitLabel, episodeBox, nonfiniteMarks, shownFits, projectsAhead,
   zoomRange, episodeTitle, tomlString, tomlSnippet, CHARTS, wideRange, isPending, progressOf, pickSelection,
-  progressText,
+  progressText, lossKindNote,
 } from '../src/model.js';
 
 const run = (name, health, extra = {}) => ({run: name, health, ...extra});
@@ -323,4 +323,12 @@ test('storyRange: fits the data before the crash, marks what lies beyond', async
   assert.equal(storyRange([{steps, values: steps.map(() => 1)}], 150, [], false), null); // nothing cut
   const ramp = steps.map((s) => s / 100);
   assert.equal(storyRange([{steps, values: ramp}], 150, [], false), null); // a ramp a little past the crash: not worth it
+});
+
+test('lossKindNote: the losses of a GAN or a reinforcement learner say what is watched; an objective says nothing', () => {
+  assert.match(lossKindNote({loss_kind: 'adversarial'}), /GAN.*NaN\/Inf/);
+  assert.match(lossKindNote({loss_kind: 'reinforcement'}), /reward or a return.*NaN\/Inf/);
+  for (const a of [{loss_kind: 'objective'}, {}, null, {loss_kind: '__proto__'}, {loss_kind: 'toString'}]) {
+    assert.equal(lossKindNote(a), null);
+  }
 });

@@ -81,6 +81,11 @@ def catalogue_markdown(config: Config) -> str:
         f"with nothing critical after it, once the validation loss fell to {DROPPED:g}x where it stood. A CS402",
         "rise is a note once the validation loss came back to its best after its last hit.",
         "",
+        "The rules marked *objective* read a loss as an objective the run brings down. They do not run on a",
+        "GAN's losses (its tags name a generator's and a discriminator's or critic's loss) or a reinforcement",
+        "learner's (it logs a reward or a return): the report's `loss_kind` says which a run is, and a",
+        "`train_loss` named under `[signals]` in the config is always an objective.",
+        "",
         "| code | symbol | family | severity | signals | what it catches |",
         "|---|---|---|---|---|---|",
     ]
@@ -94,6 +99,7 @@ def catalogue_markdown(config: Config) -> str:
         out.append(
             f"Family **{r.family}**, severity **{config.severity_for(code)}**, "
             f"signals: {', '.join(r.signals)}."
+            + (" *Objective*: not run on a GAN's or a reinforcement learner's losses." if r.objective else "")
         )
         out += ["", r.doc, "", f"What to do: {r.advice}.", ""]
         out += ["| parameter | default | meaning |", "|---|---|---|"]

@@ -22,7 +22,7 @@ from tb_crash_signals.analysis.incidents import Incident, build_incidents
 from tb_crash_signals.analysis.recovery import LEVEL_POINTS, NOISE_POINTS, last_best, quiet_since, settled
 from tb_crash_signals.analysis.rules import RULES, Fit
 from tb_crash_signals.analysis.rules.base import since_index
-from tb_crash_signals.analysis.signals import SIGNALS, LogicalRun
+from tb_crash_signals.analysis.signals import LOSS_KIND_NOTES, SIGNALS, LogicalRun
 from tb_crash_signals.analysis.stats import value_at_or_before
 from tb_crash_signals.ingest.series import Series
 
@@ -104,9 +104,11 @@ def health_of(has_signals: bool, episodes) -> str:
     return "ok"
 
 
-def _run_tracks(data, config: Config, previous, since, carry: dict):
+def _run_tracks(data, config: Config, previous, since, carry: dict, objective: bool = True):
     """rule code -> signal -> EpisodeTrack over `data`, and the train loss's levels for
     recovery.settled (read in the rules' memo: CS113 and CS202 computed them already).
+    `objective`: whether the run's losses are an objective (`LogicalRun.loss_kind`); if not,
+    the rules that read them as one do not run.
 
     With `previous` (the tracks of an analysis of a prefix of `data`) and
     `since` (the first step where `data` differs from that prefix), each rule
@@ -118,7 +120,7 @@ def _run_tracks(data, config: Config, previous, since, carry: dict):
     with stats.memo(carry):  # rules share intermediate results on the same series
         for code in config.enabled_codes():
             rule = RULES[code]
-            if not any(sig in data for sig in rule.signals):
+            if not any(sig in data for sig in rule.signals) or (rule.objective and not objective):
                 continue
             params = config.params_for(code)
             old = previous.get(code, {})
@@ -226,16 +228,19 @@ def _finite_or_none(x) -> float | None:
     return float(x) if x is not None and np.isfinite(x) else None
 
 
-def headline(health: str, incidents, data) -> str:
-    """The run's one sentence: its most important incident's headline."""
+def headline(health: str, incidents, data, loss_kind: str = "objective") -> str:
+    """The run's one sentence: its most important incident's headline (and, on a run whose
+    losses are not an objective, what is watched of them)."""
     if health == "no_signals":
         return "no recognised loss, grad-norm or learning-rate tags"
     steps = max((int(s.steps[-1]) for s in data.values() if len(s)), default=0)
     sick = [i for i in incidents if i.severity != "info"]
-    if not sick:
-        noted = f"; {incidents[0].headline}" if incidents else ""
-        return f"no warnings over {steps} steps{noted}"
-    return sick[0].headline
+    if sick:
+        return sick[0].headline
+    noted = f"; {incidents[0].headline}" if incidents else ""
+    if loss_kind in LOSS_KIND_NOTES:
+        noted += f"; {LOSS_KIND_NOTES[loss_kind]}"
+    return f"no warnings over {steps} steps{noted}"
 
 
 def summarize(run: LogicalRun, data: Mapping[str, Series], episodes, grad_max=False) -> dict:
@@ -287,7 +292,8 @@ def analyze_run(
     data = {k: data[k] for k in SIGNALS if k in data and data[k] is not None}
     since = _resume_since(resume, run, data, config)
     carry = dict(resume.carry) if since is not None else {}
-    tracks, levels = _run_tracks(data, config, resume.tracks if since is not None else {}, since, carry)
+    tracks, levels = _run_tracks(data, config, resume.tracks if since is not None else {}, since, carry,
+                                 objective=run.loss_kind == "objective")
     episodes, fits = _merged(tracks)
     val = data.get("val_loss")
     episodes = settled(episodes, lambda: levels, None if val is None else lambda: last_best(val.steps, val.values),
@@ -312,7 +318,7 @@ def analyze_run(
     )
     incidents = build_incidents(episodes, run_steps=_span(data))
     result = RunResult(run, data, tuple(episodes), tuple(fits), sampled, summary, checkpoint, tuple(incidents))
-    summary["headline"] = headline(result.health, incidents, data)
+    summary["headline"] = headline(result.health, incidents, data, run.loss_kind)
     return result
 
 

@@ -63,6 +63,25 @@ _NUMBERED_LR = re.compile(r"lr\d+")
 # Words that make a tag look like a loss but not the objective itself.
 _NOT_A_LOSS = frozenset({"scale", "scaler", "weight", "ratio", "std", "var", "min", "max"})
 
+# What a run's losses are (`LogicalRun.loss_kind`). An objective falls as the run learns; the
+# losses of a GAN's two players and a reinforcement learner's losses do not: a discriminator's
+# loss climbs from near 0 to its equilibrium as the generator learns, a DQN's TD loss grows with
+# the values it learns. The rules that read a loss as an objective (`Rule.objective`) stay off
+# them; their NaN/Inf, absolute bounds, gradient norms and learning rates are watched as any run's.
+LOSS_KINDS = ("objective", "adversarial", "reinforcement")
+LOSS_KIND_NOTES = {
+    "adversarial": "GAN losses: watched for NaN/Inf, blow-ups and gradients only",
+    "reinforcement": "reinforcement-learning losses: watched for NaN/Inf, blow-ups and gradients only",
+}
+_GENERATOR = frozenset({"g", "gen", "generator"})
+_DISCRIMINATOR = frozenset({"d", "disc", "discriminator", "critic"})
+_REWARD = frozenset({"reward", "rewards", "rew", "return", "returns"})
+# A preference optimiser's implicit rewards (DPO's `rewards/chosen`, `rewards/margins`): its loss
+# is an objective.
+_PREFERENCE = frozenset({"chosen", "rejected", "margin", "margins", "accuracies"})
+# A word's case changing inside a tag ends it there (`lossD`, `DLoss`), for the players' letters.
+_CASE_BREAK = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
+
 
 @dataclasses.dataclass(frozen=True)
 class TagRef:
@@ -84,12 +103,14 @@ class LogicalRun:
         members: the TensorBoard runs it is made of.
         signals: dimension -> TagRef, or None when no tag was recognised.
         tags: member run -> its scalar tags, for reporting unmapped runs.
+        loss_kind: what its losses are (`LOSS_KINDS`, see `loss_kind`).
     """
 
     name: str
     members: tuple[str, ...]
     signals: Mapping[str, TagRef | None]
     tags: Mapping[str, tuple[str, ...]]
+    loss_kind: str = "objective"
 
     @property
     def has_signals(self) -> bool:
@@ -202,6 +223,52 @@ def _override(dimension, members, wanted: Sequence[str]) -> TagRef | None:
     return None
 
 
+def _case_words(tag: str) -> set[str]:
+    """A tag's words, a change of case inside one ending it too (`lossD`, `AverageReturns`)."""
+    return set(_words(_CASE_BREAK.sub(" ", tag)))
+
+
+def _players(words: set[str]) -> set[str]:
+    """The GAN players a tag's words name: "g" (generator), "d" (discriminator or critic)."""
+    players = set()
+    if words & _GENERATOR:
+        players.add("g")
+    if words & _DISCRIMINATOR:
+        players.add("d")
+    return players
+
+
+def loss_kind(tags: Iterable[str], train_loss: str | None) -> str:
+    """What a run's losses are, from all its tags and the one read as its train loss:
+    "reinforcement" when it logs a reward or a return (`rollout/ep_rew_mean`,
+    `charts/episodic_return`; not a preference optimiser's implicit rewards, DPO's
+    `rewards/chosen`); "adversarial" when its losses name both players of a GAN (a generator's
+    and a discriminator's or critic's: `loss_G` and `loss_D`, `Loss/generator` and `Loss/critic`)
+    and its train loss is one of them (a total loss besides, as ELECTRA's, is an objective);
+    else "objective"."""
+    players: set[str] = set()
+    rewarded = False
+    for tag in tags:
+        words = _case_words(tag)
+        if any("loss" in word for word in words):
+            players |= _players(words)
+        elif words & _REWARD and not words & _PREFERENCE:
+            rewarded = True
+    if rewarded:
+        return "reinforcement"
+    if players == {"g", "d"} and train_loss is not None and _players(_case_words(train_loss)):
+        return "adversarial"
+    return "objective"
+
+
+def _kind(tags: Iterable[str], signals: Mapping[str, TagRef | None], overrides: Mapping[str, Sequence[str]]) -> str:
+    # A train loss the config names is an objective: the user chose to have it judged as one.
+    if overrides.get("train_loss"):
+        return "objective"
+    train = signals.get("train_loss")
+    return loss_kind(tags, train.tag if train is not None else None)
+
+
 def family(run: str) -> str:
     """The logical run that `run` may belong to: its parent directory for a train or
     validation split, else itself.
@@ -251,12 +318,14 @@ def group_runs(
             grouped.add(parent)
         ordered = sorted(children, key=_member_order)
         members = [(c, _split_of(c), runs[c]) for c in ordered]
+        signals = _resolve(members, overrides)
         logical.append(
             LogicalRun(
                 name=parent,
                 members=tuple(ordered),
-                signals=_resolve(members, overrides),
+                signals=signals,
                 tags={c: runs[c] for c in ordered},
+                loss_kind=_kind((t for c in ordered for t in runs[c]), signals, overrides),
             )
         )
         grouped.update(children)
@@ -264,12 +333,14 @@ def group_runs(
     for run, tags in runs.items():
         if run in grouped:
             continue
+        signals = _resolve([(run, _split_of(run), tags)], overrides)
         logical.append(
             LogicalRun(
                 name=run,
                 members=(run,),
-                signals=_resolve([(run, _split_of(run), tags)], overrides),
+                signals=signals,
                 tags={run: tags},
+                loss_kind=_kind(tags, signals, overrides),
             )
         )
     logical.sort(key=lambda lr: lr.name)

@@ -34,7 +34,7 @@ from tb_crash_signals.analysis.incidents import Incident, build_incidents
 from tb_crash_signals.analysis.recovery import LEVEL_POINTS, NOISE_POINTS, quiet_since, settled
 from tb_crash_signals.analysis.rules import RULES
 from tb_crash_signals.analysis.rules.base import EpisodeView
-from tb_crash_signals.analysis.signals import SIGNALS
+from tb_crash_signals.analysis.signals import LOSS_KINDS, SIGNALS
 from tb_crash_signals.analysis.streaming import ORDER, RETIRED, Channel, shared_level, small_median
 from tb_crash_signals.online.screen import RestScreen, Screen
 from tb_crash_signals.report.document import fit_to_json
@@ -137,12 +137,13 @@ class _Record:
 class _State:
     """Everything `update` changes; pickled for snapshots."""
 
-    def __init__(self, config: Config):
+    def __init__(self, config: Config, objective: bool = True):
         self.channels = {s: Channel(s, _RECENT) for s in SIGNALS}
         self.order = [self.channels[s] for s in ORDER]
         # The channels of the signals given together, in ORDER, by the keys' order.
         self.orders: dict[tuple, list] = {}
-        built = [(code, RULES[code].stream, config.params_for(code)) for code in config.enabled_codes()]
+        built = [(code, RULES[code].stream, config.params_for(code)) for code in config.enabled_codes()
+                 if objective or not RULES[code].objective]
         # Shared windows first, sized for every rule that reads them.
         for _, cls, params in built:
             for sig in cls.hits:
@@ -212,6 +213,10 @@ class Monitor:
         stop_on: rule codes whose critical episodes set `should_stop`
             (default: every rule's critical episodes).
         name: the run name used in `report()`.
+        loss_kind: what the losses fed are (`signals.LOSS_KINDS`): "objective" (the default),
+            or "adversarial" (a GAN's generator or discriminator loss) or "reinforcement" (a
+            reinforcement learner's), on which the rules that read a loss as an objective do
+            not run, as `scan` does on the runs it finds to be such.
     """
 
     def __init__(
@@ -221,7 +226,10 @@ class Monitor:
         on_incident: Callable[[Incident], None] | None = None,
         stop_on: Iterable[str] | None = None,
         name: str = "monitor",
+        loss_kind: str = "objective",
     ):
+        if loss_kind not in LOSS_KINDS:
+            raise ValueError(f"loss_kind must be one of {', '.join(LOSS_KINDS)}, got {loss_kind!r}")
         if isinstance(config, str):
             from tb_crash_signals.analysis.config import load_config
 
@@ -232,9 +240,10 @@ class Monitor:
         self._reported: set = set()  # keys of the incidents reported to on_incident
         self.stop_on = None if stop_on is None else {c.upper() for c in stop_on}
         self.name = name
+        self.loss_kind = loss_kind
         self.should_stop = False
         self.last_hits: list[tuple[str, str]] = []  # (code, signal) that fired at the last update
-        self._state = _State(self.config)
+        self._state = self._fresh_state()
         self._cooldown = {
             code: max(int(getattr(self.config.params_for(code), "cooldown", 10)), 1)
             for code in RULES
@@ -550,9 +559,9 @@ class Monitor:
             raise ValueError(f"a Monitor state_dict that does not load: {e}") from None
         if not isinstance(saved, Monitor):
             raise ValueError("not a tb-crash-signals Monitor state_dict")
-        if saved.config != self.config:
-            raise ValueError("the Monitor state_dict was saved with another config: its rules' state "
-                             "is that config's (give the same config, or start afresh)")
+        if saved.config != self.config or saved.loss_kind != self.loss_kind:
+            raise ValueError("the Monitor state_dict was saved with another config or loss_kind: its rules' "
+                             "state is that config's (give the same config, or start afresh)")
         keep = {name: getattr(self, name) for name in ("on_episode", "on_incident", "stop_on", "name")}
         self.__dict__.update(saved.__dict__)
         self.__dict__.update(keep)
@@ -571,6 +580,9 @@ class Monitor:
             self._snapshots = collections.deque((p - drop, m, b) for p, m, b in self._snapshots)
             self._log_from_start = False
 
+    def _fresh_state(self) -> _State:
+        return _State(self.config, objective=self.loss_kind == "objective")
+
     def _restart(self, step: int):
         """Forgets everything at steps >= `step`, as TensorBoard's purge does."""
         state, pos = None, 0
@@ -583,14 +595,14 @@ class Monitor:
             self._snapshots.pop()
         replay = []
         if state is None and self._log_from_start:
-            state, pos = _State(self.config), 0
+            state, pos = self._fresh_state(), 0
         if state is not None:
             replay = [(s, v) for s, v in self._log[pos:] if s < step]
             self._log = self._log[:pos]
         else:
             # Further back than the kept history: keep the episodes that
             # started before the restart and start the baselines afresh.
-            state = _State(self.config)
+            state = self._fresh_state()
             state.episodes = [e for e in self._state.episodes if e.first_step < step]
             self._log = []
             self._snapshots.clear()
@@ -662,7 +674,7 @@ class Monitor:
             "val_train_gap": st.last_gap if st.last_gap is not None and math.isfinite(st.last_gap) else None,
         }
         data = {s: st.channels[s].recent() for s in SIGNALS if st.channels[s].n}
-        out["headline"] = headline(self.health, build_incidents(eps, self._span()), data)
+        out["headline"] = headline(self.health, build_incidents(eps, self._span()), data, self.loss_kind)
         return out
 
     def incidents(self) -> list[Incident]:
@@ -684,6 +696,7 @@ class Monitor:
             "run": self.name,
             "health": self.health,
             "signals": {s: ({"run": self.name, "tag": s} if s in present else None) for s in SIGNALS},
+            "loss_kind": self.loss_kind,
             "points": {s: st.channels[s].n for s in present},
             "sampled": False,
             "episodes": [

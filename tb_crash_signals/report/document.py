@@ -47,6 +47,7 @@ def run_to_json(result: RunResult) -> dict:
         "signals": {
             k: (run.signals[k].to_json() if run.signals.get(k) else None) for k in SIGNALS
         },
+        "loss_kind": run.loss_kind,
         "points": {k: len(s) for k, s in result.data.items()},
         "sampled": bool(result.sampled),
         "episodes": [

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 
+from tb_crash_signals.analysis.signals import LOSS_KIND_NOTES
+
 
 def safe(text: str) -> str:
     """Escapes control characters so names cannot move the cursor or hide text
@@ -92,6 +94,8 @@ def format_text(report: dict, verbose: bool = False) -> str:
             head += f"  ({tally(counted)})"
         if entry.get("sampled"):
             head += "  [sampled]"
+        if entry.get("loss_kind") in LOSS_KIND_NOTES:
+            head += f"  [{LOSS_KIND_NOTES[entry['loss_kind']]}]"
         lines.append(head)
         if health == "no_signals":
             tags = sorted({t for ts in entry["tags"].values() for t in ts})

@@ -69,6 +69,7 @@ def runs_item(report: dict, result) -> dict:
         "incident_counts": result.incident_counts(),
         "first_critical_step": report["summary"].get("first_critical_step"),
         "signals": report["signals"],
+        "loss_kind": report.get("loss_kind", "objective"),
         "sampled": report["sampled"],
         "headline": report["summary"].get("headline"),
         "kinds": run_outcome(report)["kinds"],  # incident kinds, for the sweep view
@@ -86,6 +87,7 @@ def unanalysed_item(logical, health: str, headline: str, **extra) -> dict:
         "signals": {
             k: (logical.signals[k].to_json() if logical.signals.get(k) else None) for k in SIGNALS
         },
+        "loss_kind": logical.loss_kind,
         "sampled": False,
         "headline": headline,
         "kinds": {},
@@ -122,6 +124,7 @@ def failed_analysis(logical, message, config_error) -> dict:
         "signals": {
             k: (logical.signals[k].to_json() if logical.signals.get(k) else None) for k in SIGNALS
         },
+        "loss_kind": logical.loss_kind,
         "points": {},
         "sampled": False,
         "episodes": [],

@@ -18,6 +18,7 @@ from support.paths import DEMO_LOGS
 from support.tbserver import running_tensorboard, runs_listed
 
 HUGE = "torch/huge-loss"
+GAN = "gan/ring"
 PREFIX = "/under/a-prefix"
 
 
@@ -29,8 +30,15 @@ def tensorboard(tmp_path_factory):
     # a real torch run we keep aside climbs like this: 1e25 ... 3e36, never NaN
     loss = 10 ** (25 + 11.5 * steps / 299)
     write_scalars(os.path.join(logdir, HUGE), {"Loss/train": [(int(s), float(v)) for s, v in zip(steps, loss)]})
+    # a GAN's discriminator loss climbing to its equilibrium (log 4) as its generator learns
+    rng = np.random.default_rng(0)
+    gan = np.arange(600)
+    d = (np.log(4) - 1.1 * np.exp(-gan / 100)) * np.exp(0.1 * rng.standard_normal(600))
+    g = (0.7 + 0.4 * np.exp(-gan / 150)) * np.exp(0.15 * rng.standard_normal(600))
+    write_scalars(os.path.join(logdir, GAN), {"Loss/D": [(int(s), float(v)) for s, v in zip(gan, d)],
+                                              "Loss/G": [(int(s), float(v)) for s, v in zip(gan, g)]})
     # under a path prefix: the tab's links must be relative to where TensorBoard really is
-    listed = runs_listed(9)
+    listed = runs_listed(10)
     with running_tensorboard(str(logdir), "--path_prefix", PREFIX, ready=lambda base: listed(base + PREFIX)) as base:
         yield base + PREFIX
 
@@ -227,3 +235,15 @@ def test_keyboard_moves_through_runs_and_opens_the_first_incident(tab):
     assert tab.frame.locator(".cs-filter-input").input_value() == "jk"
     assert tab.frame.locator(".cs-run-title").text_content() == names[first]
     assert errors(tab) == []
+
+
+def test_a_gan_says_what_is_watched_of_its_losses(tab):
+    show(tab, GAN)
+    # its discriminator's climb read as an objective's would be critical
+    assert tab.frame.locator(f"[data-run='{GAN}']").get_attribute("data-health") == "ok"
+    note = tab.frame.locator(".cs-banner-info", has_text="GAN")
+    note.wait_for()
+    assert "generator and a discriminator" in note.text_content()
+    show(tab, HUGE)  # an objective's run: no such note
+    assert tab.frame.locator(".cs-banner-info", has_text="GAN").count() == 0
+    assert not errors(tab)

@@ -109,12 +109,13 @@ def test_runs_payload_matches_scan(served, scan_report):
     by_name = {e["run"]: e for e in scan_report["runs"]}
     for entry in runs:
         assert set(entry) == {
-            "run", "health", "counts", "incident_counts", "first_critical_step", "signals", "sampled",
-            "headline", "kinds",
+            "run", "health", "counts", "incident_counts", "first_critical_step", "signals", "loss_kind",
+            "sampled", "headline", "kinds",
         }
         ref = by_name[entry["run"]]
         assert entry["health"] == ref["health"]
         assert entry["signals"] == ref["signals"]
+        assert entry["loss_kind"] == ref["loss_kind"]
         assert entry["sampled"] is False
         assert entry["headline"] == ref["summary"]["headline"]
         assert entry["first_critical_step"] == ref["summary"]["first_critical_step"]

@@ -77,3 +77,50 @@ def train_classifier(logdir, seed: int, batch: int, lr: float, steps: int) -> No
     model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.GELU(), torch.nn.Linear(64, 64), torch.nn.GELU(),
                                 torch.nn.Linear(64, 3))
     train_logged(logdir, model, x, y, torch.nn.functional.cross_entropy, lambda step: lr, steps, batch=batch)
+
+
+def train_gan(logdir, seed: int, steps: int, lr: float, least_squares: bool = False,
+              tags=("Loss/D", "Loss/G")) -> int | None:
+    """A GAN (two-layer MLPs) learning a ring of 8 Gaussians in the plane, minibatches of 64,
+    the discriminator's and the generator's loss logged every step under `tags` (the PyTorch
+    DCGAN tutorial's names). Adam (betas 0.5, 0.999) on the logistic loss, or SGD on the least
+    squares one (`least_squares`, LSGAN's). Its discriminator's loss climbs from its first steps'
+    low toward log 4 as the generator learns; its generator's wanders. Returns the first step
+    whose losses were NaN/Inf (None if none), where it stops."""
+    import torch
+    from torch.utils.tensorboard import SummaryWriter
+
+    torch.manual_seed(seed)
+    torch.set_num_threads(1)
+    nn = torch.nn
+    generator = nn.Sequential(nn.Linear(8, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 2))
+    discriminator = nn.Sequential(nn.Linear(2, 64), nn.LeakyReLU(0.2), nn.Linear(64, 1))
+    if least_squares:
+        def judge(out, target):
+            return ((out - target) ** 2).mean()
+        opt_g = torch.optim.SGD(generator.parameters(), lr)
+        opt_d = torch.optim.SGD(discriminator.parameters(), lr)
+    else:
+        judge = nn.BCEWithLogitsLoss()
+        opt_g = torch.optim.Adam(generator.parameters(), lr, betas=(0.5, 0.999))
+        opt_d = torch.optim.Adam(discriminator.parameters(), lr, betas=(0.5, 0.999))
+    ones, zeros = torch.ones(64, 1), torch.zeros(64, 1)
+    with SummaryWriter(str(logdir)) as w:
+        for step in range(steps):
+            angle = torch.randint(0, 8, (64,)).float() * (math.pi / 4)
+            real = 2 * torch.stack([angle.cos(), angle.sin()], 1) + 0.05 * torch.randn(64, 2)
+            fake = generator(torch.randn(64, 8))
+            loss_d = judge(discriminator(real), ones) + judge(discriminator(fake.detach()), zeros)
+            opt_d.zero_grad()
+            loss_d.backward()
+            opt_d.step()
+            loss_g = judge(discriminator(fake), ones)
+            opt_g.zero_grad()
+            loss_g.backward()
+            opt_g.step()
+            d, g = loss_d.item(), loss_g.item()
+            w.add_scalar(tags[0], d, step)
+            w.add_scalar(tags[1], g, step)
+            if not (math.isfinite(d) and math.isfinite(g)):
+                return step
+    return None

@@ -272,6 +272,9 @@ class Rule:
     peak: str = "max"  # how the episode's peak is chosen: "max" | "min" | "first"
     overlays: tuple = ()
     default: bool = True  # runs unless selected out; False: only when `select`ed (opt-in)
+    # Reads a loss as an objective the run should bring down (its spikes, climbs, stalls, the
+    # gap to validation): not run on losses that are not one (`signals.loss_kind`).
+    objective: bool = False
 
     @property
     def doc(self) -> str:
@@ -289,10 +292,11 @@ REGISTRY: dict[str, Rule] = {}
 
 
 def rule(*, code, symbol, family, severity, signals, params, describe, advice, stream,
-         peak="max", overlays=(), default=True):
+         peak="max", overlays=(), default=True, objective=False):
     """Registers a rule function, with its streaming twin, under a stable code and symbol.
 
     `default=False` makes the rule opt-in: it runs only when a `select` names it.
+    `objective=True`: the rule reads a loss as an objective to bring down (see `Rule.objective`).
     """
     assert family in FAMILIES and severity in SEVERITIES, code
     assert peak in ("max", "min", "first"), code
@@ -304,6 +308,7 @@ def rule(*, code, symbol, family, severity, signals, params, describe, advice, s
             code=code, symbol=symbol, family=family, severity=severity,
             signals=tuple(signals), params=params, func=func, describe=describe,
             advice=advice, stream=stream, peak=peak, overlays=tuple(overlays), default=default,
+            objective=objective,
         )
         return func
 

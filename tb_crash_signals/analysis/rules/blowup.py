@@ -267,7 +267,7 @@ class LossBlowupStream(Stream):
 
 
 @rule(
-    code="CS114", symbol="loss-blowup", family="divergence", severity="critical",
+    code="CS114", objective=True, symbol="loss-blowup", family="divergence", severity="critical",
     signals=("train_loss",), params=BlowupParams, describe=_describe_blowup,
     stream=LossBlowupStream,
     advice="the run crashed at this step: stop it and resume from a checkpoint before it with a "
@@ -438,7 +438,7 @@ class JumpTogetherStream(Stream):
 
 
 @rule(
-    code="CS115", symbol="jump-together", family="divergence", severity="critical",
+    code="CS115", objective=True, symbol="jump-together", family="divergence", severity="critical",
     signals=("grad_norm", "train_loss"), params=JumpTogetherParams, describe=_describe_together,
     stream=JumpTogetherStream,
     advice="a single update threw the weights off (a corrupted batch under a large learning rate): "
@@ -460,7 +460,7 @@ class ValJumpTogetherStream(JumpTogetherStream):
 
 
 @rule(
-    code="CS117", symbol="val-jump-together", family="divergence", severity="critical",
+    code="CS117", objective=True, symbol="val-jump-together", family="divergence", severity="critical",
     signals=("val_loss", "train_loss"), params=ValJumpTogetherParams, describe=_describe_together,
     stream=ValJumpTogetherStream,
     advice="the weights broke at this step (the validation loss, measured apart from any batch, jumped "

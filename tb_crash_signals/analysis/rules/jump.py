@@ -46,7 +46,7 @@ class LossJumpStream(Stream):
 
 
 @rule(
-    code="CS111", symbol="loss-jump", family="spike", severity="warning",
+    code="CS111", objective=True, symbol="loss-jump", family="spike", severity="warning",
     signals=("train_loss",), params=LossJumpParams, describe=_describe_jump,
     stream=LossJumpStream, default=False,
     advice="inspect the data batch at this step (bad labels, corrupt or unnormalised inputs); "

@@ -101,7 +101,7 @@ class OverfitStream(_TrainAtVal):
 
 
 @rule(
-    code="CS401", symbol="overfitting", family="overfit", severity="warning",
+    code="CS401", objective=True, symbol="overfitting", family="overfit", severity="warning",
     signals=("train_loss", "val_loss"), params=OverfitParams, describe=_describe_overfit,
     stream=OverfitStream, default=False,
     advice="the model memorises the training set: add regularisation (weight decay, "
@@ -213,7 +213,7 @@ class ValDivergenceStream(_TrainAtVal):
 
 
 @rule(
-    code="CS402", symbol="val-divergence", family="overfit", severity="warning",
+    code="CS402", objective=True, symbol="val-divergence", family="overfit", severity="warning",
     signals=("train_loss", "val_loss"), params=ValDivergenceParams, describe=_describe_valdiv,
     stream=ValDivergenceStream,
     advice="overfitting has begun: keep the checkpoint at the best validation step, add "
@@ -323,7 +323,7 @@ class MemorisedStream(Stream):
 
 
 @rule(
-    code="CS403", symbol="memorised", family="overfit", severity="warning",
+    code="CS403", objective=True, symbol="memorised", family="overfit", severity="warning",
     signals=("train_loss", "val_loss"), params=MemorisedParams, describe=_describe_memorised,
     stream=MemorisedStream,
     advice="the model memorised the training set: keep the checkpoint at the best validation step; add "

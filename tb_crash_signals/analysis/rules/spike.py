@@ -233,7 +233,7 @@ class GradSpikeStream(_SpikeStream):
 
 
 @rule(
-    code="CS112", symbol="loss-spike", family="spike", severity="warning",
+    code="CS112", objective=True, symbol="loss-spike", family="spike", severity="warning",
     signals=("train_loss",), params=SpikeParams, describe=_describe_spike,
     stream=LossSpikeStream,
     advice="inspect the data batch at the spike step; repeated spikes call for a lower "

@@ -61,7 +61,7 @@ class ValStagnationStream(Stream):
 
 
 @rule(
-    code="CS302", symbol="val-stagnation", family="stagnation", severity="warning",
+    code="CS302", objective=True, symbol="val-stagnation", family="stagnation", severity="warning",
     signals=("val_loss",), params=StagnationParams, describe=_describe_stagnation, peak="first",
     stream=ValStagnationStream,
     advice="validation stopped moving: stop early, or change the learning-rate schedule; "

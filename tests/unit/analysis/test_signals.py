@@ -133,3 +133,40 @@ def test_hostile_names_are_just_names():
     name = "<img src=x onerror=alert(1)>"
     (run,) = group_runs({name: [name + "/loss"]})
     assert run.name == name and run.signals["train_loss"].tag == name + "/loss"
+
+
+@pytest.mark.parametrize(
+    "tags, kind",
+    [
+        (["d_loss", "g_loss"], "adversarial"),
+        (["Loss/D", "Loss/G", "D(x)", "D(G(z))"], "adversarial"),  # the PyTorch DCGAN tutorial's names
+        (["lossD", "lossG"], "adversarial"),
+        (["loss_D_A", "loss_G_A", "loss_cycle_A", "loss_idt_A"], "adversarial"),  # CycleGAN
+        (["loss/generator", "loss/critic"], "adversarial"),  # WGAN
+        (["train/loss", "rollout/ep_rew_mean"], "reinforcement"),  # Stable-Baselines3
+        (["losses/td_loss", "charts/episodic_return"], "reinforcement"),  # CleanRL
+        (["Train/AverageReturns", "Loss"], "reinforcement"),  # Dopamine
+        (["train/loss", "train/reward", "train/kl"], "reinforcement"),  # TRL's GRPO
+        # TRL's DPO: implicit rewards of a preference objective, whose loss falls
+        (["train/loss", "train/rewards/chosen", "train/rewards/rejected", "train/rewards/margins"], "objective"),
+        (["train/loss", "val/loss", "train/grad_norm"], "objective"),
+        (["g_loss"], "objective"),  # one player named: nothing says it is a GAN
+        (["adv_loss", "loss"], "objective"),  # adversarial training's loss is an objective
+        # ELECTRA's generator and discriminator learn together; their sum is the objective
+        (["generator_loss", "discriminator_loss", "loss"], "objective"),
+        (["train/loss", "val/returns_mse_loss"], "objective"),  # a loss about returns is a loss
+    ],
+)
+def test_what_a_runs_losses_are(tags, kind):
+    (run,) = group_runs({"r": tags})
+    assert run.loss_kind == kind
+
+
+def test_a_train_loss_the_config_names_is_judged_as_an_objective():
+    (run,) = group_runs({"r": ["d_loss", "g_loss"]}, {"train_loss": ("g_loss",)})
+    assert run.loss_kind == "objective" and run.signals["train_loss"].tag == "g_loss"
+
+
+def test_a_gan_split_into_keras_siblings_is_one_adversarial_run():
+    (run,) = group_runs({"x/train": ["d_loss", "g_loss"], "x/validation": ["d_loss"]})
+    assert run.loss_kind == "adversarial"
