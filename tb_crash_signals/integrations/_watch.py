@@ -143,18 +143,21 @@ class Watch:
             `monitor` brings the Monitor back into this process and ends the child (the next
             batch starts another). If the child dies, the Watch says so and goes on here: with
             the Monitor as it was if the child had not taken over yet, else from a fresh start.
+        loss_kind: what the train loss fed is (`Monitor`'s `loss_kind`): "objective", or a
+            GAN's ("adversarial") or a reinforcement learner's ("reinforcement"), which the
+            rules that read a loss as an objective leave alone; `set_loss_kind` changes it.
     """
 
     def __init__(self, config=None, stop_on: Iterable[str] | None = None, stop: bool = True,
                  report: Callable[[str, str], None] | None = None, check_every: CheckEvery = "auto",
-                 background: Background = "auto"):
+                 background: Background = "auto", loss_kind: str = "objective"):
         if stop_on is not None:
             stop_on = [str(code).upper() for code in stop_on]
             unknown = [code for code in stop_on if code not in RULES]
             if unknown:
                 raise ValueError(f"stop_on: unknown rule code(s) {', '.join(unknown)} "
                                  "(`tb-crash-signals rules` lists them)")
-        self._monitor = Monitor(config, on_incident=self._on_incident, stop_on=stop_on)
+        self._monitor = Monitor(config, on_incident=self._on_incident, stop_on=stop_on, loss_kind=loss_kind)
         self.stop = stop
         self.stopped_step: int | None = None
         self.reported: list[Incident] = []
@@ -326,12 +329,12 @@ class Watch:
         monitor.load_state_dict(state)
         self._start_over(monitor)
 
-    def resume(self, history) -> None:
+    def resume(self, history, loss_kind: str | None = None) -> None:
         """Starts again from a run's history, the (step, {signal: value}) it logged up to the
         checkpoint it resumes from (the Trainer keeps them in its checkpoints), fed quietly: its
         incidents count as reported, and the stop is decided afresh. A value that is not a
-        number is left out."""
-        monitor = self._fresh_monitor()
+        number is left out. `loss_kind`: the new Monitor's (default: as now)."""
+        monitor = self._fresh_monitor(loss_kind)
         for step, values in history:
             try:
                 monitor.update(step, **values)
@@ -340,9 +343,24 @@ class Watch:
         monitor.should_stop = False
         self._start_over(monitor)
 
-    def _fresh_monitor(self) -> Monitor:
-        """A Monitor with this one's config and stop codes, fed nothing, reporting to no one."""
-        return Monitor(self._monitor.config, stop_on=self._monitor.stop_on)
+    def _fresh_monitor(self, loss_kind: str | None = None) -> Monitor:
+        """A Monitor with this one's config, stop codes and loss kind (or `loss_kind`), fed nothing,
+        reporting to no one."""
+        old = self._monitor
+        return Monitor(old.config, stop_on=old.stop_on, loss_kind=loss_kind or old.loss_kind)
+
+    @property
+    def loss_kind(self) -> str:
+        return self._monitor.loss_kind
+
+    def set_loss_kind(self, kind: str, history=()) -> None:
+        """Judges the train loss as `kind` from now on (`Monitor`'s `loss_kind`): a callback that
+        learns what its losses are from what the loop logs (a reward: a reinforcement learner)
+        starts again with a Monitor of that kind, fed `history` quietly (as `resume`); the
+        steps held back are dropped. Nothing changes if the kind is the same."""
+        if kind == self.loss_kind:
+            return
+        self.resume(history, loss_kind=kind)
 
     def _start_over(self, monitor: Monitor) -> None:
         """Takes `monitor` (quiet so far) as the one fed from now on; a child process and the
@@ -407,8 +425,8 @@ class Watch:
         offload.close()
         self.background = False
         if offload.handed_over:
-            old = self._monitor
-            self._monitor = Monitor(old.config, on_incident=self._on_incident, stop_on=old.stop_on)
+            self._monitor = self._fresh_monitor()
+            self._monitor.on_incident = self._on_incident
             self._say("warning", f"crash signals: {error}, from a fresh start")
         else:
             self._say("warning", f"crash signals: {error}")

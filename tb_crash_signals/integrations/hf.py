@@ -16,6 +16,10 @@ A run resumed from a checkpoint (`trainer.train(resume_from_checkpoint=...)`) st
 Monitor from the log history the checkpoint holds: the rules know the run's best loss, its
 noise and its learning rate's course, and the incidents found before are not reported again.
 
+A run that logs a reward or a return (TRL's PPO and GRPO trainers log `reward` beside `loss`)
+is a reinforcement learner's: its loss moves with the returns it learns, and is watched for
+NaN/Inf, blow-ups and gradients only, as `scan` reads its logs (`loss_kind`).
+
 Under distributed training the logged values are the same on every process
 (the Trainer gathers the loss; the gradient norm is of the synchronised
 gradients), so every process reaches the same decision at the same step and
@@ -28,6 +32,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
+from tb_crash_signals.analysis.signals import LOSS_KINDS, loss_kind
 from tb_crash_signals.integrations._watch import Background, CheckEvery, Watch, Watching, require
 
 _transformers = require("transformers", "hf", "transformers")
@@ -68,6 +73,10 @@ class CrashSignalsCallback(Watching, TrainerCallback):
             batches, on POSIX with two CPUs or more, so its rules run beside the loop, not in
             it; a stop then comes at the first step the child's answer has come by (a few steps
             after the batch that holds the alarm). True or False to choose (`Watch`).
+        loss_kind: "auto" (the default): from the keys the Trainer logs, as `scan` reads them
+            from its TensorBoard logs: a reward or a return makes the loss a reinforcement
+            learner's ("reinforcement": watched for NaN/Inf, blow-ups and gradients only); else
+            "objective". Or one of those to choose.
 
     Attributes:
         monitor: the `Monitor` fed with the logs.
@@ -77,10 +86,15 @@ class CrashSignalsCallback(Watching, TrainerCallback):
 
     def __init__(self, config=None, stop_on: Iterable[str] | None = None, stop: bool = True,
                  save_checkpoint: bool = False, check_every: CheckEvery = "auto",
-                 background: Background = "auto"):
+                 background: Background = "auto", loss_kind: str = "auto"):
+        if loss_kind != "auto" and loss_kind not in LOSS_KINDS:
+            raise ValueError(f'loss_kind must be "auto" or one of {", ".join(LOSS_KINDS)}, got {loss_kind!r}')
         self._main = True
-        self._watch = Watch(config, stop_on, stop, self._report, check_every, background)
+        self._watch = Watch(config, stop_on, stop, self._report, check_every, background,
+                            loss_kind="objective" if loss_kind == "auto" else loss_kind)
         self.save_checkpoint = save_checkpoint
+        # "auto": the key sets of the logs read so far (a Trainer logs a few kinds of dict).
+        self._keys_read: set | None = set() if loss_kind == "auto" else None
 
     def _report(self, severity: str, line: str):
         if self._main:
@@ -93,15 +107,33 @@ class CrashSignalsCallback(Watching, TrainerCallback):
         if state is not None and state.global_step > 0:
             # Resumed from a checkpoint, whose state holds what the Trainer logged up to it: the
             # Monitor starts from that history, as `scan` reads the run's logs.
-            self._watch.resume(_history(state.log_history, state.global_step))
+            kind = self._kind_of([entry for entry in state.log_history or () if isinstance(entry, dict)])
+            self._watch.resume(_history(state.log_history, state.global_step), loss_kind=kind)
 
     def on_train_end(self, args, state, control, **kwargs):
         self._watch.flush()  # the steps held back: their incidents are reported now
+
+    def _kind_of(self, logs: list) -> str | None:
+        """Under "auto", a loss kind the logs' keys tell that the Monitor does not judge by yet
+        (a reinforcement learner's once a reward is logged; never back), else None."""
+        if self._keys_read is None or self._watch.loss_kind != "objective":
+            return None
+        keys = [frozenset(entry) for entry in logs]
+        new = [k for k in keys if k not in self._keys_read]
+        if not new:
+            return None
+        self._keys_read.update(new)
+        kind = loss_kind({key for k in new for key in k}, "loss")
+        return kind if kind != "objective" else None
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if not logs:
             return
         self._main = state.is_world_process_zero
+        kind = self._kind_of([logs])
+        if kind is not None:
+            # What the Trainer logged before this step, judged again as this kind, quietly.
+            self._watch.set_loss_kind(kind, _history(state.log_history, state.global_step - 1))
         values = {signal: logs[key] for key, signal in _KEYS if key in logs}
         if self._watch.update(state.global_step, **values):
             control.should_training_stop = True

@@ -112,6 +112,9 @@ class CrashSignals(Watching, Cadenced, _keras.callbacks.Callback):
             batches, on POSIX with two CPUs or more, so its rules run beside the loop, not in
             it; a stop then comes at the first step the child's answer has come by (a few steps
             after the batch that holds the alarm). True or False to choose (`Watch`).
+        loss_kind: what the train loss is: "objective" (the default), or a GAN's ("adversarial")
+            or a reinforcement learner's ("reinforcement"), watched for NaN/Inf, blow-ups and
+            gradients only, as `scan` reads such runs' logs (`Monitor`).
 
     Attributes:
         monitor: the `Monitor` fed after each batch.
@@ -122,9 +125,11 @@ class CrashSignals(Watching, Cadenced, _keras.callbacks.Callback):
 
     def __init__(self, config=None, stop_on: Iterable[str] | None = None, stop: bool = True,
                  ratio_every: CheckEvery = "auto", lr_every: CheckEvery = "auto", grad_norm: bool = True,
-                 grad_every: CheckEvery = "auto", check_every: CheckEvery = "auto", background: Background = "auto"):
+                 grad_every: CheckEvery = "auto", check_every: CheckEvery = "auto", background: Background = "auto",
+                 loss_kind: str = "objective"):
         super().__init__()
-        self._watch = Watch(config, stop_on, stop, lambda severity, line: _print(line), check_every, background)
+        self._watch = Watch(config, stop_on, stop, lambda severity, line: _print(line), check_every, background,
+                            loss_kind)
         self._ratio_cadence = Cadence(ratio_every, "ratio_every", RATIO_EVERY, RATIO_MAX_EVERY, never=True)
         self._ratio_cost = 0.0
         self._lr_cadence = _lr_cadence(lr_every)

@@ -117,6 +117,9 @@ class CrashSignals(Watching, Cadenced, _pl.Callback):
             batches, on POSIX with two CPUs or more, so its rules run beside the loop, not in
             it; a stop then comes at the first step the child's answer has come by (a few steps
             after the batch that holds the alarm). True or False to choose (`Watch`).
+        loss_kind: what the train loss is: "objective" (the default), or a GAN's ("adversarial")
+            or a reinforcement learner's ("reinforcement"), watched for NaN/Inf, blow-ups and
+            gradients only, as `scan` reads such runs' logs (`Monitor`).
 
     Attributes:
         monitor: the `Monitor` fed on rank zero.
@@ -127,8 +130,8 @@ class CrashSignals(Watching, Cadenced, _pl.Callback):
     def __init__(self, config=None, stop_on: Iterable[str] | None = None, stop: bool = True,
                  val_key: str = "val_loss", ratio_every: CheckEvery = "auto", log_signals: bool = True,
                  check_every: CheckEvery = "auto", grad_every: CheckEvery = "auto",
-                 background: Background = "auto"):
-        self._watch = Watch(config, stop_on, stop, self._report, check_every, background)
+                 background: Background = "auto", loss_kind: str = "objective"):
+        self._watch = Watch(config, stop_on, stop, self._report, check_every, background, loss_kind)
         self.val_key = val_key
         self._ratio_cadence = Cadence(ratio_every, "ratio_every", RATIO_EVERY, RATIO_MAX_EVERY, never=True)
         self._ratio_cost = 0.0

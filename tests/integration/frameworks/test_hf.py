@@ -17,6 +17,8 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
 
 from support.frameworks import critical, first_nonfinite, scanned_incidents
+from tb_crash_signals import scan_logdir
+from tb_crash_signals.analysis.rules import RULES
 from tb_crash_signals.integrations.hf import CrashSignalsCallback
 
 pytestmark = pytest.mark.slow
@@ -31,7 +33,7 @@ def counting_data(seed=0):
     return [{"input_ids": row, "labels": row} for row in ids]
 
 
-def train(out, callback, lr, steps, warmup=0, eval_steps=None, save_steps=None, resume=None):
+def train(out, callback, lr, steps, warmup=0, eval_steps=None, save_steps=None, resume=None, trainer_class=Trainer):
     torch.manual_seed(0)
     config = GPT2Config(vocab_size=VOCAB, n_positions=LENGTH, n_embd=16, n_layer=2, n_head=2)
     data = counting_data()
@@ -44,8 +46,8 @@ def train(out, callback, lr, steps, warmup=0, eval_steps=None, save_steps=None, 
         report_to=["tensorboard"], use_cpu=True, disable_tqdm=True, seed=0,
         save_strategy="steps" if save_steps else "no", save_steps=save_steps,
     )
-    trainer = Trainer(model=GPT2LMHeadModel(config), args=args, train_dataset=data,
-                      eval_dataset=data[:64] if eval_steps else None, callbacks=[callback])
+    trainer = trainer_class(model=GPT2LMHeadModel(config), args=args, train_dataset=data,
+                            eval_dataset=data[:64] if eval_steps else None, callbacks=[callback])
     trainer.train(resume_from_checkpoint=resume)
     return trainer
 
@@ -91,6 +93,33 @@ def test_a_learning_rate_far_too_high_is_stopped_before_nan(tmp_path):
     # scan over the logs the Trainer wrote finds the same incident at the same step.
     assert critical(scanned_incidents(str(tmp_path / "stopped")))[:1] == ours[:1]
     assert ours[0] in critical(scanned_incidents(str(tmp_path / "free")))
+
+
+class RewardTrainer(Trainer):
+    """Logs a reward beside the loss, as TRL's PPO and GRPO trainers do (they override `log`)."""
+
+    def log(self, logs, start_time=None):
+        if "loss" in logs:
+            logs = {**logs, "reward": -float(logs["loss"])}
+        return super().log(logs, start_time)
+
+
+def test_a_reinforcement_learners_loss_is_watched_as_scan_reads_it(tmp_path):
+    # Read as an objective, this run's climbing loss stops it (the test above); a reinforcement
+    # learner's loss climbs as it learns, so only the crash itself (here the gradient norm's) stops it.
+    cb = CrashSignalsCallback()
+    train(tmp_path, cb, lr=20.0, warmup=200, steps=120, trainer_class=RewardTrainer)
+    assert cb.monitor.loss_kind == "reinforcement"
+    (run,) = scan_logdir(str(tmp_path))["runs"]
+    assert run["loss_kind"] == "reinforcement"
+    objective = {code for code, rule in RULES.items() if rule.objective}
+    assert not {e["code"] for e in run["episodes"]} & objective
+    assert not {e.code for e in cb.monitor.episodes()} & objective
+    ours = critical(cb.incidents)
+    assert cb.stopped_step is not None and ours
+    assert critical(scanned_incidents(str(tmp_path)))[:1] == ours[:1]
+    with pytest.raises(ValueError, match="loss_kind"):
+        CrashSignalsCallback(loss_kind="rl")
 
 
 def test_under_distributed_training_every_process_feeds_every_step(tmp_path):

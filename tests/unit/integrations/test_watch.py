@@ -275,3 +275,34 @@ def test_resumed_from_its_history_the_watch_reports_only_what_came_after_and_sto
     assert not any(watch.update(step, train_loss=0.5, grad_norm=1.0) for step in range(140, 200))
     assert watch.update(200, train_loss=math.nan) and watch.stopped_step == 200
     assert len(lines) == 1 and "Training stopped at step 200" in lines[0]
+
+
+def test_a_reinforcement_learners_climbing_loss_stops_nothing_its_nan_does():
+    watch = Watch(check_every=1, loss_kind="reinforcement")
+    # 1 000x its low by step 150, under the absolute bound (1e4) that any loss is held to
+    climbing = [(step, {"train_loss": loss_at(step)}) for step in range(150)]
+    assert not any(watch.update(step, **values) for step, values in climbing)
+    assert watch.reported == [] and watch.monitor.report()["loss_kind"] == "reinforcement"
+    assert watch.update(150, train_loss=math.nan) and watch.stopped_step == 150
+
+
+def test_set_loss_kind_judges_the_history_again_quietly_and_only_on_a_change():
+    lines = []
+    watch = Watch(report=lambda severity, line: lines.append(line), check_every=1)
+    history = [(step, {"train_loss": loss_at(step)}) for step in range(100)]
+    for step, values in history:
+        watch.update(step, **values)
+    monitor = watch.monitor
+    watch.set_loss_kind("objective", history)
+    assert watch.monitor is monitor  # the same kind: nothing changes
+    watch.set_loss_kind("reinforcement", history)
+    assert watch.loss_kind == "reinforcement" and watch.monitor is not monitor
+    assert watch.monitor.report()["points"]["train_loss"] == 100
+    # The climb an objective's rules stop on goes on; nothing is told.
+    assert not any(watch.update(step, train_loss=loss_at(step)) for step in range(100, 150))
+    assert lines == []
+
+
+def test_an_unknown_loss_kind_is_a_clear_error():
+    with pytest.raises(ValueError, match="loss_kind must be one of objective, adversarial, reinforcement"):
+        Watch(loss_kind="gan")
