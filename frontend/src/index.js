@@ -8,8 +8,8 @@ import {connectToHost} from './ipc.js';
 import {el, clear} from './dom.js';
 import {ChartGroup, makeChart, updateChartData} from './charts.js';
 import {
-  canLog, crashStepOf, wideRange, filterRuns, isPending, lossKindNote, pickSelection, presentCharts, progressOf, progressText,
-  rankRuns, stepExtent, zoomRange,
+  canLog, crashStepOf, wideRange, filterRuns, isPending, lateStartNote, lossKindNote, pickSelection, presentCharts,
+  progressOf, progressText, rankRuns, stepExtent, zoomRange,
 } from './model.js';
 import {fmtNum, fmtStep, plural} from './format.js';
 import {banner, findingsTable, noSignalsView, runHeader, runListItem, timeSeriesLink} from './views.js';
@@ -434,8 +434,10 @@ class App {
       const n = problems.length;
       this.banners.appendChild(banner('info', `${n} problem${n === 1 ? '' : 's'} reading the logs (the analysis skipped what it could not read).`, details));
     }
-    const lossNote = a && a.run === this.state.selected ? lossKindNote(a) : null;
-    if (lossNote) this.banners.appendChild(banner('info', lossNote));
+    const selected = a && a.run === this.state.selected;
+    for (const note of selected ? [lossKindNote(a), lateStartNote(a)] : []) {
+      if (note) this.banners.appendChild(banner('info', note));
+    }
     if (a && a.sampled && a.run === this.state.selected) {
       this.banners.appendChild(
         banner(

@@ -160,6 +160,12 @@ export function lossKindNote(analysis) {
   return (analysis && Object.hasOwn(LOSS_KIND_NOTE, analysis.loss_kind) && LOSS_KIND_NOTE[analysis.loss_kind]) || null;
 }
 
+/** The note a run gets when its log begins past its start (a resumed job); null otherwise. */
+export function lateStartNote(analysis) {
+  if (!analysis || analysis.late_start !== true) return null;
+  return 'This log begins past its run’s start (a job resumed from a checkpoint into a new log directory): its first points are not the untrained model’s, so what the run learnt or lost since its start, and whether it is still near it, are not judged.';
+}
+
 /** One sentence: what happened, when, and how early. The server's headline wins. */
 export function headlineOf(entry) {
   const h = entry.headline || (entry.summary && entry.summary.headline);

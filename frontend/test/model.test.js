@@ -4,7 +4,7 @@ import {
   rankRuns, filterRuns, defaultSelection, countsOf, incidentCountsOf, headlineOf, smoothEMA, canLog, unionSteps, alignTo,
   presentCharts, chartIdFor, stepExtent, chartData, fitLine, fitLabel, episodeBox, nonfiniteMarks, shownFits, projectsAhead,
   zoomRange, episodeTitle, tomlString, tomlSnippet, CHARTS, wideRange, isPending, progressOf, pickSelection,
-  progressText, lossKindNote,
+  progressText, lossKindNote, lateStartNote,
 } from '../src/model.js';
 
 const run = (name, health, extra = {}) => ({run: name, health, ...extra});
@@ -331,4 +331,9 @@ test('lossKindNote: the losses of a GAN or a reinforcement learner say what is w
   for (const a of [{loss_kind: 'objective'}, {}, null, {loss_kind: '__proto__'}, {loss_kind: 'toString'}]) {
     assert.equal(lossKindNote(a), null);
   }
+});
+
+test('lateStartNote: only a log that begins past its start says so', () => {
+  assert.match(lateStartNote({late_start: true}), /resumed.*not judged/);
+  for (const a of [{late_start: false}, {}, null, {late_start: 'true'}]) assert.equal(lateStartNote(a), null);
 });

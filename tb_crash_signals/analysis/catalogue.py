@@ -84,7 +84,11 @@ def catalogue_markdown(config: Config) -> str:
         "The rules marked *objective* read a loss as an objective the run brings down. They do not run on a",
         "GAN's losses (its tags name a generator's and a discriminator's or critic's loss) or a reinforcement",
         "learner's (it logs a reward or a return): the report's `loss_kind` says which a run is, and a",
-        "`train_loss` named under `[signals]` in the config is always an objective.",
+        "`train_loss` named under `[signals]` in the config is always an objective. The rules marked *start*",
+        "read the run's start (what it learnt or lost since its first points, or whether it is still near",
+        "them). They do not run on a log that begins past its run's start: a train loss whose first step is",
+        "at least 3 of its logging intervals in, as a job resumed from a checkpoint into a new log directory",
+        "logs (the report's `late_start`).",
         "",
         "| code | symbol | family | severity | signals | what it catches |",
         "|---|---|---|---|---|---|",
@@ -100,6 +104,7 @@ def catalogue_markdown(config: Config) -> str:
             f"Family **{r.family}**, severity **{config.severity_for(code)}**, "
             f"signals: {', '.join(r.signals)}."
             + (" *Objective*: not run on a GAN's or a reinforcement learner's losses." if r.objective else "")
+            + (" *Start*: not run on a log that begins past its run's start." if r.start else "")
         )
         out += ["", r.doc, "", f"What to do: {r.advice}.", ""]
         out += ["| parameter | default | meaning |", "|---|---|---|"]

@@ -30,6 +30,8 @@ HEALTH_ORDER = ("critical", "warning", "ok", "no_signals")
 # Families that mean the crash itself happened (as opposed to a precursor).
 CRASH_FAMILIES = ("nonfinite", "explosion", "divergence")
 _TREND_WINDOW = 20  # the source article's summary looks at the last 20 steps
+LATE_START_NOTE = ("its log begins past its start (a resumed job): what it learnt or lost since its start "
+                   "is not judged")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,6 +47,8 @@ class Checkpoint:
         since: the step this analysis resumed from (None: a full analysis).
         carry: running values over a prefix of the data the rules left
             (stats.carried), which they continue when resumed.
+        late_start: whether the train loss's log begins past its run's start
+            (stats.starts_late): the rules that read the start did not run.
     """
 
     run: LogicalRun
@@ -55,6 +59,7 @@ class Checkpoint:
     grad_max: float | None
     since: int | None = None
     carry: Mapping = dataclasses.field(default_factory=dict)  # see stats.carried
+    late_start: bool = False
 
     @property
     def hits(self) -> int:
@@ -104,11 +109,13 @@ def health_of(has_signals: bool, episodes) -> str:
     return "ok"
 
 
-def _run_tracks(data, config: Config, previous, since, carry: dict, objective: bool = True):
+def _run_tracks(data, config: Config, previous, since, carry: dict, objective: bool = True,
+                late: bool = False):
     """rule code -> signal -> EpisodeTrack over `data`, and the train loss's levels for
     recovery.settled (read in the rules' memo: CS113 and CS202 computed them already).
     `objective`: whether the run's losses are an objective (`LogicalRun.loss_kind`); if not,
-    the rules that read them as one do not run.
+    the rules that read them as one do not run. `late`: whether the train loss's log begins
+    past its run's start (`late_start`); if so, the rules that read the start do not run.
 
     With `previous` (the tracks of an analysis of a prefix of `data`) and
     `since` (the first step where `data` differs from that prefix), each rule
@@ -120,7 +127,8 @@ def _run_tracks(data, config: Config, previous, since, carry: dict, objective: b
     with stats.memo(carry):  # rules share intermediate results on the same series
         for code in config.enabled_codes():
             rule = RULES[code]
-            if not any(sig in data for sig in rule.signals) or (rule.objective and not objective):
+            if (not any(sig in data for sig in rule.signals) or (rule.objective and not objective)
+                    or (rule.start and late)):
                 continue
             params = config.params_for(code)
             old = previous.get(code, {})
@@ -171,7 +179,7 @@ def _resume_since(resume: Checkpoint | None, run, data, config) -> int | None:
     data that did not just grow (a signal appeared, vanished or shrank, or
     its last analysed point changed: a restart purge).
     """
-    if resume is None or resume.config != config or resume.run != run:
+    if resume is None or resume.config != config or resume.run != run or resume.late_start != late_start(data):
         return None
     if set(resume.sizes) != set(data):
         return None
@@ -186,6 +194,13 @@ def _resume_since(resume: Checkpoint | None, run, data, config) -> int | None:
     if since is None:  # nothing new: no hit to recompute
         since = 1 + max((int(s.steps[-1]) for s in data.values() if len(s)), default=0)
     return since
+
+
+def late_start(data) -> bool:
+    """Whether the train loss's log begins past its run's start (stats.starts_late): a job
+    resumed into a new log directory, whose first points are not the untrained model's."""
+    s = data.get("train_loss")
+    return s is not None and len(s) >= 2 and stats.starts_late(int(s.steps[0]), int(s.steps[1]))
 
 
 def _last_point(s: Series, n: int) -> tuple:
@@ -228,9 +243,9 @@ def _finite_or_none(x) -> float | None:
     return float(x) if x is not None and np.isfinite(x) else None
 
 
-def headline(health: str, incidents, data, loss_kind: str = "objective") -> str:
+def headline(health: str, incidents, data, loss_kind: str = "objective", late: bool = False) -> str:
     """The run's one sentence: its most important incident's headline (and, on a run whose
-    losses are not an objective, what is watched of them)."""
+    losses are not an objective or whose log begins past its start, what is watched)."""
     if health == "no_signals":
         return "no recognised loss, grad-norm or learning-rate tags"
     steps = max((int(s.steps[-1]) for s in data.values() if len(s)), default=0)
@@ -240,6 +255,8 @@ def headline(health: str, incidents, data, loss_kind: str = "objective") -> str:
     noted = f"; {incidents[0].headline}" if incidents else ""
     if loss_kind in LOSS_KIND_NOTES:
         noted += f"; {LOSS_KIND_NOTES[loss_kind]}"
+    if late:
+        noted += f"; {LATE_START_NOTE}"
     return f"no warnings over {steps} steps{noted}"
 
 
@@ -292,8 +309,9 @@ def analyze_run(
     data = {k: data[k] for k in SIGNALS if k in data and data[k] is not None}
     since = _resume_since(resume, run, data, config)
     carry = dict(resume.carry) if since is not None else {}
+    late = late_start(data)
     tracks, levels = _run_tracks(data, config, resume.tracks if since is not None else {}, since, carry,
-                                 objective=run.loss_kind == "objective")
+                                 objective=run.loss_kind == "objective", late=late)
     episodes, fits = _merged(tracks)
     val = data.get("val_loss")
     episodes = settled(episodes, lambda: levels, None if val is None else lambda: last_best(val.steps, val.values),
@@ -315,10 +333,11 @@ def analyze_run(
         grad_max=grad_max,
         since=since,
         carry=carry,
+        late_start=late,
     )
     incidents = build_incidents(episodes, run_steps=_span(data))
     result = RunResult(run, data, tuple(episodes), tuple(fits), sampled, summary, checkpoint, tuple(incidents))
-    summary["headline"] = headline(result.health, incidents, data, run.loss_kind)
+    summary["headline"] = headline(result.health, incidents, data, run.loss_kind, late)
     return result
 
 

@@ -725,6 +725,21 @@ def _percentile_rows(rows: np.ndarray, q: float) -> np.ndarray:
     return b - diff * (1 - gamma) if gamma >= 0.5 else a + diff * gamma
 
 
+# A log whose first step is at least this many logging intervals in begins past its run's start.
+LATE_START = 3
+
+
+def starts_late(first_step, second_step) -> bool:
+    """Whether a series whose first two points lie at these steps begins past its run's start:
+    its first step at least LATE_START of its logging intervals in (the gap between the two).
+    A job resumed from a checkpoint into a new log directory (the HuggingFace Trainer writes each
+    job to a new `runs/<time>` directory) logs from the checkpoint's step on, its loss already at
+    the level the run had learnt; a fresh run logs its first point at step 0 or one interval in
+    (every `logging_steps` from that many, Lightning's first at 49 of 50)."""
+    gap = second_step - first_step
+    return first_step > 0 and gap > 0 and first_step >= LATE_START * gap
+
+
 def initial_level(values: np.ndarray) -> tuple[float, int]:
     """A run's initial level, the median of its first 10 finite points, and the index of the
     10th (the level is known from the next point on); (NaN, len) when there are fewer."""

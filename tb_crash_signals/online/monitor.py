@@ -199,6 +199,16 @@ class _State:
         self.first_step = None
         self.last_gap = None
         self.updates = 0
+        self.late_start = False  # the train loss's log begins past its run's start (stats.starts_late)
+
+    def skip_start_rules(self):
+        """The train loss's log begins past its run's start: the checks of the rules that read
+        the start (`Rule.start`) are called no more, as `scan` does not run them on such a log
+        (at its second point: none can fire that early)."""
+        self.late_start = True
+        for ch in self.channels.values():
+            for check in [c for c in ch.checks if RULES[ch.codes[c]].start]:
+                _retire(ch, check)
 
 
 class Monitor:
@@ -404,6 +414,8 @@ class Monitor:
                 # InitialLevel.push, inline (while the initial level is unknown).
                 initial = ch.initial
                 initial.pushed += 1
+                if initial.pushed == 2 and name == "train_loss" and stats.starts_late(ch.steps[-2], step):
+                    st.skip_start_rules()
                 if finite:
                     head = initial.head
                     head.append(v)
@@ -674,7 +686,8 @@ class Monitor:
             "val_train_gap": st.last_gap if st.last_gap is not None and math.isfinite(st.last_gap) else None,
         }
         data = {s: st.channels[s].recent() for s in SIGNALS if st.channels[s].n}
-        out["headline"] = headline(self.health, build_incidents(eps, self._span()), data, self.loss_kind)
+        out["headline"] = headline(self.health, build_incidents(eps, self._span()), data, self.loss_kind,
+                                   st.late_start)
         return out
 
     def incidents(self) -> list[Incident]:
@@ -697,6 +710,7 @@ class Monitor:
             "health": self.health,
             "signals": {s: ({"run": self.name, "tag": s} if s in present else None) for s in SIGNALS},
             "loss_kind": self.loss_kind,
+            "late_start": st.late_start,
             "points": {s: st.channels[s].n for s in present},
             "sampled": False,
             "episodes": [

@@ -48,6 +48,7 @@ def run_to_json(result: RunResult) -> dict:
             k: (run.signals[k].to_json() if run.signals.get(k) else None) for k in SIGNALS
         },
         "loss_kind": run.loss_kind,
+        "late_start": bool(result.checkpoint.late_start) if result.checkpoint is not None else False,
         "points": {k: len(s) for k, s in result.data.items()},
         "sampled": bool(result.sampled),
         "episodes": [

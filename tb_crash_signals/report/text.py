@@ -96,6 +96,8 @@ def format_text(report: dict, verbose: bool = False) -> str:
             head += "  [sampled]"
         if entry.get("loss_kind") in LOSS_KIND_NOTES:
             head += f"  [{LOSS_KIND_NOTES[entry['loss_kind']]}]"
+        if entry.get("late_start"):
+            head += "  [its log begins past its start: a resumed job]"
         lines.append(head)
         if health == "no_signals":
             tags = sorted({t for ts in entry["tags"].values() for t in ts})

@@ -70,6 +70,7 @@ def runs_item(report: dict, result) -> dict:
         "first_critical_step": report["summary"].get("first_critical_step"),
         "signals": report["signals"],
         "loss_kind": report.get("loss_kind", "objective"),
+        "late_start": report.get("late_start", False),
         "sampled": report["sampled"],
         "headline": report["summary"].get("headline"),
         "kinds": run_outcome(report)["kinds"],  # incident kinds, for the sweep view
@@ -125,6 +126,7 @@ def failed_analysis(logical, message, config_error) -> dict:
             k: (logical.signals[k].to_json() if logical.signals.get(k) else None) for k in SIGNALS
         },
         "loss_kind": logical.loss_kind,
+        "late_start": False,
         "points": {},
         "sampled": False,
         "episodes": [],

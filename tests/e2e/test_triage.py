@@ -19,6 +19,7 @@ from support.tbserver import running_tensorboard, runs_listed
 
 HUGE = "torch/huge-loss"
 GAN = "gan/ring"
+RESUMED = "resumed/job2"
 PREFIX = "/under/a-prefix"
 
 
@@ -37,8 +38,12 @@ def tensorboard(tmp_path_factory):
     g = (0.7 + 0.4 * np.exp(-gan / 150)) * np.exp(0.15 * rng.standard_normal(600))
     write_scalars(os.path.join(logdir, GAN), {"Loss/D": [(int(s), float(v)) for s, v in zip(gan, d)],
                                               "Loss/G": [(int(s), float(v)) for s, v in zip(gan, g)]})
+    # a job resumed from its checkpoint at step 1500 into a new directory: a noisy loss at its floor
+    resumed = np.arange(1500, 3500)
+    floor = 0.25 * np.exp(0.5 * rng.standard_normal(resumed.size))
+    write_scalars(os.path.join(logdir, RESUMED), {"Loss/train": [(int(s), float(v)) for s, v in zip(resumed, floor)]})
     # under a path prefix: the tab's links must be relative to where TensorBoard really is
-    listed = runs_listed(10)
+    listed = runs_listed(11)
     with running_tensorboard(str(logdir), "--path_prefix", PREFIX, ready=lambda base: listed(base + PREFIX)) as base:
         yield base + PREFIX
 
@@ -246,4 +251,15 @@ def test_a_gan_says_what_is_watched_of_its_losses(tab):
     assert "generator and a discriminator" in note.text_content()
     show(tab, HUGE)  # an objective's run: no such note
     assert tab.frame.locator(".cs-banner-info", has_text="GAN").count() == 0
+    assert not errors(tab)
+
+
+def test_a_resumed_jobs_log_says_it_begins_past_its_start(tab):
+    show(tab, RESUMED)
+    note = tab.frame.locator(".cs-banner-info", has_text="begins past its run")
+    note.wait_for()
+    assert "resumed" in note.text_content()
+    assert tab.frame.locator(f"[data-run='{RESUMED}']").get_attribute("data-health") != "critical"
+    show(tab, GAN)
+    assert tab.frame.locator(".cs-banner-info", has_text="begins past its run").count() == 0
     assert not errors(tab)

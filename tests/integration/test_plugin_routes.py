@@ -110,12 +110,12 @@ def test_runs_payload_matches_scan(served, scan_report):
     for entry in runs:
         assert set(entry) == {
             "run", "health", "counts", "incident_counts", "first_critical_step", "signals", "loss_kind",
-            "sampled", "headline", "kinds",
+            "late_start", "sampled", "headline", "kinds",
         }
         ref = by_name[entry["run"]]
         assert entry["health"] == ref["health"]
         assert entry["signals"] == ref["signals"]
-        assert entry["loss_kind"] == ref["loss_kind"]
+        assert entry["loss_kind"] == ref["loss_kind"] and entry["late_start"] == ref["late_start"]
         assert entry["sampled"] is False
         assert entry["headline"] == ref["summary"]["headline"]
         assert entry["first_critical_step"] == ref["summary"]["first_critical_step"]

@@ -124,3 +124,49 @@ def train_gan(logdir, seed: int, steps: int, lr: float, least_squares: bool = Fa
             if not (math.isfinite(d) and math.isfinite(g)):
                 return step
     return None
+
+
+def train_resumed_jobs(first_dir, second_dir, seed: int, crash_at: int, checkpoint_at: int, steps: int,
+                       batch: int = 32, lr: float = 0.05) -> None:
+    """A noisy classifier (an MLP over 20 inputs into 5 classes whose labels carry noise, SGD with
+    momentum 0.9, minibatches of `batch`) trained by two jobs, each logging every step with its own
+    SummaryWriter, as the HuggingFace Trainer writes each job to a new directory: the first logs
+    from step 0 into `first_dir` and dies at `crash_at`; the second restarts from the model and
+    optimizer as they were at `checkpoint_at` and logs from there to `steps` into `second_dir`."""
+    import copy
+
+    import torch
+    from torch.utils.tensorboard import SummaryWriter
+
+    torch.manual_seed(seed)
+    torch.set_num_threads(1)
+    weights = torch.randn(20, 5)
+    x = torch.randn(6000, 20)
+    y = (x @ weights + 0.8 * torch.randn(6000, 5)).argmax(1)
+    model = torch.nn.Sequential(torch.nn.Linear(20, 64), torch.nn.ReLU(), torch.nn.Linear(64, 5))
+    opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    checkpoint = None
+    writer = SummaryWriter(str(first_dir))
+    step = 0
+    while step < steps:
+        if step == checkpoint_at and checkpoint is None:
+            checkpoint = copy.deepcopy((model.state_dict(), opt.state_dict()))
+        if step == crash_at and writer is not None and checkpoint is not None:
+            writer.close()  # the job dies; another loads the checkpoint and logs anew
+            model.load_state_dict(checkpoint[0])
+            opt.load_state_dict(checkpoint[1])
+            step = checkpoint_at
+            writer = SummaryWriter(str(second_dir))
+            crash_at = -1
+        idx = torch.randint(0, 5000, (batch,))
+        loss = loss_fn(model(x[idx]), y[idx])
+        opt.zero_grad()
+        loss.backward()
+        gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), math.inf)
+        opt.step()
+        writer.add_scalar("Loss/train", loss.item(), step)
+        writer.add_scalar("Grad/norm", gnorm.item(), step)
+        writer.add_scalar("LR", lr, step)
+        step += 1
+    writer.close()

@@ -275,6 +275,9 @@ class Rule:
     # Reads a loss as an objective the run should bring down (its spikes, climbs, stalls, the
     # gap to validation): not run on losses that are not one (`signals.loss_kind`).
     objective: bool = False
+    # Reads the run's start, its first points' level (what the run learnt since, or whether it is
+    # still near it): not run on a log that begins past it (`stats.starts_late`).
+    start: bool = False
 
     @property
     def doc(self) -> str:
@@ -292,11 +295,12 @@ REGISTRY: dict[str, Rule] = {}
 
 
 def rule(*, code, symbol, family, severity, signals, params, describe, advice, stream,
-         peak="max", overlays=(), default=True, objective=False):
+         peak="max", overlays=(), default=True, objective=False, start=False):
     """Registers a rule function, with its streaming twin, under a stable code and symbol.
 
     `default=False` makes the rule opt-in: it runs only when a `select` names it.
-    `objective=True`: the rule reads a loss as an objective to bring down (see `Rule.objective`).
+    `objective=True`: the rule reads a loss as an objective to bring down (see `Rule.objective`);
+    `start=True`: it reads the run's start (see `Rule.start`).
     """
     assert family in FAMILIES and severity in SEVERITIES, code
     assert peak in ("max", "min", "first"), code
@@ -308,7 +312,7 @@ def rule(*, code, symbol, family, severity, signals, params, describe, advice, s
             code=code, symbol=symbol, family=family, severity=severity,
             signals=tuple(signals), params=params, func=func, describe=describe,
             advice=advice, stream=stream, peak=peak, overlays=tuple(overlays), default=default,
-            objective=objective,
+            objective=objective, start=start,
         )
         return func
 

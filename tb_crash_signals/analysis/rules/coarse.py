@@ -321,7 +321,7 @@ def _medians(v, k):
 
 
 @rule(
-    code="CS118", objective=True, symbol="coarse-divergence", family="divergence", severity="critical",
+    code="CS118", objective=True, start=True, symbol="coarse-divergence", family="divergence", severity="critical",
     signals=("train_loss", "lr"), params=CoarseParams, describe=_describe, stream=CoarseDivergenceStream,
     advice="the run is diverging: stop it, restore an earlier checkpoint, lower the learning rate",
 )

@@ -112,7 +112,7 @@ class CollapseStream(Stream):
 
 
 @rule(
-    code="CS116", objective=True, symbol="collapse", family="divergence", severity="critical",
+    code="CS116", objective=True, start=True, symbol="collapse", family="divergence", severity="critical",
     signals=("train_loss",), params=CollapseParams, describe=_describe, peak="first",
     stream=CollapseStream,
     advice="the model collapsed (dead units after a too-large step): restart from a checkpoint before the "

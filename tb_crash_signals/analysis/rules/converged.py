@@ -124,7 +124,7 @@ class ConvergedStream(Stream):
 
 
 @rule(
-    code="CS303", objective=True, symbol="loss-levelled-off", family="plateau", severity="info",
+    code="CS303", objective=True, start=True, symbol="loss-levelled-off", family="plateau", severity="info",
     signals=("train_loss",), params=ConvergedParams, describe=_describe_converged, peak="first",
     stream=ConvergedStream,
     advice="the loss no longer improves at this learning rate: stop the run (keep its best checkpoint) "

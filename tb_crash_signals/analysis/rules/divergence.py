@@ -282,7 +282,7 @@ def _note(level, best) -> str:
 
 
 @rule(
-    code="CS113", objective=True, symbol="loss-divergence", family="divergence", severity="critical",
+    code="CS113", objective=True, start=True, symbol="loss-divergence", family="divergence", severity="critical",
     signals=("train_loss",), params=DivergenceParams, describe=_describe_divergence,
     stream=LossDivergenceStream,
     advice="the run is diverging: stop it, restore an earlier checkpoint, lower the "

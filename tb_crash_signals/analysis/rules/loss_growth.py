@@ -831,7 +831,7 @@ class LossGrowthStream(Stream):
 
 
 @rule(
-    code="CS202", objective=True, symbol="loss-growth", family="growth", severity="critical",
+    code="CS202", objective=True, start=True, symbol="loss-growth", family="growth", severity="critical",
     signals=("train_loss", "grad_norm", "lr"), params=LossGrowthParams, describe=_describe, stream=LossGrowthStream,
     advice="the run is diverging before it crashes: lower the learning rate now (or stop the LR "
     "ramp), enable gradient clipping, and keep the checkpoint from before the climb",

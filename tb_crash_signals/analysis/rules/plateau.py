@@ -656,7 +656,7 @@ def _capped_from(fraction, min_patience, cap):
 
 
 @rule(
-    code="CS301", objective=True, symbol="loss-plateau", family="plateau", severity="warning",
+    code="CS301", objective=True, start=True, symbol="loss-plateau", family="plateau", severity="warning",
     signals=("train_loss", "update_ratio"), params=PlateauParams, describe=_describe_plateau, peak="first",
     stream=PlateauStream,
     advice="the model stopped learning: check the learning rate (too low or decayed to 0), "

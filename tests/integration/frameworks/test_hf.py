@@ -155,3 +155,22 @@ def test_a_run_resumed_from_its_checkpoint_is_watched_with_its_history(tmp_path,
     ours = critical(cb.incidents)
     assert ours[:1] == critical(free.incidents)[:1]
     assert critical(scanned_incidents(str(tmp_path / "run" / "logs")))[:1] == ours[:1]
+
+
+def test_a_job_resumed_into_a_new_log_directory_is_not_judged_against_its_start(tmp_path, monkeypatch):
+    # The Trainer writes each job to a new runs/<time> directory: the resumed job's run begins at
+    # its checkpoint's step, its loss at the level the first job had learnt, its untrained start
+    # in the other directory.
+    monkeypatch.setenv("TENSORBOARD_LOGGING_DIR", str(tmp_path / "runs" / "job1"))
+    train(tmp_path, CrashSignalsCallback(), lr=0.5, steps=60, save_steps=20)
+    monkeypatch.setenv("TENSORBOARD_LOGGING_DIR", str(tmp_path / "runs" / "job2"))
+    cb = CrashSignalsCallback()
+    train(tmp_path, cb, lr=0.5, steps=400, save_steps=20, resume=str(tmp_path / "checkpoint-40"))
+    assert cb.stopped_step is None and critical(cb.incidents) == []
+    runs = {r["run"]: r for r in scan_logdir(str(tmp_path / "runs"))["runs"]}
+    first, resumed = runs["job1"], runs["job2"]
+    assert not first["late_start"] and resumed["late_start"]
+    starts = {code for code, rule in RULES.items() if rule.start}
+    assert not {e["code"] for e in resumed["episodes"]} & starts
+    assert resumed["health"] != "critical", [i["headline"] for i in resumed["incidents"]]
+    assert "past its start" in resumed["summary"]["headline"] or resumed["incidents"]

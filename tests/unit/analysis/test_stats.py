@@ -186,3 +186,15 @@ def test_hinge_fit_finds_where_a_flat_series_starts_to_grow():
     # At least `least` points from the breakpoint on, whatever the data.
     k, _, _, _ = stats.hinge_fit(x, np.where(np.arange(x.size) < 38, 0.0, 5.0), least=10)
     assert k <= x.size - 10
+
+
+@pytest.mark.parametrize("first, second, late", [
+    (0, 1, False), (1, 2, False),  # logged every step from its start
+    (500, 1000, False),  # the HuggingFace Trainer's default: every 500 steps, from step 500
+    (49, 99, False),  # Lightning's: every 50, the first at 49
+    (1500, 1501, True),  # a job resumed from its checkpoint at step 1500, logging every step
+    (1500, 2000, True),  # ... every 500 steps, from a checkpoint at 1000
+    (1000, 1500, False),  # ... from one at 500: one interval short of telling
+])
+def test_a_log_begins_past_its_start_when_its_first_step_is_three_intervals_in(first, second, late):
+    assert stats.starts_late(first, second) is late
