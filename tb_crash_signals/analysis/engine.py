@@ -179,7 +179,10 @@ def _resume_since(resume: Checkpoint | None, run, data, config) -> int | None:
     data that did not just grow (a signal appeared, vanished or shrank, or
     its last analysed point changed: a restart purge).
     """
-    if resume is None or resume.config != config or resume.run != run or resume.late_start != late_start(data):
+    # (A train loss's late start is known from its second point on, before any rule that reads
+    # the start can fire; the rules skipped then leave their tracks behind: a resumed analysis
+    # is a cold one still.)
+    if resume is None or resume.config != config or resume.run != run:
         return None
     if set(resume.sizes) != set(data):
         return None

@@ -336,3 +336,17 @@ def test_a_burst_that_began_before_the_window_read_since_is_told_as_the_full_cal
     full = hits_of("CS004", data, p, None)
     assert full["grad_norm"][2][63] == "24"  # the first hit: 24 in a row from point 40
     assert hits_of("CS004", data, p, 90) == tail(full, data, 90)
+
+
+def test_a_late_start_the_second_point_reveals_resumes_as_a_cold_analysis():
+    # A checkpoint of the train loss's first point, then the log turns out to begin past its start.
+    rng = np.random.default_rng(0)
+    steps = np.arange(1500, 3500)
+    values = 0.25 * np.exp(0.5 * rng.standard_normal(steps.size))
+    full = {"train_loss": Series.from_arrays(steps, values)}
+    run = logical(**full)
+    first = analyze_run(run, {"train_loss": Series.from_arrays(steps[:1], values[:1])})
+    assert not first.checkpoint.late_start
+    resumed = analyze_run(run, full, resume=first.checkpoint)
+    assert resumed.checkpoint.since is not None and resumed.checkpoint.late_start
+    assert result_json(resumed) == result_json(analyze_run(run, full))
