@@ -53,6 +53,12 @@ class DivergenceParams:
         "learnt that much has diverged once it lost `lost` of it, at any multiple of its best (a "
         "classifier drifting back toward chance never doubles its best)", above=0.0,
     )
+    learnt_z: float = param(
+        2.5, "... where a fall from the initial level to the best counts as learnt only if it stands at least "
+        "this many times the loss's robust log spread over `spread_window` points: a flat noisy loss (a "
+        "fine-tune from a trained model, a job resumed at its floor) has a lowest 31-point median under "
+        "the median of its first 10 points by noise alone; 0 never asks", at_least=0.0,
+    )
     z: float = param(
         2.0, "... and at least this many noise units above the best level (the loss's robust log spread over "
         "`spread_window` points, over the square root of `smooth`): the median of 9 points of a noisy "
@@ -110,6 +116,31 @@ def out_of_noise(level, best, spread, p: DivergenceParams) -> bool:
     level at or under zero (a loss that goes negative) stands no ratio above a positive best."""
     ratio = level / best
     return not spread > 0.0 or (ratio > 0.0 and math.log(ratio) > p.z * level_noise(spread, max(1, p.smooth)))
+
+
+def learnt_beyond_noise(level, best, init, spread, p: DivergenceParams) -> bool:
+    """Whether an elevated level stands on a fall the run really made: `factor` x the best asks
+    for none; otherwise the fall from the initial level to the best is `learnt_z` x the loss's log
+    spread or more (a spread unknown, NaN: yes)."""
+    if not p.learnt_z > 0.0 or level >= p.factor * best or not spread > 0.0:
+        return True
+    ratio = init / best
+    return ratio > 0.0 and math.log(ratio) >= p.learnt_z * spread
+
+
+def learnt_beyond_noise_at(level, best, init, spread, p: DivergenceParams) -> np.ndarray:
+    """learnt_beyond_noise over arrays, the same booleans (the points within a hair of the bar are
+    decided by learnt_beyond_noise itself, as out_of_noise_at does)."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        free = ~(p.learnt_z > 0.0) | (level >= p.factor * best) | ~(spread > 0.0)
+        ratio = init / best
+        lhs = np.log(np.where(ratio > 0.0, ratio, np.nan))
+        rhs = p.learnt_z * spread
+        out = free | (lhs >= rhs)
+        near = np.flatnonzero(~free & ~(np.abs(lhs - rhs) > 1e-9 * np.abs(rhs)) & (ratio > 0.0))
+    for j in near.tolist():
+        out[j] = learnt_beyond_noise(level[j], best[j], init[j], spread[j], p)
+    return out
 
 
 def out_of_noise_at(level, best, spread, p: DivergenceParams) -> np.ndarray:
@@ -260,8 +291,10 @@ class LossDivergenceStream(Stream):
             up = True
         else:
             up = False
-        if up and p.z > 0.0:
-            up = out_of_noise(level, best, self.spread.log_spread(), p)
+        if up and (p.z > 0.0 or p.learnt_z > 0.0):
+            spread = self.spread.log_spread()
+            up = ((p.z <= 0.0 or out_of_noise(level, best, spread, p))
+                  and learnt_beyond_noise(level, best, init, spread, p))
         if up and gate_noise(i, self._noise_at, self.values, p) >= p.max_noise:
             up = far_gone(level, best, init, self._recent, p)
         for own in self.own:
@@ -322,8 +355,10 @@ def loss_divergence(data, p: DivergenceParams, since=None):
 
     # Only where the level is that high; that is every point of a run that stays diverged.
     where = np.flatnonzero(up)
-    if where.size and p.z > 0.0:
-        up[where] = out_of_noise_at(level[where], best[where], log_spread_at(v, where, p.spread_window), p)
+    if where.size and (p.z > 0.0 or p.learnt_z > 0.0):
+        spread = log_spread_at(v, where, p.spread_window)
+        up[where] = ((out_of_noise_at(level[where], best[where], spread, p) if p.z > 0.0 else True)
+                     & learnt_beyond_noise_at(level[where], best[where], inits[where], spread, p))
         where = np.flatnonzero(up)
     late = where[where >= p.min_points]
     gates = lift_trend_gates(v, late, noise_gate_at(v, late, p.noise_window, p.max_noise), p)
