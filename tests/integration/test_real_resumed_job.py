@@ -56,7 +56,9 @@ def test_the_same_points_read_as_a_runs_start_cried_wolf(jobs):
     moved = {sig: Series.from_arrays(s.steps - first, s.values) for sig, s in data.items()}
     result = analyze_run(logical, moved)
     assert {e.code for e in result.episodes} & STARTS
-    assert result.health == "critical", [i.headline for i in result.incidents]
+    # "climbed away from its best N times": the noise around the level the first job had learnt
+    assert result.health != "ok" and "divergence" in {i.kind for i in result.incidents}, \
+        [i.headline for i in result.incidents]
 
 
 def test_the_monitor_fed_the_resumed_job_finds_what_scan_finds(jobs):
