@@ -328,7 +328,9 @@ def loss_divergence(data, p: DivergenceParams, since=None):
     least `lost` of the progress from the initial level to its best level so
     far (the lowest trailing median of `best_smooth` points), and is at least
     `factor` x that best, unless the best is at most `learnt` x the initial
-    level (a classifier drifting back toward chance never doubles its best),
+    level (a classifier drifting back toward chance never doubles its best)
+    by a fall of at least `learnt_z` x the loss's robust log spread (a flat
+    noisy loss's lowest median lies under its first points by noise alone),
     `z` noise units above that best (the loss's robust log spread), for
     `consecutive` points in a row, on a loss that is not pure noise (tiny
     batches). A spike that comes back does
