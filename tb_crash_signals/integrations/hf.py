@@ -123,7 +123,7 @@ class CrashSignalsCallback(Watching, TrainerCallback):
         if not new:
             return None
         self._keys_read.update(new)
-        kind = loss_kind({key for k in new for key in k}, "loss")
+        kind = loss_kind({key for k in new for key in k if isinstance(key, str)}, "loss")
         return kind if kind != "objective" else None
 
     def on_log(self, args, state, control, logs=None, **kwargs):

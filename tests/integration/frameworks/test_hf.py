@@ -120,6 +120,11 @@ def test_a_reinforcement_learners_loss_is_watched_as_scan_reads_it(tmp_path):
     assert critical(scanned_incidents(str(tmp_path)))[:1] == ours[:1]
     with pytest.raises(ValueError, match="loss_kind"):
         CrashSignalsCallback(loss_kind="rl")
+    # A log whose keys are not all names (a custom Trainer's) is read, not raised on.
+    odd = CrashSignalsCallback()
+    state = type("State", (), {"is_world_process_zero": True, "global_step": 1, "log_history": []})()
+    odd.on_log(None, state, type("Control", (), {})(), logs={1: 0.5, "loss": 0.7, ("a", "b"): 2.0})
+    assert odd.monitor.loss_kind == "objective" and odd.monitor.report()["points"]["train_loss"] == 1
 
 
 def test_under_distributed_training_every_process_feeds_every_step(tmp_path):
