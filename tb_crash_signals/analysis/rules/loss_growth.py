@@ -109,11 +109,6 @@ class LossGrowthParams:
         "overshoots has lost little of its progress at 4x its best, and a fifth of its decades at 2x (with "
         "the grad norm alone, a converged classifier's per-step loss bumps 3x its best); 0: never", at_least=0.0,
     )
-    learnt_z: float = param(
-        2.5, "a fall from the initial level to the best under this many times the loss's log spread is no "
-        "progress to lose: the level must then climb back to the initial level (a flat noisy loss's lowest "
-        "31-point median lies under its first points by noise alone); 0: never asks", at_least=0.0,
-    )
     spread_window: int = spread_window_param()
     noise_window: int = noise_window_param()
     max_noise: float = max_noise_param("alarm")
@@ -290,8 +285,6 @@ def climbing(level, before, slow, slow_before, best, init, spread, noise, grad_r
         return False
     faster = lr_rising and lr_rising != STEADY  # (True reads as faster)
     progress = (p.lost_with_lr if faster else p.lost) * (init - best) if init > best else 0.0
-    if progress > 0.0 and p.learnt_z > 0.0 and spread > 0.0 and not math.log(init / best) >= p.learnt_z * spread:
-        progress = init - best  # nothing measurably learnt: the climb must reach back to the start
     if level > 0 and level > before:
         # The progress lost: a share of the fall from the initial level to the best (a smaller one
         # while the learning rate rises ever faster); with the rate rising, or a share of its decades
@@ -868,8 +861,7 @@ def loss_growth(data, p: LossGrowthParams, since=None):
     `consecutive` points in a row with the grad norm or the learning rate, or
     on a smooth loss (below), else `consecutive_alone`. The level must also have lost `lost` of
     the progress from the initial level (`lost_with_lr` while the learning rate climbs ever
-    faster; all of it when that fall is under `learnt_z` x the loss's log spread, a flat noisy
-    loss's lowest median lying under its first points by noise alone), and the loss must not be pure noise
+    faster), and the loss must not be pure noise
     (tiny batches). A log-linear fit of the last levels projects when the
     loss reaches `target` x its best. Many small models diverge this way
     with a grad norm far under any explosion threshold. Before `min_points`,
