@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+from tb_crash_signals.analysis.engine import LATE_START_NOTE
 from tb_crash_signals.analysis.signals import LOSS_KIND_NOTES
 
 
@@ -97,7 +98,7 @@ def format_text(report: dict, verbose: bool = False) -> str:
         if entry.get("loss_kind") in LOSS_KIND_NOTES:
             head += f"  [{LOSS_KIND_NOTES[entry['loss_kind']]}]"
         if entry.get("late_start"):
-            head += "  [its log begins past its start: a resumed job]"
+            head += f"  [{LATE_START_NOTE}]"
         lines.append(head)
         if health == "no_signals":
             tags = sorted({t for ts in entry["tags"].values() for t in ts})
