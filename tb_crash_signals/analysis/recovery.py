@@ -33,6 +33,7 @@ import numpy as np
 from tb_crash_signals.analysis.episodes import Episode
 from tb_crash_signals.analysis.rules.blowup import after_lr_jump
 from tb_crash_signals.analysis.rules.plateau import STUCK_NOTE, lost_ground
+from tb_crash_signals.analysis.rules.spike import NOT_RECOVERED
 
 # The rules whose episodes a run can come back from: a climb, a level that lost what it learnt,
 # a jump with the grad norm, a loss that blew up in one point (but not right after the learning rate
@@ -82,6 +83,10 @@ SLOW_START_ADVICE = "nothing to do: the loss stood near where it started for a w
 LEARNT_AGAIN = "; then it learnt again"
 LEARNT_AGAIN_ADVICE = ("nothing to do: the loss lost ground for a while, then learnt again; if it happens "
                        "again, lower the learning rate (or its peak)")
+# ... a grad norm that jumped and stays while the loss learns on.
+LEVEL_SHIFT = "; it stays at that level while the train loss learns on: a level shift"
+LEVEL_SHIFT_ADVICE = ("nothing to do if the training changed at that step (layers unfrozen, a loss, batch or "
+                      "loss scale rescaled); otherwise look at what did")
 VAL_BACK_ADVICE = ("nothing to do: the validation loss rose for a while, then came back to its best; keep the "
                    "checkpoint at its best if it rises again")
 
@@ -106,7 +111,9 @@ def settled(episodes: list[Episode], levels: Callable[[], tuple[float, float, fl
     BACK x its best level, is a warning the run came back from; a stall near the start (CS301)
     after which no critical episode starts, on a loss now at most LEARNT x its initial level, or,
     once its episode closed, DROPPED x its value where the stall was flagged, or DROPPED_CLEARLY x
-    that value out of its noise (CLEAR_Z), is a note: a slow start, as is a closed validation stall (CS302)
+    that value out of its noise (CLEAR_Z), is a note: a slow start, as is a grad-norm spike that
+    did not recover after which no critical episode starts, on a loss now under its initial level
+    and within NEAR x its best level (a level shift), and a closed validation stall (CS302)
     with nothing critical after it whose validation loss's lowest is at most DROPPED x where it stood;
     a validation rise (CS402) is a note once the validation loss came back to its best after its last
     hit, its episode closed or not. `val_best()` gives the last step at which the validation loss was
@@ -174,6 +181,13 @@ def settled(episodes: list[Episode], levels: Callable[[], tuple[float, float, fl
         climb = (e.severity == "critical" and recoverable(e)
                  and not (last_open is not None and last_open > e.start_step)
                  and not any(c.start_step <= e.end_step and e.start_step <= c.end_step for c in causes))
+        if (e.code == "CS102" and e.severity == "warning" and e.message.endswith(NOT_RECOVERED)
+                and not crash_after(e)):
+            level, best, initial, _ = loss_levels()
+            if level < initial and level <= NEAR * best:
+                out.append(dataclasses.replace(e, severity="info", open=False, advice=LEVEL_SHIFT_ADVICE,
+                                               message=e.message + LEVEL_SHIFT))
+                continue
         lost = lost_ground(e.message)
         stall = e.code == "CS301" and e.severity == "warning" and (lost or STUCK_NOTE in e.message)
         if (climb or stall) and not crash_after(e) and not (climb and not over(e)):

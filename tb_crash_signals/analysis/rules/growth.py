@@ -98,6 +98,14 @@ class GrowthParams:
         "make larger gradients, and a long warm-up's grad norm rises "
         "5-20x before it settles; a ramp past the stable rate shows in the loss too"
     )
+    one_step: bool = param(
+        True, "no prediction when one level shift makes all the growth: the window with its best single "
+        "step (two levels, before and after a point) taken out neither grows `min_growth`x nor ends "
+        "`min_excess`x above the run's normal level. A grad norm that jumps once from its normal level and "
+        "stays (layers unfrozen, a loss or batch rescaled) has moved to a new one, and a line through that "
+        "step projects a crossing the points after it do not head for; a loss scale's later stairs stand on "
+        "the earlier ones",
+    )
     cooldown: int = param(20, "points without a prediction after which a new episode starts")
 
 
@@ -457,6 +465,9 @@ def fit_window(steps: np.ndarray, logv: np.ndarray, base: float, p: GrowthParams
     span = float(steps[-1] - steps[0])
     if b <= 0 or r2 < p.min_r2 or b * span < math.log(p.min_growth):
         return None
+    relative = logv[-1] - base >= math.log(p.rel_excess) and turned_up
+    if p.one_step and not relative and _one_step(steps, logv, base, span, p):
+        return None
     # A growth that began inside the window: a line through the whole window straddles the flat
     # stretch before it and projects the crossing late; the line from the breakpoint that fits best
     # (a flat stretch, then a line) is the growth's own, when it is steeper and steady.
@@ -470,7 +481,6 @@ def fit_window(steps: np.ndarray, logv: np.ndarray, base: float, p: GrowthParams
     # from the last points, and its crossing with it. The line drawn is moved to pass there too.
     now = float(np.median(logv[-3:]))
     ahead = (math.log(p.threshold) - now) / b
-    relative = logv[-1] - base >= math.log(p.rel_excess) and turned_up
     if (ahead > p.horizon or ahead > p.max_extrapolation * span) and not relative:
         return None
     return Fit(
@@ -479,6 +489,30 @@ def fit_window(steps: np.ndarray, logv: np.ndarray, base: float, p: GrowthParams
         doubling_steps=math.log(2) / b, r2=r2,
         projected_step=int(steps[-1] + max(0.0, math.ceil(ahead))), threshold=p.threshold,
     )
+
+
+def _one_step(steps, logv, base, span, p: GrowthParams) -> bool:
+    """Whether one level shift is all the window's growth: with it taken out, the window neither
+    grows `min_growth`x nor ends `min_excess`x above the run's normal level."""
+    flat = without_step(logv)
+    return (linear_fit(steps, flat)[1] * span < math.log(p.min_growth)
+            and float(np.median(flat[-3:])) - base < math.log(p.min_excess))
+
+
+def without_step(y: np.ndarray) -> np.ndarray:
+    """y with its best single level shift taken out: the split into two runs of points whose means fit
+    y with the least squared error, the later run moved down by the difference of those means."""
+    n = y.shape[0]
+    c = np.cumsum(y)
+    c2 = np.cumsum(y * y)
+    k = np.arange(1, n)  # the later run starts at k
+    left, right = c[:-1], c[-1] - c[:-1]
+    sse = (c2[:-1] - left * left / k) + ((c2[-1] - c2[:-1]) - right * right / (n - k))
+    j = int(np.argmin(sse))
+    shift = right[j] / (n - j - 1) - left[j] / (j + 1)
+    out = y.copy()
+    out[j + 1 :] -= shift
+    return out
 
 
 CADENCE_POINTS = 6  # the grad-norm points whose steps tell its cadence

@@ -31,6 +31,7 @@ from tb_crash_signals.analysis.streaming import Quiet, Stream, StreamHit, shared
 
 _RECOVERY_LIMIT = 200  # points after a spike in which its recovery is looked for
 _FAST = 5  # a recovery within this many points is fast
+NOT_RECOVERED = "not recovered"  # a spike's note once _RECOVERY_LIMIT points passed without its recovery
 
 
 @dataclasses.dataclass(frozen=True)
@@ -137,7 +138,7 @@ class Recovery:
             self.done = True
             return self.note
         if self.seen >= _RECOVERY_LIMIT:
-            self.note, self.done = "not recovered", True
+            self.note, self.done = NOT_RECOVERED, True
             return self.note
         return None
 
@@ -154,7 +155,7 @@ def recovery_note(s, start, baseline) -> str | None:
         watch.seen = int(back[0])
         watch.push(s.steps[start + 1 + back[0]], after[back[0]])
     elif after.size >= _RECOVERY_LIMIT:
-        watch.note = "not recovered"
+        watch.note = NOT_RECOVERED
     return watch.note
 
 

@@ -375,3 +375,30 @@ def test_a_slow_start_over_fifty_epochs_is_told_alike_in_the_batch_report_and_th
     stalls = [t for t in told if t[0] in ("CS301", "CS302")]
     assert {t[0] for t in stalls} == {"CS301", "CS302"}
     assert all(sev == "info" and msg.endswith("a slow start") for _, sev, msg in stalls)
+
+
+def grad_spike(start, note):
+    return episode("CS102", start, signal="grad_norm",
+                   message=f"grad norm spike at step {start}: 11.2x its recent median 0.155; {note}")
+
+
+def test_a_grad_norm_spike_that_stays_while_the_loss_learns_is_a_level_shift_note():
+    (out,) = settle([grad_spike(1000, "not recovered")], level=0.3, best=0.28, initial=1.6)
+    assert out.severity == "info" and not out.open
+    assert out.message.endswith("a level shift") and out.advice.startswith("nothing to do if the training changed")
+
+
+@pytest.mark.parametrize("note, level, best, initial", [
+    ("not recovered yet", 0.3, 0.28, 1.6),  # still watched
+    ("fast recovery in 1 step", 0.3, 0.28, 1.6),  # a spike, told as one
+    ("not recovered", 1.7, 0.28, 1.6),  # the loss is back above where it started
+    ("not recovered", 0.9, 0.28, 1.6),  # over NEAR x its best: the loss did not learn on
+])
+def test_a_grad_norm_spike_is_a_level_shift_only_while_the_loss_learns_on(note, level, best, initial):
+    (out,) = settle([grad_spike(1000, note)], level=level, best=best, initial=initial)
+    assert out.severity == "warning"
+
+
+def test_a_grad_norm_level_shift_before_a_crash_stays_a_warning():
+    out = settle([grad_spike(1000, "not recovered"), episode("CS001", 1500)], level=0.3, best=0.28, initial=1.6)
+    assert [e.severity for e in out] == ["warning", "critical"]

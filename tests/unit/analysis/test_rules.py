@@ -884,6 +884,37 @@ def test_growth_does_not_project_far_past_its_fit():
     assert batch and batch == online
 
 
+def test_growth_is_not_one_level_shift():
+    # Layers unfrozen at step 300: the grad norm jumps 12x in one step and stays there while the loss
+    # falls. A line through the step "doubles every few steps" and crosses 100 within the horizon;
+    # with the step taken out the window is flat. The same jump followed by a growth that goes on
+    # (it doubles every 15 steps after it) is still an alarm, as is the single step with the guard off.
+    n = 400
+    rng = np.random.default_rng(7)
+    t = np.arange(n)
+    noise = np.exp(0.1 * rng.standard_normal(n))
+    shift = np.where(t < 300, 0.15, 1.8) * noise
+    goes_on = shift * np.exp(np.log(2) / 15 * np.clip(t - 300, 0, None))
+    loss = 1.0 * np.exp(-np.clip(t - 300, 0, None) / 300) * (1 + 0.01 * rng.standard_normal(n))
+    assert starts_both("CS201", grad_norm=shift, train_loss=loss) == ([], [])
+    batch, online = starts_both("CS201", grad_norm=goes_on, train_loss=loss)
+    assert batch and batch == online and batch[0] >= 300
+    off = dataclasses.replace(RULES["CS201"].default_params(), one_step=False)
+    batch, online = starts_both("CS201", dataclasses.replace(Config(), params={"CS201": off}),
+                                grad_norm=shift, train_loss=loss)
+    assert batch and batch == online and 295 <= batch[0] <= 330
+
+
+def test_without_step_takes_out_the_best_single_level_shift():
+    from tb_crash_signals.analysis.rules.growth import without_step
+
+    y = np.array([0.0, 0.1, -0.1, 0.0, 2.5, 2.4, 2.6, 2.5])
+    flat = without_step(y)
+    assert np.allclose(flat[:4], y[:4]) and np.allclose(flat[4:], y[4:] - 2.5)
+    ramp = np.arange(8.0)  # a line has no one step: taking the best one out leaves it rising
+    assert np.ptp(without_step(ramp)) >= 3
+
+
 def loss_scale_growth(seed, points, flat, per_doubling, start, jitter):
     """A grad norm logged every 5 steps that doubles every `per_doubling` points from point `flat`
     on (a loss scale that doubles without bound), under a flat loss: steps, grad norm, loss."""

@@ -1,0 +1,70 @@
+"""A real fine-tune that unfreezes its body: the grad norm's jump is a new level, not a growth.
+
+Transfer learning's gradual unfreezing (`support.torch_training.train_unfreezing`): a classifier
+trains its head alone, then every layer. The grad norm over the parameters that train jumps ~10x
+at the unfreezing and stays there while the loss learns faster. A line through that one step
+"doubles every few steps" and projected a crossing of the explosion threshold: a critical on a
+healthy run. One level shift is no exponential growth (CS201's `one_step`), and a grad-norm
+spike that never came back while the loss learns on is told as a note.
+"""
+
+from __future__ import annotations
+
+import pytest
+from tensorboard.backend.event_processing import event_accumulator
+
+from support.torch_training import train_unfreezing
+from tb_crash_signals import Monitor, scan_logdir
+from tb_crash_signals.analysis.config import from_dict
+
+torch = pytest.importorskip("torch")  # installed by scripts/test_all.sh; never skipped in CI
+
+pytestmark = pytest.mark.slow
+
+UNFREEZE_AT = 600
+
+
+@pytest.fixture(scope="module")
+def unfrozen(tmp_path_factory):
+    logdir = tmp_path_factory.mktemp("unfreeze")
+    for seed in (1, 2):
+        train_unfreezing(logdir / f"seed{seed}", seed, unfreeze_at=UNFREEZE_AT, steps=1200)
+    return logdir
+
+
+def test_unfreezing_is_a_level_shift_told_as_a_note(unfrozen):
+    runs = scan_logdir(str(unfrozen))["runs"]
+    assert len(runs) == 2
+    for run in runs:
+        assert run["health"] == "ok", (run["run"], [i["headline"] for i in run["incidents"]])
+        assert not [e for e in run["episodes"] if e["code"] == "CS201"], run["episodes"]
+        (shift,) = [i for i in run["incidents"] if "level shift" in i["headline"]]
+        assert shift["severity"] == "info" and shift["start_step"] == UNFREEZE_AT, shift
+        assert shift["crash_step"] is None and "nothing to do" in shift["advice"]
+
+
+def test_the_same_run_read_through_the_step_was_a_critical_growth(unfrozen):
+    # What `one_step` silences: the projection through the jump.
+    config = from_dict({"rules": {"CS201": {"one_step": False}}})
+    runs = scan_logdir(str(unfrozen), config=config)["runs"]
+    for run in runs:
+        growth = [e for e in run["episodes"] if e["code"] == "CS201"]
+        assert growth and growth[0]["severity"] == "critical", run["run"]
+        assert UNFREEZE_AT - 40 <= growth[0]["start_step"] <= UNFREEZE_AT + 40, growth[0]
+
+
+def test_the_monitor_fed_step_by_step_tells_the_same_story(unfrozen):
+    (run, _) = sorted(scan_logdir(str(unfrozen))["runs"], key=lambda r: r["run"])
+    acc = event_accumulator.EventAccumulator(str(unfrozen / run["run"]), size_guidance={"scalars": 0})
+    acc.Reload()
+    steps = {}
+    for tag, name in (("Loss/train", "train_loss"), ("Grad/norm", "grad_norm"), ("LR", "lr")):
+        for e in acc.Scalars(tag):
+            steps.setdefault(e.step, {})[name] = e.value
+    monitor = Monitor()
+    for step in sorted(steps):
+        monitor.update(step, **steps[step])
+    assert [(i.severity, i.headline) for i in monitor.incidents()] == [
+        (i["severity"], i["headline"]) for i in run["incidents"]
+    ]
+    assert monitor.health == "ok"
