@@ -20,7 +20,7 @@ import re
 from tb_crash_signals.analysis.episodes import Episode
 from tb_crash_signals.analysis.recovery import came_back
 from tb_crash_signals.analysis.rules.base import Fit, fmt
-from tb_crash_signals.analysis.rules.plateau import large_updates, lost_ground
+from tb_crash_signals.analysis.rules.plateau import large_updates, lost_ground, stuck_near_start
 from tb_crash_signals.analysis.signals import SIGNAL_LABELS
 
 KINDS = ("divergence", "nonfinite", "overfit", "optimizer", "plateau", "stagnation", "spikes", "overflow")
@@ -68,6 +68,12 @@ LOST_ADVICE = ("the loss lost the ground it had: something undoes the training (
 LARGE_UPDATES_ADVICE = ("the updates were far too large for the weights, and the model stopped learning (dead or "
                         "saturated units): lower the learning rate 10x or more, or add a warm-up, and restart from "
                         "scratch: these weights are spoilt")
+# A loss stuck near its start under a learning rate that did not decay (CS301's STUCK_NOTE, no update
+# ratio telling the updates too large): a rate far too high stalls a model as surely as one too low (a
+# transformer under Adam at 1e-2 sits at its unigram level), and the steps alone do not tell which.
+STUCK_ADVICE = ("the model is not learning at this learning rate: it may be too low, or too high for the model to "
+                "settle; try it 10x lower and 10x higher, and check for frozen parameters, dead activations and "
+                "the labels")
 # A divergence a learning rate that jumped (or kept rising) caused: its schedule is what to fix.
 LR_RAISED_ADVICE = ("too large a learning rate, set by its schedule, threw the run off: fix the schedule (a restart, "
                     "a resumed run's reset schedule, a unit slip), clip gradients, and {resume}")
@@ -307,6 +313,8 @@ def _incident(kind: str, members: list[int], episodes: list[Episode]) -> Inciden
         advice = LOST_ADVICE
     elif kind == "plateau" and alarm.code == "CS301" and large_updates(alarm.message):
         advice = LARGE_UPDATES_ADVICE
+    elif kind == "plateau" and alarm.code == "CS301" and stuck_near_start(alarm.message):
+        advice = STUCK_ADVICE
     elif kind == "divergence" and crash is not None and alarm.code in _LR_RAISED:
         advice = LR_RAISED_ADVICE.format(resume=resume)
     if kind == "optimizer" or severity == "info":  # a note's advice is its rule's own

@@ -167,6 +167,12 @@ def large_updates(message: str) -> bool:
     return LARGE_UPDATES_NOTE in message
 
 
+def stuck_near_start(message: str) -> bool:
+    """Whether a CS301 message tells a loss stuck near its start under a learning rate that did not
+    decay, with no sign of updates far too large (see plateau_note)."""
+    return STUCK_NOTE in message and not lost_ground(message) and not large_updates(message)
+
+
 def updates_peak(updates, step) -> float:
     """The largest finite update ratio logged before `step` (the monitor takes a step's update ratio
     after its loss), NaN if none: the `updates` Series, or None."""

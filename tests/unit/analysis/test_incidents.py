@@ -6,7 +6,7 @@ import dataclasses
 import math
 
 from tb_crash_signals.analysis.episodes import Episode
-from tb_crash_signals.analysis.incidents import LARGE_UPDATES_ADVICE, LR_RAISED_ADVICE, build_incidents
+from tb_crash_signals.analysis.incidents import LARGE_UPDATES_ADVICE, LR_RAISED_ADVICE, STUCK_ADVICE, build_incidents
 from tb_crash_signals.analysis.recovery import CAME_BACK
 from tb_crash_signals.analysis.rules import RULES
 from tb_crash_signals.analysis.rules.base import Fit
@@ -114,6 +114,14 @@ def test_a_loss_stuck_at_its_start_after_updates_far_too_large_is_told_to_lower_
     stuck = episode("CS301", 30, 200)
     (plain,) = build_incidents([stuck], run_steps=300)
     assert plain.advice.startswith("the model stopped learning: check the learning rate (too low")
+    # Stuck near its start under a learning rate that did not decay: too low or too high, the steps
+    # alone do not tell; under one that decayed to ~0, the rule's own advice.
+    for note, advice in ((plateau_note(10, math.nan), STUCK_ADVICE), (plateau_note(10, 0.001), plain.advice)):
+        message = f"train loss has not improved by 1% for {note} (around 2.3 at step 30)"
+        at_start = dataclasses.replace(stuck, message=message)
+        (incident,) = build_incidents([at_start], run_steps=300)
+        assert incident.advice == advice
+    assert "10x lower and 10x higher" in STUCK_ADVICE
     note = plateau_note(10, math.nan, updates=0.2, updates_high=0.05)
     told = dataclasses.replace(stuck, message=f"train loss has not improved by 1% for {note} (around 2.3 at step 30)")
     (incident,) = build_incidents([told], run_steps=300)
