@@ -101,10 +101,11 @@ class GrowthParams:
     one_step: bool = param(
         True, "no prediction when one level shift makes all the growth: the window with its best single "
         "step (two levels, before and after a point) taken out neither grows `min_growth`x nor ends "
-        "`min_excess`x above the run's normal level. A grad norm that jumps once from its normal level and "
-        "stays (layers unfrozen, a loss or batch rescaled) has moved to a new one, and a line through that "
-        "step projects a crossing the points after it do not head for; a loss scale's later stairs stand on "
-        "the earlier ones",
+        "`min_excess`x above the run's normal level, and the points after the step do not keep rising. A "
+        "grad norm that jumps once from its normal level and stays (layers unfrozen, a loss or batch "
+        "rescaled) has moved to a new one, and a line through that step projects a crossing the points "
+        "after it do not head for; a loss scale's later stairs stand on the earlier ones, and an "
+        "exponential's first steps bend up rather than step",
     )
     cooldown: int = param(20, "points without a prediction after which a new episode starts")
 
@@ -466,7 +467,7 @@ def fit_window(steps: np.ndarray, logv: np.ndarray, base: float, p: GrowthParams
     if b <= 0 or r2 < p.min_r2 or b * span < math.log(p.min_growth):
         return None
     relative = logv[-1] - base >= math.log(p.rel_excess) and turned_up
-    if p.one_step and not relative and _one_step(steps, logv, base, span, p):
+    if p.one_step and not relative and _one_step(steps, logv, base, span, b, p):
         return None
     # A growth that began inside the window: a line through the whole window straddles the flat
     # stretch before it and projects the crossing late; the line from the breakpoint that fits best
@@ -491,17 +492,27 @@ def fit_window(steps: np.ndarray, logv: np.ndarray, base: float, p: GrowthParams
     )
 
 
-def _one_step(steps, logv, base, span, p: GrowthParams) -> bool:
+def _one_step(steps, logv, base, span, b, p: GrowthParams) -> bool:
     """Whether one level shift is all the window's growth: with it taken out, the window neither
-    grows `min_growth`x nor ends `min_excess`x above the run's normal level."""
-    flat = without_step(logv)
-    return (linear_fit(steps, flat)[1] * span < math.log(p.min_growth)
-            and float(np.median(flat[-3:])) - base < math.log(p.min_excess))
+    grows `min_growth`x nor ends `min_excess`x above the run's normal level, and the points after it
+    (STEP_AFTER at least) do not keep rising (their own line under STEP_SLOPE x the fit's slope b):
+    the first steps of an exponential growth, a bend rather than a step, go on rising."""
+    flat, k = without_step(logv)
+    if (linear_fit(steps, flat)[1] * span >= math.log(p.min_growth)
+            or float(np.median(flat[-3:])) - base >= math.log(p.min_excess)
+            or logv.shape[0] - k < STEP_AFTER):
+        return False
+    return linear_fit(steps[k:], logv[k:])[1] < STEP_SLOPE * b
 
 
-def without_step(y: np.ndarray) -> np.ndarray:
-    """y with its best single level shift taken out: the split into two runs of points whose means fit
-    y with the least squared error, the later run moved down by the difference of those means."""
+STEP_AFTER = 3  # points after a level shift that tell whether it goes on rising
+STEP_SLOPE = 0.25  # ... it does when their line is at least this share of the fit's slope
+
+
+def without_step(y: np.ndarray) -> tuple[np.ndarray, int]:
+    """y with its best single level shift taken out, and where the later level starts: the split into
+    two runs of points whose means fit y with the least squared error, the later run moved down by the
+    difference of those means."""
     n = y.shape[0]
     c = np.cumsum(y)
     c2 = np.cumsum(y * y)
@@ -512,7 +523,7 @@ def without_step(y: np.ndarray) -> np.ndarray:
     shift = right[j] / (n - j - 1) - left[j] / (j + 1)
     out = y.copy()
     out[j + 1 :] -= shift
-    return out
+    return out, j + 1
 
 
 CADENCE_POINTS = 6  # the grad-norm points whose steps tell its cadence

@@ -909,10 +909,10 @@ def test_without_step_takes_out_the_best_single_level_shift():
     from tb_crash_signals.analysis.rules.growth import without_step
 
     y = np.array([0.0, 0.1, -0.1, 0.0, 2.5, 2.4, 2.6, 2.5])
-    flat = without_step(y)
-    assert np.allclose(flat[:4], y[:4]) and np.allclose(flat[4:], y[4:] - 2.5)
+    flat, at = without_step(y)
+    assert at == 4 and np.allclose(flat[:4], y[:4]) and np.allclose(flat[4:], y[4:] - 2.5)
     ramp = np.arange(8.0)  # a line has no one step: taking the best one out leaves it rising
-    assert np.ptp(without_step(ramp)) >= 3
+    assert np.ptp(without_step(ramp)[0]) >= 3
 
 
 def loss_scale_growth(seed, points, flat, per_doubling, start, jitter):
