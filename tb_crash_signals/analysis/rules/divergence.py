@@ -60,9 +60,11 @@ class DivergenceParams:
         "the median of its first 10 points by noise alone; 0 never asks", at_least=0.0,
     )
     z: float = param(
-        2.0, "... and at least this many noise units above the best level (the loss's robust log spread over "
+        3.0, "... and at least this many noise units above the best level (the loss's robust log spread over "
         "`spread_window` points, over the square root of `smooth`): the median of 9 points of a noisy "
-        "small-batch loss wanders that far above its lowest 31-point median without any divergence",
+        "small-batch loss wanders that far above its lowest 31-point median without any divergence. The "
+        "best level has noise of its own, and as the lowest of many medians sits ~2 of its noise units "
+        "under the loss's level: with the level's two noise units, ~3.3 of the level's",
         at_least=0.0,
     )
     spread_window: int = spread_window_param()
