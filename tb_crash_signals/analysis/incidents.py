@@ -20,6 +20,7 @@ import re
 from tb_crash_signals.analysis.episodes import Episode
 from tb_crash_signals.analysis.recovery import came_back
 from tb_crash_signals.analysis.rules.base import Fit, fmt
+from tb_crash_signals.analysis.rules.overfit import val_jumped
 from tb_crash_signals.analysis.rules.plateau import large_updates, lost_ground, stuck_near_start
 from tb_crash_signals.analysis.signals import SIGNAL_LABELS
 
@@ -74,6 +75,13 @@ LARGE_UPDATES_ADVICE = ("the updates were far too large for the weights, and the
 STUCK_ADVICE = ("the model is not learning at this learning rate: it may be too low, or too high for the model to "
                 "settle; try it 10x lower and 10x higher, and check for frozen parameters, dead activations and "
                 "the labels")
+# A validation rise that jumped with the train loss still falling (CS402's `val_jumped`): overfitting
+# rises over evaluations (up to ~2.3x within two on the detection corpus's overfit runs); a jump points at
+# the evaluation.
+VAL_JUMP_ADVICE = ("the validation loss rose faster than overfitting raises it while the train loss fell: check "
+                   "the evaluation first (BatchNorm statistics in eval mode that do not fit the validation "
+                   "data, the validation data or its preprocessing changed, overflow in fp16); keep the "
+                   "checkpoint at the best validation step")
 # A divergence a learning rate that jumped (or kept rising) caused: its schedule is what to fix.
 LR_RAISED_ADVICE = ("too large a learning rate, set by its schedule, threw the run off: fix the schedule (a restart, "
                     "a resumed run's reset schedule, a unit slip), clip gradients, and {resume}")
@@ -315,6 +323,8 @@ def _incident(kind: str, members: list[int], episodes: list[Episode]) -> Inciden
         advice = LARGE_UPDATES_ADVICE
     elif kind == "plateau" and alarm.code == "CS301" and stuck_near_start(alarm.message):
         advice = STUCK_ADVICE
+    elif kind == "overfit" and alarm.code == "CS402" and val_jumped(alarm.message):
+        advice = VAL_JUMP_ADVICE
     elif kind == "divergence" and crash is not None and alarm.code in _LR_RAISED:
         advice = LR_RAISED_ADVICE.format(resume=resume)
     if kind == "optimizer" or severity == "info":  # a note's advice is its rule's own

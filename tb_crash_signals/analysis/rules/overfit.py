@@ -144,7 +144,50 @@ class ValDivergenceParams:
         "then), is now above this multiple of what it was then: a warm restart or a cyclic schedule "
         "climbing back, whose larger steps raise the validation loss for a while", above=0.0,
     )
+    jump: float = param(
+        3.0, "a rise that went up at least this many times within two evaluations (an evaluation over the "
+        "one two before it, from the evaluation before the rise on) is told as a jump: overfitting "
+        "raises the validation loss by tens of percent an evaluation, while a jump with the train loss "
+        "still falling points at the evaluation itself (BatchNorm statistics, the validation data, "
+        "overflow); 0: never told", at_least=0.0,
+    )
     cooldown: int = param(10, "evaluations after which a new episode starts")
+
+
+# What a CS402 note adds when its rise came in a jump (see `jump`; the incidents read it).
+JUMP_NOTE = "within two evaluations"
+
+
+def valdiv_note(best, best_step, jumped=math.nan, p=None) -> str:
+    """A CS402 hit's note: the best it rose from, and the jump it rose by (`jumped`, its largest rise
+    within two evaluations, see `jump`) when that is `p.jump`x or more."""
+    note = f"{fmt(best)} at step {best_step}"
+    if p is not None and p.jump > 0.0 and jumped >= p.jump:
+        note += f", after a jump of {fmt(jumped)}x {JUMP_NOTE},"
+    return note
+
+
+def val_jumped(message: str) -> bool:
+    """Whether a CS402 message tells a rise that came in a jump."""
+    return JUMP_NOTE in message
+
+
+def _rise(v, before) -> float:
+    """An evaluation over the one two before it (or the one before the rise): NaN unless both are
+    positive and finite."""
+    if before > 0.0 and before < math.inf and v > 0.0 and v < math.inf:
+        return v / before
+    return math.nan
+
+
+def _largest_rise(values, first: int, last: int) -> float:
+    """The largest _rise of the evaluations first..last of a rise, each over the one two before it, from
+    the evaluation before the rise (`first - 1`) on (NaN if none is known)."""
+    refs = [max(k - 2, first - 1) for k in range(first, last + 1)]
+    rises = [_rise(float(values[k]), float(values[r]) if r >= 0 else math.nan)
+             for k, r in zip(range(first, last + 1), refs)]
+    rises = [r for r in rises if r == r]
+    return max(rises) if rises else math.nan
 
 
 def _describe_valdiv(ep, p):
@@ -167,6 +210,9 @@ class ValDivergenceStream(_TrainAtVal):
         self.above = 0
         self.lr = channels["lr"]  # updated before the validation channel
         self.lr_bar = math.inf  # lr_restart x the learning rate at the best, if it had fallen then
+        self.back = [math.nan, math.nan]  # the evaluations two before this one and the one before
+        self.rise_from = math.nan  # the evaluation before the current rise
+        self.jumped = math.nan  # the current rise's largest rise within two evaluations (_largest_rise)
 
     def check(self, i, step, v):
         p = self.p
@@ -190,8 +236,14 @@ class ValDivergenceStream(_TrainAtVal):
         # An if, not a boolean assigned: its comparisons jump, so 3.11 specialises them.
         if finite and v >= self.best * self.rise and self.best > 0.0:
             self.above += 1
+            if self.above == 1:
+                self.rise_from, self.jumped = self.back[1], math.nan
+            r = _rise(v, self.rise_from if self.above <= 2 else self.back[0])
+            if r > self.jumped or (r == r and self.jumped != self.jumped):  # the largest known
+                self.jumped = r
         else:
             self.above = 0
+        self.back = [self.back[1], v]
         if (
             i >= p.min_evaluations
             and self.above >= p.evaluations
@@ -200,7 +252,7 @@ class ValDivergenceStream(_TrainAtVal):
             and not self.train.values[-1] > self.rise * self._at_best()
             and not (self.lr.values and self.lr.values[-1] > self.lr_bar)
         ):
-            return StreamHit(note=f"{fmt(self.best)} at step {self.best_step}")
+            return StreamHit(note=valdiv_note(self.best, self.best_step, self.jumped, p))
         return None
 
     def _at_best(self):
@@ -229,7 +281,8 @@ def val_divergence(data, p: ValDivergenceParams, since=None):
     steps lags far behind a train loss climbing with the validation loss:
     a divergence, not overfitting) -- unless
     the learning rate, which had fallen by that step, has climbed back to
-    `lr_restart` x what it was then (a warm restart, a cyclic schedule).
+    `lr_restart` x what it was then (a warm restart, a cyclic schedule). A rise
+    that went up `jump` x within two evaluations is told as a jump.
     """
     val = data.get("val_loss")
     if val is None or len(val) <= p.min_evaluations or data.get("train_loss") is None:
@@ -268,10 +321,13 @@ def val_divergence(data, p: ValDivergenceParams, since=None):
             hit &= ~(fallen[best_idx] & (at > p.lr_restart * at[best_idx]))
     out = np.flatnonzero(hit[i0:]) + i0
     if out.size:
-        yield Hits(
-            "val_loss", out,
-            note=lambda i: f"{fmt(best[i])} at step {int(val.steps[best_idx[i]])}",
-        )
+        runs = run_lengths(above)
+
+        def note(i):
+            first = i - int(runs[i]) + 1  # the rise's first evaluation above the best
+            return valdiv_note(best[i], int(val.steps[best_idx[i]]), _largest_rise(v, first, i), p)
+
+        yield Hits("val_loss", out, note=note)
 
 
 @dataclasses.dataclass(frozen=True)

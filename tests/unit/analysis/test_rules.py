@@ -1430,6 +1430,33 @@ def test_val_divergence_flags_the_onset_within_a_few_evaluations():
     assert "CS402" not in codes(healthy)
 
 
+def test_a_validation_loss_that_jumps_is_told_as_a_jump_not_overfitting():
+    # The train loss falls; the validation loss learns, then jumps 3.3x within two evaluations and stays
+    # (eval-mode BatchNorm statistics gone wrong): told as a jump, with advice about the evaluation. A
+    # gradual rise of 4 % an evaluation, overfitting's, is told as overfitting; batch and monitor agree.
+    from tb_crash_signals.analysis.incidents import ADVICE, VAL_JUMP_ADVICE, build_incidents
+    from tb_crash_signals.online.monitor import Monitor
+
+    train = np.linspace(1.0, 0.05, 60)
+    learnt = list(np.linspace(1.0, 0.3, 30))
+    cases = {"jump": learnt + [0.5, 1.0] + [1.0] * 28, "gradual": learnt + list(0.3 * 1.04 ** np.arange(1, 31))}
+    for name, val in cases.items():
+        result = analyze(train_loss=train, val_loss=val)
+        (first, *_) = episodes_of(result, "CS402")
+        m = Monitor()
+        for step in range(60):
+            m.update(step, train_loss=float(train[step]), val_loss=float(val[step]))
+        online = [e for e in m.episodes() if e.code == "CS402"]
+        assert [(e.start_step, e.message) for e in online] == [(e.start_step, e.message)
+                                                               for e in episodes_of(result, "CS402")]
+        (incident,) = [i for i in build_incidents(result.episodes, 60) if i.kind == "overfit"]
+        if name == "jump":
+            assert "after a jump of 3.33x within two evaluations" in first.message, first.message
+            assert incident.advice == VAL_JUMP_ADVICE
+        else:
+            assert "jump" not in first.message and incident.advice == ADVICE["overfit"]
+
+
 def test_val_divergence_after_a_warm_restart_is_the_schedule():
     # Cosine annealing to 1 % of its peak over 30 evaluations, then a warm restart: the validation
     # loss, at its best at the end of the cycle, rises 20 % under the larger steps and falls again.
