@@ -34,6 +34,9 @@ _PRECURSOR = _GROWTH + ("CS514",)  # and a learning rate that leapt far above an
 _SPIKES = ("CS102", "CS111", "CS112")
 _JUMPS = ("CS114", "CS115")  # a crash in one point: a spike, once the run came back from it
 _OVERFLOW = ("CS003", "CS004")
+# Rules whose incident gives their own advice: a validation loss NaN while the train loss is finite is no
+# crash to resume from.
+_OWN_ADVICE = ("CS005",)
 _OPTIMIZER_HIGH = ("CS501", "CS512", "CS513", "CS514")  # the learning rate / updates too large
 # The learning rate at zero or below, or updates too small to learn: the weights barely move (or climb
 # the gradient), so a climb the run came back from meanwhile is their symptom, not a divergence.
@@ -327,7 +330,7 @@ def _incident(kind: str, members: list[int], episodes: list[Episode]) -> Inciden
         advice = VAL_JUMP_ADVICE
     elif kind == "divergence" and crash is not None and alarm.code in _LR_RAISED:
         advice = LR_RAISED_ADVICE.format(resume=resume)
-    if kind == "optimizer" or severity == "info":  # a note's advice is its rule's own
+    if kind == "optimizer" or severity == "info" or alarm.code in _OWN_ADVICE:  # a note's advice is its rule's own
         advice = alarm.advice
     elif recovered:
         advice = alarm.advice  # analysis.recovery's

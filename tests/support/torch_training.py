@@ -249,3 +249,35 @@ def train_with_inputs_changed(logdir, seed: int, change_at: int, steps: int, eve
                 with torch.no_grad():
                     w.add_scalar("Loss/val", nn.functional.cross_entropy(model(xv), yv).item(), step)
                 model.train()
+
+
+def train_with_an_empty_evaluation(logdir, seed: int, empty_at: int, steps: int, every_eval: int = 50) -> None:
+    """A ReLU MLP classifying 20 inputs into 5 classes whose labels carry noise (Adam 1e-3, minibatches of
+    64), its train loss logged every step and its validation loss every `every_eval` steps under
+    `Loss/train` and `Loss/val`, as the mean of its batches' losses. The evaluation at `empty_at` gets no
+    batch (an exhausted iterator reused): the mean of nothing is NaN, while training goes on."""
+    import torch
+    from torch.utils.tensorboard import SummaryWriter
+
+    torch.manual_seed(seed)
+    torch.set_num_threads(1)
+    weights = torch.randn(20, 5)
+    x = torch.randn(5000, 20)
+    y = (x @ weights + 0.8 * torch.randn(5000, 5)).argmax(1)
+    xv, yv = x[4000:], y[4000:]
+    nn = torch.nn
+    model = nn.Sequential(nn.Linear(20, 64), nn.ReLU(), nn.Linear(64, 5))
+    opt = torch.optim.Adam(model.parameters(), 1e-3)
+    with SummaryWriter(str(logdir)) as w:
+        for step in range(steps):
+            idx = torch.randint(0, 4000, (64,))
+            loss = nn.functional.cross_entropy(model(x[idx]), y[idx])
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            w.add_scalar("Loss/train", loss.item(), step)
+            if step % every_eval == 0:
+                batches = [] if step == empty_at else list(zip(xv.split(250), yv.split(250)))
+                with torch.no_grad():
+                    losses = [nn.functional.cross_entropy(model(a), b) for a, b in batches]
+                w.add_scalar("Loss/val", torch.tensor(losses).mean().item(), step)

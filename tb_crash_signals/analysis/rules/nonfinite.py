@@ -1,10 +1,12 @@
 """CS0xx: values no training objective can have (NaN/Inf, absurd loss), and skipped fp16 steps.
 
-A NaN/Inf loss or learning rate means training has diverged. A NaN/Inf gradient
+A NaN/Inf train loss or learning rate means training has diverged. A NaN/Inf gradient
 norm (or update ratio) while the train loss is finite is what a dynamic loss
 scaler (fp16 mixed precision) produces on the steps it skips: training goes
 on, so it is reported (`grad-overflow`, info), not alarmed -- unless it keeps
-happening (`overflow-burst`).
+happening (`overflow-burst`). A NaN/Inf validation loss while the train loss is
+finite is the evaluation's (`val-nonfinite`, a warning): the weights the train
+loss is computed with are finite.
 """
 
 from __future__ import annotations
@@ -20,9 +22,11 @@ from tb_crash_signals.analysis.stats import run_lengths, value_at_or_before
 from tb_crash_signals.analysis.streaming import HIT, Quiet, Stream, StreamHit
 
 # Signals whose NaN/Inf is training gone wrong whatever the loss says.
-_ALWAYS = ("train_loss", "val_loss", "lr")
+_ALWAYS = ("train_loss", "lr")
 # Signals a loss scaler makes NaN/Inf on skipped steps.
 _SCALED = ("grad_norm", "update_ratio")
+# Signals whose NaN/Inf is the training's only with the train loss non-finite too (or none logged).
+_WITH_LOSS = _SCALED + ("val_loss",)
 
 
 def loss_finite_at(data, steps) -> np.ndarray:
@@ -83,21 +87,73 @@ class NonFiniteStream(Stream, _LossState):
     "clip gradients, check the batch at the first NaN step and fp16 overflow",
 )
 def nonfinite(data, p: NonFiniteParams, since=None):
-    """A loss or the learning rate is NaN or +/-Inf (or the grad norm, with the loss too).
+    """The train loss or the learning rate is NaN/Inf (or the validation loss or grad norm, with the train loss).
 
-    Fires on every NaN or infinite train loss, validation loss or learning
-    rate, and on a NaN/Inf grad norm or update ratio when the last train loss
-    logged at or before it is not finite (or there is none). Once a loss is
-    non-finite the weights usually are too, and the run cannot recover by
-    itself.
+    Fires on every NaN or infinite train loss or learning rate, and on a
+    NaN/Inf validation loss, grad norm or update ratio when the last train
+    loss logged at or before it is not finite (or there is none). Once the
+    train loss is non-finite the weights usually are too, and the run cannot
+    recover by itself.
     """
     for signal, s in data.items():
         i0 = since_index(s, since)
         idx = np.flatnonzero(~np.isfinite(s.values[i0:])) + i0
-        if signal in _SCALED and idx.size:
+        if signal in _WITH_LOSS and idx.size:
             idx = idx[~loss_finite_at(data, s.steps[idx])]
         if idx.size:
             yield Hits(signal, idx)
+
+
+@dataclasses.dataclass(frozen=True)
+class ValNonFiniteParams:
+    cooldown: int = param(10, "evaluations without NaN/Inf after which a new episode starts")
+
+
+def _describe_val_nonfinite(ep, p):
+    more = f"; {ep.hits} such evaluations" if ep.hits > 1 else ""
+    return f"validation loss is {_what(ep.start_value)} at step {ep.start_step} while the train loss is finite{more}"
+
+
+class ValNonFiniteStream(Stream, _LossState):
+    hits = ("val_loss",)
+
+    def __init__(self, p, signal, channels):
+        _LossState.__init__(self, channels)
+
+    def quiet(self):
+        return Quiet()
+
+    def check(self, i, step, v):
+        return HIT if not math.isfinite(v) and self.loss_finite() else None
+
+
+@rule(
+    code="CS005", symbol="val-nonfinite", family="nonfinite", severity="warning",
+    signals=("val_loss",), params=ValNonFiniteParams, describe=_describe_val_nonfinite, peak="first",
+    stream=ValNonFiniteStream,
+    advice="the training goes on; the evaluation produced NaN/Inf: check the validation data for "
+    "NaN/Inf, an empty validation set or batch (the mean of nothing is NaN), and overflow in an "
+    "fp16 evaluation",
+)
+def val_nonfinite(data, p: ValNonFiniteParams, since=None):
+    """The validation loss is NaN/Inf while the train loss is finite.
+
+    The train loss logged at or before the evaluation is computed with the
+    same weights: finite, they are. On its own, what went wrong is the
+    evaluation (its data, an empty batch, an fp16 overflow), which the advice
+    says; inside a divergence it is the divergence's (its incident tells it).
+    A run whose weights turned NaN shows it in its next train loss, which
+    `nonfinite` tells.
+    """
+    s = data.get("val_loss")
+    if s is None or len(s) == 0:
+        return
+    i0 = since_index(s, since)
+    idx = np.flatnonzero(~np.isfinite(s.values[i0:])) + i0
+    if idx.size:
+        idx = idx[loss_finite_at(data, s.steps[idx])]
+    if idx.size:
+        yield Hits("val_loss", idx)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -51,6 +51,30 @@ def test_nonfinite_fires_at_first_bad_value(bad):
     assert "CS001" not in codes(analyze(train_loss=healthy_loss(500)))
 
 
+def test_a_nonfinite_validation_loss_with_a_finite_train_loss_is_the_evaluation_s():
+    # The evaluation at step 300 gave NaN (an empty batch, NaN in the data) while training went on: a
+    # warning with its own advice, not a crash. With the train loss NaN too, or no train loss to tell,
+    # it is the crash. The monitor decides alike.
+    from tb_crash_signals.analysis.incidents import build_incidents
+
+    train = healthy_loss(500)
+    evals = np.arange(0, 500, 50)
+    val = healthy_loss(500, seed=3)[evals] * 1.1
+    val[evals == 300] = np.nan
+    result = analyze(train_loss=train, val_loss=series(val, evals))
+    assert "CS001" not in codes(result) and result.health == "warning"
+    (told,) = episodes_of(result, "CS005")
+    assert (told.start_step, told.severity) == (300, "warning") and "while the train loss is finite" in told.message
+    (incident,) = [i for i in build_incidents(result.episodes, 500) if i.kind == "nonfinite"]
+    assert incident.severity == "warning" and incident.advice == RULES["CS005"].advice
+    assert starts_both_at("CS005", {"train_loss": series(train), "val_loss": series(val, evals)}) == ([300], [300])
+    crashed = train.copy()
+    crashed[300:] = np.nan
+    for data in ({"train_loss": series(crashed), "val_loss": series(val, evals)}, {"val_loss": series(val, evals)}):
+        batch, online = starts_both_at("CS001", data)
+        assert batch and batch == online and starts_both_at("CS005", data) == ([], [])
+
+
 def test_loss_bound_catches_a_blowup_at_the_first_point():
     loss = np.array([3.7e4, 2.4, 2.35, 2.33, 2.31])
     eps = episodes_of(analyze(train_loss=loss), "CS002")
