@@ -10,10 +10,10 @@ critical (a callback would not stop the run). A run whose train loss turns NaN i
 from __future__ import annotations
 
 import pytest
-from tensorboard.backend.event_processing import event_accumulator
 
+from support.helpers import monitor_replaying
 from support.torch_training import train_with_an_empty_evaluation
-from tb_crash_signals import Monitor, scan_logdir
+from tb_crash_signals import scan_logdir
 from tb_crash_signals.analysis.rules import RULES
 
 torch = pytest.importorskip("torch")  # installed by scripts/test_all.sh; never skipped in CI
@@ -41,16 +41,8 @@ def test_the_nan_evaluation_is_a_warning_about_the_evaluation(logdir):
 
 def test_the_monitor_fed_step_by_step_does_not_stop_the_run(logdir):
     (run,) = scan_logdir(str(logdir))["runs"]
-    acc = event_accumulator.EventAccumulator(str(logdir / "run"), size_guidance={"scalars": 0})
-    acc.Reload()
-    steps = {}
-    for tag, name in (("Loss/train", "train_loss"), ("Loss/val", "val_loss")):
-        for e in acc.Scalars(tag):
-            steps.setdefault(e.step, {})[name] = e.value
-    monitor = Monitor()
-    for step in sorted(steps):
-        monitor.update(step, **steps[step])
-        assert not monitor.should_stop, step
+    monitor = monitor_replaying(logdir / "run", {"Loss/train": "train_loss", "Loss/val": "val_loss"})
+    assert not monitor.should_stop  # once set, it stays
     assert [(i.severity, i.headline) for i in monitor.incidents()] == [
         (i["severity"], i["headline"]) for i in run["incidents"]
     ]

@@ -11,10 +11,10 @@ a slow start, not a plateau.
 from __future__ import annotations
 
 import pytest
-from tensorboard.backend.event_processing import event_accumulator
 
+from support.helpers import monitor_replaying
 from support.torch_training import train_classifier
-from tb_crash_signals import Monitor, scan_logdir
+from tb_crash_signals import scan_logdir
 
 torch = pytest.importorskip("torch")  # installed by scripts/test_all.sh; never skipped in CI
 
@@ -42,15 +42,7 @@ def test_a_small_batch_classifier_that_comes_back_from_its_climbs_is_not_critica
 def test_the_monitor_fed_step_by_step_tells_the_same_recovered_climb(tmp_path):
     train_classifier(tmp_path / "run", 0, batch=4, lr=0.01, steps=1500)
     (run,) = scan_logdir(str(tmp_path))["runs"]
-    acc = event_accumulator.EventAccumulator(str(tmp_path / "run"), size_guidance={"scalars": 0})
-    acc.Reload()
-    steps = {}
-    for tag, name in (("Loss/train", "train_loss"), ("Grad/norm", "grad_norm"), ("LR", "lr")):
-        for e in acc.Scalars(tag):
-            steps.setdefault(e.step, {})[name] = e.value
-    monitor = Monitor()
-    for step in sorted(steps):
-        monitor.update(step, **steps[step])
+    monitor = monitor_replaying(tmp_path / "run", {"Loss/train": "train_loss", "Grad/norm": "grad_norm", "LR": "lr"})
     assert [(i.severity, i.headline) for i in monitor.incidents()] == [
         (i["severity"], i["headline"]) for i in run["incidents"]
     ]

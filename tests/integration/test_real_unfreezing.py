@@ -11,10 +11,10 @@ spike that never came back while the loss learns on is told as a note.
 from __future__ import annotations
 
 import pytest
-from tensorboard.backend.event_processing import event_accumulator
 
+from support.helpers import monitor_replaying
 from support.torch_training import train_unfreezing
-from tb_crash_signals import Monitor, scan_logdir
+from tb_crash_signals import scan_logdir
 from tb_crash_signals.analysis.config import from_dict
 
 torch = pytest.importorskip("torch")  # installed by scripts/test_all.sh; never skipped in CI
@@ -55,15 +55,8 @@ def test_the_same_run_read_through_the_step_was_a_critical_growth(unfrozen):
 
 def test_the_monitor_fed_step_by_step_tells_the_same_story(unfrozen):
     (run, _) = sorted(scan_logdir(str(unfrozen))["runs"], key=lambda r: r["run"])
-    acc = event_accumulator.EventAccumulator(str(unfrozen / run["run"]), size_guidance={"scalars": 0})
-    acc.Reload()
-    steps = {}
-    for tag, name in (("Loss/train", "train_loss"), ("Grad/norm", "grad_norm"), ("LR", "lr")):
-        for e in acc.Scalars(tag):
-            steps.setdefault(e.step, {})[name] = e.value
-    monitor = Monitor()
-    for step in sorted(steps):
-        monitor.update(step, **steps[step])
+    monitor = monitor_replaying(unfrozen / run["run"], {"Loss/train": "train_loss", "Grad/norm": "grad_norm",
+                                                        "LR": "lr"})
     assert [(i.severity, i.headline) for i in monitor.incidents()] == [
         (i["severity"], i["headline"]) for i in run["incidents"]
     ]

@@ -12,10 +12,10 @@ change says nothing of the kind.
 from __future__ import annotations
 
 import pytest
-from tensorboard.backend.event_processing import event_accumulator
 
+from support.helpers import monitor_replaying
 from support.torch_training import train_with_inputs_changed
-from tb_crash_signals import Monitor, scan_logdir
+from tb_crash_signals import scan_logdir
 from tb_crash_signals.analysis.incidents import VAL_JUMP_ADVICE
 
 torch = pytest.importorskip("torch")  # installed by scripts/test_all.sh; never skipped in CI
@@ -47,15 +47,7 @@ def test_the_jump_is_told_with_advice_about_the_evaluation(logdir):
 
 def test_the_monitor_fed_step_by_step_tells_the_same_jump(logdir):
     (run,) = [r for r in scan_logdir(str(logdir))["runs"] if r["run"] == "changed0"]
-    acc = event_accumulator.EventAccumulator(str(logdir / "changed0"), size_guidance={"scalars": 0})
-    acc.Reload()
-    steps = {}
-    for tag, name in (("Loss/train", "train_loss"), ("Loss/val", "val_loss")):
-        for e in acc.Scalars(tag):
-            steps.setdefault(e.step, {})[name] = e.value
-    monitor = Monitor()
-    for step in sorted(steps):
-        monitor.update(step, **steps[step])
+    monitor = monitor_replaying(logdir / "changed0", {"Loss/train": "train_loss", "Loss/val": "val_loss"})
     assert [(i.severity, i.headline, i.advice) for i in monitor.incidents()] == [
         (i["severity"], i["headline"], i["advice"]) for i in run["incidents"]
     ]

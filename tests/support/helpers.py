@@ -62,3 +62,22 @@ def healthy_loss(n=2000, seed=0, noise=0.02, floor=0.3):
 def healthy_grad(n=2000, seed=1):
     rng = np.random.default_rng(seed)
     return np.exp(0.1 * rng.standard_normal(n)) * (1.0 + 0.5 * np.exp(-np.arange(n) / 100))
+
+
+def monitor_replaying(logdir, tags: dict, **options):
+    """A Monitor fed, step by step, the scalars of the event files in `logdir` read back with
+    TensorBoard's EventAccumulator: `tags` maps each tag to the Monitor's signal name."""
+    from tensorboard.backend.event_processing import event_accumulator
+
+    from tb_crash_signals.online.monitor import Monitor
+
+    acc = event_accumulator.EventAccumulator(str(logdir), size_guidance={"scalars": 0})
+    acc.Reload()
+    steps = {}
+    for tag, name in tags.items():
+        for e in acc.Scalars(tag):
+            steps.setdefault(e.step, {})[name] = e.value
+    monitor = Monitor(**options)
+    for step in sorted(steps):
+        monitor.update(step, **steps[step])
+    return monitor

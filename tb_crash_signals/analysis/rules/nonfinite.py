@@ -114,8 +114,8 @@ def _describe_val_nonfinite(ep, p):
     return f"validation loss is {_what(ep.start_value)} at step {ep.start_step} while the train loss is finite{more}"
 
 
-class ValNonFiniteStream(Stream, _LossState):
-    hits = ("val_loss",)
+class _WhileLossFinite(Stream, _LossState):
+    """A NaN/Inf point of its signal while the train loss is finite."""
 
     def __init__(self, p, signal, channels):
         _LossState.__init__(self, channels)
@@ -125,6 +125,17 @@ class ValNonFiniteStream(Stream, _LossState):
 
     def check(self, i, step, v):
         return HIT if not math.isfinite(v) and self.loss_finite() else None
+
+
+def _while_loss_finite(data, s, since) -> np.ndarray:
+    """The indices (from `since` on) of the NaN/Inf points of `s` while the train loss is finite."""
+    i0 = since_index(s, since)
+    idx = np.flatnonzero(~np.isfinite(s.values[i0:])) + i0
+    return idx[loss_finite_at(data, s.steps[idx])] if idx.size else idx
+
+
+class ValNonFiniteStream(_WhileLossFinite):
+    hits = ("val_loss",)
 
 
 @rule(
@@ -146,14 +157,10 @@ def val_nonfinite(data, p: ValNonFiniteParams, since=None):
     `nonfinite` tells.
     """
     s = data.get("val_loss")
-    if s is None or len(s) == 0:
-        return
-    i0 = since_index(s, since)
-    idx = np.flatnonzero(~np.isfinite(s.values[i0:])) + i0
-    if idx.size:
-        idx = idx[loss_finite_at(data, s.steps[idx])]
-    if idx.size:
-        yield Hits("val_loss", idx)
+    if s is not None and len(s):
+        idx = _while_loss_finite(data, s, since)
+        if idx.size:
+            yield Hits("val_loss", idx)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -169,17 +176,8 @@ def _describe_overflow(ep, p):
     )
 
 
-class OverflowStream(Stream, _LossState):
+class OverflowStream(_WhileLossFinite):
     hits = _SCALED
-
-    def __init__(self, p, signal, channels):
-        _LossState.__init__(self, channels)
-
-    def quiet(self):
-        return Quiet()
-
-    def check(self, i, step, v):
-        return HIT if not math.isfinite(v) and self.loss_finite() else None
 
 
 @rule(
@@ -198,14 +196,10 @@ def grad_overflow(data, p: OverflowParams, since=None):
     """
     for signal in _SCALED:
         s = data.get(signal)
-        if s is None:
-            continue
-        i0 = since_index(s, since)
-        idx = np.flatnonzero(~np.isfinite(s.values[i0:])) + i0
-        if idx.size:
-            idx = idx[loss_finite_at(data, s.steps[idx])]
-        if idx.size:
-            yield Hits(signal, idx)
+        if s is not None:
+            idx = _while_loss_finite(data, s, since)
+            if idx.size:
+                yield Hits(signal, idx)
 
 
 @dataclasses.dataclass(frozen=True)
