@@ -18,7 +18,7 @@ import dataclasses
 import re
 
 from tb_crash_signals.analysis.episodes import Episode
-from tb_crash_signals.analysis.recovery import came_back
+from tb_crash_signals.analysis.recovery import came_back, went_on
 from tb_crash_signals.analysis.rules.base import Fit, fmt
 from tb_crash_signals.analysis.rules.overfit import val_jumped
 from tb_crash_signals.analysis.rules.plateau import large_updates, lost_ground, stuck_near_start
@@ -330,7 +330,8 @@ def _incident(kind: str, members: list[int], episodes: list[Episode]) -> Inciden
         advice = VAL_JUMP_ADVICE
     elif kind == "divergence" and crash is not None and alarm.code in _LR_RAISED:
         advice = LR_RAISED_ADVICE.format(resume=resume)
-    if kind == "optimizer" or severity == "info" or alarm.code in _OWN_ADVICE:  # a note's advice is its rule's own
+    if kind == "optimizer" or severity == "info" or alarm.code in _OWN_ADVICE or went_on(alarm):
+        # A note's advice is its rule's own (a skipped step's, analysis.recovery's).
         advice = alarm.advice
     elif recovered:
         advice = alarm.advice  # analysis.recovery's

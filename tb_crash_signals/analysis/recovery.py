@@ -20,6 +20,15 @@ is over (on a run of fifty epochs it never is). A stall that had lost ground (ab
 loss started, or back near there after it had learnt) is settled alike, told as a loss that
 learnt again. A validation loss stuck (CS302) that fell a fifth under where it stood since had
 a slow start too.
+
+A grad-norm spike (CS102) that never came back, while the train loss stands under where it started
+and near its best, moved the grad norm to a new level the run trains on at (layers unfrozen, a loss
+or a batch rescaled): told as a note.
+
+A NaN/Inf train loss (CS001) is a crash while it lasts: the weights are usually gone. Once its
+episode closed (the loss finite again for its cooldown) with the loss under where it started and
+near its best, training went on after it: the step was skipped (a guard in the loop, a loss
+scaler), told as a warning about the batch, not as the run's crash.
 """
 
 from __future__ import annotations
@@ -87,6 +96,10 @@ LEARNT_AGAIN_ADVICE = ("nothing to do: the loss lost ground for a while, then le
 LEVEL_SHIFT = "; it stays at that level while the train loss learns on: a level shift"
 LEVEL_SHIFT_ADVICE = ("nothing to do if the training changed at that step (layers unfrozen, a loss, batch or "
                       "loss scale rescaled); otherwise look at what did")
+# ... a NaN/Inf train loss the run trained on after.
+WENT_ON = "; training went on after it: a skipped step"
+WENT_ON_ADVICE = ("a batch gave a non-finite loss and training went on (the step skipped by a guard in the loop "
+                  "or a loss scaler): check the data at that step for NaN/Inf and the model for fp16 overflow")
 VAL_BACK_ADVICE = ("nothing to do: the validation loss rose for a while, then came back to its best; keep the "
                    "checkpoint at its best if it rises again")
 
@@ -94,6 +107,11 @@ VAL_BACK_ADVICE = ("nothing to do: the validation loss rose for a while, then ca
 def recoverable(e: Episode) -> bool:
     """Whether `e` is of a kind a run can come back from (see RECOVERABLE)."""
     return e.code in RECOVERABLE and not (e.code == "CS114" and after_lr_jump(e.message))
+
+
+def went_on(e: Episode) -> bool:
+    """Whether `e` is a NaN/Inf train loss the run trained on after (see settled)."""
+    return e.message.endswith(WENT_ON)
 
 
 def came_back(e: Episode) -> bool:
@@ -111,12 +129,13 @@ def settled(episodes: list[Episode], levels: Callable[[], tuple[float, float, fl
     BACK x its best level, is a warning the run came back from; a stall near the start (CS301)
     after which no critical episode starts, on a loss now at most LEARNT x its initial level, or,
     once its episode closed, DROPPED x its value where the stall was flagged, or DROPPED_CLEARLY x
-    that value out of its noise (CLEAR_Z), is a note: a slow start, as is a grad-norm spike that
-    did not recover after which no critical episode starts, on a loss now under its initial level
-    and within NEAR x its best level (a level shift), and a closed validation stall (CS302)
-    with nothing critical after it whose validation loss's lowest is at most DROPPED x where it stood;
-    a validation rise (CS402) is a note once the validation loss came back to its best after its last
-    hit, its episode closed or not. `val_best()` gives the last step at which the validation loss was
+    that value out of its noise (CLEAR_Z), is a note: a slow start, as is a closed validation stall
+    (CS302) with nothing critical after it whose validation loss's lowest is at most DROPPED x where
+    it stood; a validation rise (CS402) is a note once the validation loss came back to its best after
+    its last hit, its episode closed or not. A grad-norm spike that did not recover, after which no
+    critical episode starts, on a loss now under its initial level and within NEAR x its best level,
+    is a note (a level shift); a closed NaN/Inf train loss (CS001) on such a loss, with no critical
+    episode after it, is a warning (a skipped step). `val_best()` gives the last step at which the validation loss was
     at or under its lowest so far and that lowest (None without one; called only if such an episode
     may be settled): the rise came back once that step is later than the episode's end. `levels()`
     gives the train loss's level now, its best level, its initial level and its jitter over its last
@@ -181,6 +200,13 @@ def settled(episodes: list[Episode], levels: Callable[[], tuple[float, float, fl
         climb = (e.severity == "critical" and recoverable(e)
                  and not (last_open is not None and last_open > e.start_step)
                  and not any(c.start_step <= e.end_step and e.start_step <= c.end_step for c in causes))
+        if (e.code == "CS001" and e.signal == "train_loss" and e.severity == "critical" and not e.open
+                and not crash_after(e)):
+            level, best, initial, _ = loss_levels()
+            if level < initial and level <= NEAR * best:
+                out.append(dataclasses.replace(e, severity="warning", advice=WENT_ON_ADVICE,
+                                               message=e.message + WENT_ON))
+                continue
         if (e.code == "CS102" and e.severity == "warning" and e.message.endswith(NOT_RECOVERED)
                 and not crash_after(e)):
             level, best, initial, _ = loss_levels()

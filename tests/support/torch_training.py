@@ -281,3 +281,37 @@ def train_with_an_empty_evaluation(logdir, seed: int, empty_at: int, steps: int,
                 with torch.no_grad():
                     losses = [nn.functional.cross_entropy(model(a), b) for a, b in batches]
                 w.add_scalar("Loss/val", torch.tensor(losses).mean().item(), step)
+
+
+def train_skipping_a_nan_batch(logdir, seed: int, nan_at: int, steps: int) -> None:
+    """A ReLU MLP classifying 20 inputs into 5 classes whose labels carry noise (Adam 1e-3, minibatches
+    of 64), its train loss and grad norm logged every step under `Loss/train` and `Grad/norm`. The batch
+    at `nan_at` holds a sample with a NaN feature (a corrupt record): its loss is NaN, which is logged,
+    and the loop's guard skips the update, as loops that check `torch.isfinite(loss)` do; training goes
+    on."""
+    import torch
+    from torch.utils.tensorboard import SummaryWriter
+
+    torch.manual_seed(seed)
+    torch.set_num_threads(1)
+    weights = torch.randn(20, 5)
+    x = torch.randn(5000, 20)
+    y = (x @ weights + 0.8 * torch.randn(5000, 5)).argmax(1)
+    nn = torch.nn
+    model = nn.Sequential(nn.Linear(20, 64), nn.ReLU(), nn.Linear(64, 5))
+    opt = torch.optim.Adam(model.parameters(), 1e-3)
+    with SummaryWriter(str(logdir)) as w:
+        for step in range(steps):
+            idx = torch.randint(0, x.shape[0], (64,))
+            inputs = x[idx].clone()
+            if step == nan_at:
+                inputs[0, 3] = float("nan")
+            loss = nn.functional.cross_entropy(model(inputs), y[idx])
+            opt.zero_grad()
+            w.add_scalar("Loss/train", loss.item(), step)
+            if not torch.isfinite(loss):
+                continue  # the guard: no backward, no step
+            loss.backward()
+            gnorm = nn.utils.clip_grad_norm_(model.parameters(), math.inf)
+            opt.step()
+            w.add_scalar("Grad/norm", gnorm.item(), step)
