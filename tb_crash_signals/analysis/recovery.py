@@ -166,10 +166,13 @@ def settled(episodes: list[Episode], levels: Callable[[], tuple[float, float, fl
         level, best = loss_levels()[:2]
         return level <= NEAR * best
 
+    # NaN/Inf train losses the run trained on after (see _skipped): steps skipped, not crashes, when the
+    # loss now learns on.
+    skips = any(_skipped(e) for e in episodes) and _learns_on(*loss_levels()[:3])
     # Where the last critical episode a run does not come back from (a NaN, an explosion) starts:
     # nothing before it is settled.
-    last_crash = max((e.start_step for e in episodes if e.severity == "critical" and not recoverable(e)),
-                     default=None)
+    last_crash = max((e.start_step for e in episodes if e.severity == "critical" and not recoverable(e)
+                      and not (skips and _skipped(e))), default=None)
 
     def crash_after(e: Episode) -> bool:
         return last_crash is not None and last_crash > e.start_step
@@ -200,17 +203,12 @@ def settled(episodes: list[Episode], levels: Callable[[], tuple[float, float, fl
         climb = (e.severity == "critical" and recoverable(e)
                  and not (last_open is not None and last_open > e.start_step)
                  and not any(c.start_step <= e.end_step and e.start_step <= c.end_step for c in causes))
-        if (e.code == "CS001" and e.signal == "train_loss" and e.severity == "critical" and not e.open
-                and not crash_after(e)):
-            level, best, initial, _ = loss_levels()
-            if level < initial and level <= NEAR * best:
-                out.append(dataclasses.replace(e, severity="warning", advice=WENT_ON_ADVICE,
-                                               message=e.message + WENT_ON))
-                continue
+        if skips and _skipped(e) and not crash_after(e):
+            out.append(dataclasses.replace(e, severity="warning", advice=WENT_ON_ADVICE, message=e.message + WENT_ON))
+            continue
         if (e.code == "CS102" and e.severity == "warning" and e.message.endswith(NOT_RECOVERED)
                 and not crash_after(e)):
-            level, best, initial, _ = loss_levels()
-            if level < initial and level <= NEAR * best:
+            if _learns_on(*loss_levels()[:3]):
                 out.append(dataclasses.replace(e, severity="info", open=False, advice=LEVEL_SHIFT_ADVICE,
                                                message=e.message + LEVEL_SHIFT))
                 continue
@@ -227,6 +225,17 @@ def settled(episodes: list[Episode], levels: Callable[[], tuple[float, float, fl
                                         advice=LEARNT_AGAIN_ADVICE if lost else SLOW_START_ADVICE)
         out.append(e)
     return out
+
+
+def _skipped(e: Episode) -> bool:
+    """Whether `e` is a NaN/Inf train loss that ended (the loss finite again for its cooldown): a step
+    the run skipped, if the loss learns on (_learns_on)."""
+    return e.code == "CS001" and e.signal == "train_loss" and e.severity == "critical" and not e.open
+
+
+def _learns_on(level: float, best: float, initial: float) -> bool:
+    """Whether the train loss's level now stands under its initial level and within NEAR x its best."""
+    return level < initial and level <= NEAR * best
 
 
 def quiet_since(steps, step: int) -> bool:

@@ -142,6 +142,9 @@ def test_a_nan_loss_the_run_trained_on_after_is_a_skipped_step():
                        ([episode("CS001", 100, 100)], 1.7),
                        ([episode("CS001", 100, 100), episode("CS001", 600, 600, open=True)], 0.3)):
         assert settle(eps, level=level, best=0.28, initial=1.6)[0].severity == "critical", (eps, level)
+    # Two skipped steps: both told so (the later one does not hold the first as a crash before it).
+    twice = settle([episode("CS001", 100, 100), episode("CS001", 600, 600)], level=0.3, best=0.28, initial=1.6)
+    assert [e.severity for e in twice] == ["warning", "warning"]
 
 
 def test_a_blow_up_right_after_the_learning_rate_jumped_is_the_jumps_doing_and_stays_critical():
