@@ -6,6 +6,15 @@ import math
 from typing import Callable
 
 
+def noisy_classes(weights, n: int):
+    """n standard-normal inputs (as many as `weights` has rows) and their classes: the argmax of their
+    projection by `weights` plus normal noise of 0.8 (labels a classifier cannot all get right)."""
+    import torch
+
+    x = torch.randn(n, weights.shape[0])
+    return x, (x @ weights + 0.8 * torch.randn(n, weights.shape[1])).argmax(1)
+
+
 def train_logged(logdir, model, x, y, loss_fn, lr_at: Callable[[int], float], steps: int, batch: int,
                  tags=("Loss/train", "Grad/norm", "LR"), stop_after_nonfinite: int | None = None,
                  adam: bool = False, every: int = 1) -> int | None:
@@ -141,8 +150,7 @@ def train_resumed_jobs(first_dir, second_dir, seed: int, crash_at: int, checkpoi
     torch.manual_seed(seed)
     torch.set_num_threads(1)
     weights = torch.randn(20, 5)
-    x = torch.randn(6000, 20)
-    y = (x @ weights + 0.8 * torch.randn(6000, 5)).argmax(1)
+    x, y = noisy_classes(weights, 6000)
     model = torch.nn.Sequential(torch.nn.Linear(20, 64), torch.nn.ReLU(), torch.nn.Linear(64, 5))
     opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
     loss_fn = torch.nn.CrossEntropyLoss()
@@ -184,8 +192,7 @@ def train_unfreezing(logdir, seed: int, unfreeze_at: int, steps: int) -> None:
     torch.manual_seed(seed)
     torch.set_num_threads(1)
     weights = torch.randn(20, 5)
-    x = torch.randn(5000, 20)
-    y = (x @ weights + 0.8 * torch.randn(5000, 5)).argmax(1)
+    x, y = noisy_classes(weights, 5000)
     nn = torch.nn
     model = nn.Sequential(nn.Linear(20, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 5))
     body = list(model[:4].parameters())
@@ -224,13 +231,8 @@ def train_with_inputs_changed(logdir, seed: int, change_at: int, steps: int, eve
     torch.manual_seed(seed)
     torch.set_num_threads(1)
     weights = torch.randn(20, 5)
-
-    def data(n):
-        x = torch.randn(n, 20)
-        return x, (x @ weights + 0.8 * torch.randn(n, 5)).argmax(1)
-
-    x, y = data(5000)
-    xv, yv = data(500)
+    x, y = noisy_classes(weights, 5000)
+    xv, yv = noisy_classes(weights, 500)
     nn = torch.nn
     model = nn.Sequential(nn.Linear(20, 64), nn.BatchNorm1d(64), nn.ReLU(), nn.Linear(64, 64), nn.BatchNorm1d(64),
                           nn.ReLU(), nn.Linear(64, 5))
@@ -262,8 +264,7 @@ def train_with_an_empty_evaluation(logdir, seed: int, empty_at: int, steps: int,
     torch.manual_seed(seed)
     torch.set_num_threads(1)
     weights = torch.randn(20, 5)
-    x = torch.randn(5000, 20)
-    y = (x @ weights + 0.8 * torch.randn(5000, 5)).argmax(1)
+    x, y = noisy_classes(weights, 5000)
     xv, yv = x[4000:], y[4000:]
     nn = torch.nn
     model = nn.Sequential(nn.Linear(20, 64), nn.ReLU(), nn.Linear(64, 5))
@@ -295,8 +296,7 @@ def train_skipping_a_nan_batch(logdir, seed: int, nan_at: int, steps: int) -> No
     torch.manual_seed(seed)
     torch.set_num_threads(1)
     weights = torch.randn(20, 5)
-    x = torch.randn(5000, 20)
-    y = (x @ weights + 0.8 * torch.randn(5000, 5)).argmax(1)
+    x, y = noisy_classes(weights, 5000)
     nn = torch.nn
     model = nn.Sequential(nn.Linear(20, 64), nn.ReLU(), nn.Linear(64, 5))
     opt = torch.optim.Adam(model.parameters(), 1e-3)
