@@ -183,11 +183,13 @@ def _rise(v, before) -> float:
 def _largest_rise(values, first: int, last: int) -> float:
     """The largest _rise of the evaluations first..last of a rise, each over the one two before it, from
     the evaluation before the rise (`first - 1`) on (NaN if none is known)."""
-    refs = [max(k - 2, first - 1) for k in range(first, last + 1)]
-    rises = [_rise(float(values[k]), float(values[r]) if r >= 0 else math.nan)
-             for k, r in zip(range(first, last + 1), refs)]
-    rises = [r for r in rises if r == r]
-    return max(rises) if rises else math.nan
+    largest = math.nan
+    for k in range(first, last + 1):
+        ref = max(k - 2, first - 1)
+        r = _rise(float(values[k]), float(values[ref]) if ref >= 0 else math.nan)
+        if r == r and not r <= largest:  # NaN never counts; any rise beats none
+            largest = r
+    return largest
 
 
 def _describe_valdiv(ep, p):
@@ -210,7 +212,7 @@ class ValDivergenceStream(_TrainAtVal):
         self.above = 0
         self.lr = channels["lr"]  # updated before the validation channel
         self.lr_bar = math.inf  # lr_restart x the learning rate at the best, if it had fallen then
-        self.back = [math.nan, math.nan]  # the evaluations two before this one and the one before
+        self.two_back = self.one_back = math.nan  # the evaluations two before this one and the one before
         self.rise_from = math.nan  # the evaluation before the current rise
         self.jumped = math.nan  # the current rise's largest rise within two evaluations (_largest_rise)
 
@@ -237,13 +239,13 @@ class ValDivergenceStream(_TrainAtVal):
         if finite and v >= self.best * self.rise and self.best > 0.0:
             self.above += 1
             if self.above == 1:
-                self.rise_from, self.jumped = self.back[1], math.nan
-            r = _rise(v, self.rise_from if self.above <= 2 else self.back[0])
-            if r > self.jumped or (r == r and self.jumped != self.jumped):  # the largest known
+                self.rise_from, self.jumped = self.one_back, math.nan
+            r = _rise(v, self.rise_from if self.above <= 2 else self.two_back)
+            if r == r and not r <= self.jumped:  # the largest known, as _largest_rise
                 self.jumped = r
         else:
             self.above = 0
-        self.back = [self.back[1], v]
+        self.two_back, self.one_back = self.one_back, v
         if (
             i >= p.min_evaluations
             and self.above >= p.evaluations
