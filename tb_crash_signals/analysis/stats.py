@@ -749,6 +749,15 @@ def initial_level(values: np.ndarray) -> tuple[float, int]:
     return float(np.median(values[where])), int(where[-1])
 
 
+def starting_level(values: np.ndarray, index: np.ndarray) -> np.ndarray:
+    """For each point of `index`: the median of the finite points before it among the series'
+    first 10 finite points (NaN before the first one), as a stream reads its channel's head."""
+    first = np.flatnonzero(np.isfinite(values))[:10]
+    with np.errstate(over="ignore", invalid="ignore"):  # huge values: inf, as small_median gives
+        medians = np.array([np.nan] + [np.median(values[first[:j]]) for j in range(1, first.size + 1)])
+    return medians[np.searchsorted(first, index, side="left")]
+
+
 def known_level_at(series, k: int, steps) -> tuple[np.ndarray, float]:
     """A series' level (smoothed_level of k points) at its last point at or before each of
     `steps`, NaN where its initial level was not known yet (before its 10th finite point), and that

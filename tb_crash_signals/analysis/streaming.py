@@ -188,13 +188,15 @@ class Quiet:
     """Values for which a stream's check is sure to return None and to leave
     its state as it was: a finite v with lo <= v <= hi, v <= prev_factor x
     the previous point (when that is finite and > 0), v < floor_factor x the lower bound
-    of the signal's window (when that is > 0). None: that condition is not
-    needed."""
+    of the signal's window (when that is > 0), and, with `after_out`, the previous point
+    within [lo, hi] too (a stream that judges a point outside by the one after it). None:
+    that condition is not needed."""
 
     lo: float = -_inf
     hi: float = _inf
     prev_factor: float | None = None
     floor_factor: float | None = None
+    after_out: bool = False
 
 
 @dataclasses.dataclass(frozen=True)

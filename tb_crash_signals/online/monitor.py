@@ -447,6 +447,9 @@ class Monitor:
             if screen is not None:
                 # Screen.ceiling, inline (after every point of a screened signal).
                 c = screen.hi
+                if screen.after_out and not (v <= c and v >= screen.lo):  # after a point outside (or NaN)
+                    ch.quiet_hi = -_inf
+                    continue
                 factor = screen.prev_factor
                 if factor is not None:
                     if not v > 0.0:  # after a point <= 0 or NaN

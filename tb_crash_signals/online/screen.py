@@ -19,7 +19,7 @@ class Screen:
     (the next one's previous point), and under floor_factor x the lower bound of the signal's
     window (which then holds the point)."""
 
-    __slots__ = ("lo", "hi", "prev_factor", "floor_factor", "window", "low", "floor", "moves")
+    __slots__ = ("lo", "hi", "prev_factor", "floor_factor", "after_out", "window", "low", "floor", "moves")
 
     def __init__(self, quiets: list, channel: Channel):
         self.lo = max(q.lo for q in quiets)
@@ -27,16 +27,19 @@ class Screen:
         # The smallest factor implies the others, as the bases are > 0.
         self.prev_factor = _least(q.prev_factor for q in quiets)
         self.floor_factor = _least(q.floor_factor for q in quiets)
+        self.after_out = any(q.after_out for q in quiets)
         self.window = channel.window if self.floor_factor is not None else None
         self.low = self.floor = -_inf  # the window's lower bound last seen (never -inf), and the bar under it
         # Without a factor the band is [lo, hi] at every point: nothing to work out after each.
-        self.moves = self.prev_factor is not None or self.window is not None
+        self.moves = self.prev_factor is not None or self.window is not None or self.after_out
 
     def ceiling(self, v):
         """The largest finite value the next point may take with every screened stream sure to
         stay quiet, after the point v (NaN: before the first point); -inf if none may."""
         # Comparisons rather than min(), whose call costs more than all of them.
         c = self.hi
+        if self.after_out and not (self.lo <= v <= c):  # after a point outside (or NaN)
+            return -_inf
         factor = self.prev_factor
         if factor is not None:
             if not v > 0:  # the first point, or after a point <= 0 or NaN

@@ -27,6 +27,7 @@ from typing import Callable, Iterable
 
 import numpy as np
 
+from tb_crash_signals.analysis.streaming import small_median
 from tb_crash_signals.ingest.series import Series
 
 FAMILIES = (
@@ -204,6 +205,30 @@ def since_index(series: Series, since: int | None) -> int:
     if since is None:
         return 0
     return int(np.searchsorted(series.steps, since, side="left"))
+
+
+def rose_from_start(v: float, head: list, bound: float, min_rise: float, headroom: float) -> bool:
+    """Whether a point beyond an absolute `bound` is judged against it: `min_rise` x the start
+    level (the median of `head`, the series' first finite points before it), which is at least
+    `headroom` x under the bound. The bound assumes a scale (a loss or grad norm of order 1): a
+    series that starts near or beyond it wanders across it as it learns, and one without a start
+    yet tells nothing of its scale. `min_rise` 0: the plain bound."""
+    if not min_rise:
+        return True
+    if not head:
+        return False
+    start = abs(small_median(head))
+    return start * headroom <= bound and abs(v) > min_rise * start
+
+
+def rose_from_starts(values: np.ndarray, starts: np.ndarray, bound: float, min_rise: float,
+                     headroom: float) -> np.ndarray:
+    """rose_from_start for arrays: each value with its start level (NaN: none yet)."""
+    if not min_rise:
+        return np.ones(values.shape, dtype=bool)
+    with np.errstate(over="ignore", invalid="ignore"):
+        start = np.abs(starts)
+        return (start * headroom <= bound) & (np.abs(values) > min_rise * start)
 
 
 @dataclasses.dataclass(frozen=True)

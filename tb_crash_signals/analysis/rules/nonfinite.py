@@ -16,9 +16,17 @@ import math
 
 import numpy as np
 
-from tb_crash_signals.analysis.rules.base import Hits, fmt, param, rule, since_index
+from tb_crash_signals.analysis.rules.base import (
+    Hits,
+    fmt,
+    param,
+    rose_from_start,
+    rose_from_starts,
+    rule,
+    since_index,
+)
 from tb_crash_signals.analysis.signals import SIGNAL_LABELS, SIGNALS
-from tb_crash_signals.analysis.stats import run_lengths, value_at_or_before
+from tb_crash_signals.analysis.stats import run_lengths, starting_level, value_at_or_before
 from tb_crash_signals.analysis.streaming import HIT, Quiet, Stream, StreamHit
 
 # Signals whose NaN/Inf is training gone wrong whatever the loss says.
@@ -293,18 +301,37 @@ def overflow_burst(data, p: OverflowBurstParams, since=None):
 @dataclasses.dataclass(frozen=True)
 class LossBoundParams:
     max_loss: float = param(
-        1e4,
-        "a train or validation loss above this is critical, even as the first point logged; "
-        "raise it for losses summed over large batches or unnormalised regression targets",
+        1e4, "a train or validation loss above this (in absolute value) is critical",
+    )
+    min_rise: float = param(
+        3.0, "... when it is at least this multiple of where the loss started (the median of its "
+        "first 10 finite points; of those before the point, early on); 0 turns this and `headroom` "
+        "off (the plain bound, from the first point on)", at_least=0.0,
+    )
+    headroom: float = param(
+        3.0, "... and only when the loss started at least this many times under the bound: one that "
+        "starts near or beyond it (summed over a large batch, unnormalised regression targets) "
+        "wanders across it as it learns; the relative rules judge those", at_least=1.0,
+    )
+    first_fall: float = param(
+        1000.0, "... and a first point beyond the bound is critical at the next point when that one "
+        "is this many times smaller: the first logged interval blew up (a Keras epoch's mean over a "
+        "first epoch that exploded, then a model collapsed to chance), which no learning curve does "
+        "in one point (with `min_rise` 0, the first point itself is)", above=1.0,
     )
     cooldown: int = param(20, "points back under the bound after which a new episode starts")
 
 
 def _describe_bound(ep, p):
-    return (
-        f"{SIGNAL_LABELS[ep.signal]} reached {fmt(ep.peak_value)} at step "
-        f"{ep.peak_step}, beyond the bound {fmt(p.max_loss)}"
-    )
+    label = SIGNAL_LABELS[ep.signal]
+    if abs(ep.prev_value) > p.max_loss and abs(ep.prev_value) >= p.first_fall * abs(ep.start_value):
+        # The fall after a first point beyond the bound.
+        return (
+            f"{label}'s first point, {fmt(ep.prev_value)}, was beyond the bound {fmt(p.max_loss)}; "
+            f"it fell to {fmt(ep.start_value)} at step {ep.start_step}: "
+            "it blew up within its first logged interval"
+        )
+    return f"{label} reached {fmt(ep.peak_value)} at step {ep.peak_step}, beyond the bound {fmt(p.max_loss)}"
 
 
 class LossBoundStream(Stream):
@@ -312,12 +339,40 @@ class LossBoundStream(Stream):
 
     def __init__(self, p, signal, channels):
         self.max = p.max_loss
+        self.min_rise = p.min_rise
+        self.headroom = p.headroom
+        self.first_fall = p.first_fall
+        # The loss's first finite points before this one (at most 10; pushed after the checks).
+        self.head = channels[signal].initial.head
+        self.first = None  # a first point beyond the bound, judged at the next point
 
     def quiet(self):
-        return Quiet(lo=-self.max, hi=self.max)
+        return Quiet(lo=-self.max, hi=self.max, after_out=True)
 
     def check(self, i, step, v):
-        return HIT if abs(v) > self.max and v - v == 0.0 else None
+        first = self.first
+        if first is not None:
+            self.first = None
+            if v - v == 0.0 and abs(v) * self.first_fall <= abs(first):
+                return HIT
+        if abs(v) > self.max and v - v == 0.0:
+            if self.min_rise and not self.head:
+                self.first = v
+            elif rose_from_start(v, self.head, self.max, self.min_rise, self.headroom):
+                return HIT
+        return None
+
+
+def _fell_after_first(values: np.ndarray, p: LossBoundParams) -> np.ndarray:
+    """The index after a first finite point beyond the bound when the loss is `first_fall` x
+    lower there (empty otherwise, and with `min_rise` 0, which judges the first point itself)."""
+    finite = np.flatnonzero(np.isfinite(values))
+    if not p.min_rise or not finite.size or finite[0] + 1 >= values.shape[0]:
+        return np.empty(0, dtype=np.intp)
+    first, after = values[finite[0]], values[finite[0] + 1]
+    if abs(first) > p.max_loss and np.isfinite(after) and abs(after) * p.first_fall <= abs(first):
+        return np.array([finite[0] + 1])
+    return np.empty(0, dtype=np.intp)
 
 
 @rule(
@@ -331,9 +386,13 @@ def loss_bound(data, p: LossBoundParams, since=None):
     """A loss is larger than any plausible training objective (absolute bound).
 
     The first layer of the source article's filter applied to the loss: an
-    absolute threshold that needs no history, so it also catches a run that
-    blew up before its first logged point. No usual objective (cross-entropy,
-    MSE on normalised targets) gets near the default bound.
+    absolute threshold. No usual objective (cross-entropy, MSE on normalised
+    targets) gets near the default bound; a loss that starts within `headroom`
+    x of it or beyond (summed over a large batch, unnormalised regression
+    targets) tells its scale, not an explosion, and is left to the relative
+    rules. A first point beyond the bound is judged by the next: `first_fall`
+    x lower, the first logged interval blew up (`min_rise` 0: the plain bound,
+    from the first point).
     """
     for signal in ("train_loss", "val_loss"):
         s = data.get(signal)
@@ -341,5 +400,9 @@ def loss_bound(data, p: LossBoundParams, since=None):
             i0 = since_index(s, since)
             idx = np.flatnonzero(np.abs(s.values[i0:]) > p.max_loss) + i0
             idx = idx[np.isfinite(s.values[idx])]
+            starts = starting_level(s.values, idx)
+            idx = idx[rose_from_starts(s.values[idx], starts, p.max_loss, p.min_rise, p.headroom)]
+            fell = _fell_after_first(s.values, p)
+            idx = np.union1d(idx, fell[fell >= i0])
             if idx.size:
                 yield Hits(signal, idx)

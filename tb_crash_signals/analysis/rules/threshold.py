@@ -7,8 +7,18 @@ import math
 
 import numpy as np
 
-from tb_crash_signals.analysis.rules.base import Hits, Threshold, fmt, param, rule, since_index
-from tb_crash_signals.analysis.streaming import HIT, Quiet, Stream, small_median
+from tb_crash_signals.analysis.rules.base import (
+    Hits,
+    Threshold,
+    fmt,
+    param,
+    rose_from_start,
+    rose_from_starts,
+    rule,
+    since_index,
+)
+from tb_crash_signals.analysis.stats import starting_level
+from tb_crash_signals.analysis.streaming import HIT, Quiet, Stream
 
 
 @dataclasses.dataclass(frozen=True)
@@ -22,9 +32,15 @@ class GradNormThresholdParams:
     )
     min_rise: float = param(
         3.0, "... and at least this multiple of where the grad norm started (the median of its first 10 "
-        "finite points; of those before the point, early on): a run whose gradients start near the "
-        "threshold (a regression on unscaled targets) has not exploded when they cross it; 0 turns this "
-        "off", at_least=0.0,
+        "finite points; of those before the point, early on): an explosion is growth; a grad norm "
+        "whose start is not known yet (its first point) is not judged; 0 turns this and `headroom` "
+        "off (the article's plain threshold)", at_least=0.0,
+    )
+    headroom: float = param(
+        3.0, "... and only when it started at least this many times under the threshold: the "
+        "threshold assumes gradients of order 1, and one that starts near or above it (a loss summed "
+        "over the batch, unscaled regression targets) wanders across it as it learns; the relative "
+        "rules judge those", at_least=1.0,
     )
     cooldown: int = param(20, "points back under the threshold after which a new episode starts")
 
@@ -43,6 +59,7 @@ class GradThresholdStream(Stream):
         self.threshold = p.threshold
         self.count_nonfinite = p.count_nonfinite
         self.min_rise = p.min_rise
+        self.headroom = p.headroom
         # The grad norm's first finite points before this one (at most 10; pushed after the checks).
         self.head = channels["grad_norm"].initial.head
 
@@ -51,19 +68,9 @@ class GradThresholdStream(Stream):
 
     def check(self, i, step, v):
         if v > self.threshold and (self.count_nonfinite or v != math.inf):
-            head = self.head
-            if not (head and v <= self.min_rise * small_median(head)):
+            if rose_from_start(v, self.head, self.threshold, self.min_rise, self.headroom):
                 return HIT
         return None
-
-
-def _starting_level(values: np.ndarray, index: np.ndarray) -> np.ndarray:
-    """For each point: the median of the finite points before it among the run's first 10
-    finite points (NaN before the first one)."""
-    first = np.flatnonzero(np.isfinite(values))[:10]
-    with np.errstate(over="ignore", invalid="ignore"):  # huge values: inf, as small_median gives
-        medians = np.array([np.nan] + [np.median(values[first[:j]]) for j in range(1, first.size + 1)])
-    return medians[np.searchsorted(first, index, side="left")]
 
 
 @rule(
@@ -82,7 +89,10 @@ def grad_norm_threshold(data, p: GradNormThresholdParams, since=None):
     the same steps). The norm must also be `min_rise` x where it started (the
     median of its first 10 finite points; of those before it, early on): an
     explosion is growth, and gradients that start near the threshold (large
-    unscaled targets) cross it without one (the preset sets 0).
+    unscaled targets) cross it without one. A grad norm that starts within
+    `headroom` x of the threshold, or at its first point, is not judged against
+    it: its scale is not the article's (the preset sets `min_rise` 0, the plain
+    threshold).
     """
     s = data.get("grad_norm")
     if s is not None:
@@ -91,9 +101,8 @@ def grad_norm_threshold(data, p: GradNormThresholdParams, since=None):
         above = v > p.threshold
         if not p.count_nonfinite:
             above &= v != np.inf
-        start = _starting_level(s.values, np.arange(i0, i0 + v.shape[0]))
-        with np.errstate(over="ignore", invalid="ignore"):
-            above &= ~(v <= p.min_rise * start)
+        above &= rose_from_starts(v, starting_level(s.values, np.arange(i0, i0 + v.shape[0])),
+                                  p.threshold, p.min_rise, p.headroom)
         idx = np.flatnonzero(above) + i0
         if idx.size:
             yield Hits("grad_norm", idx)
