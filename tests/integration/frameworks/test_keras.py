@@ -136,3 +136,29 @@ def test_training_resumed_with_the_callback_s_state_dict_goes_on_with_its_histor
     points = resumed.monitor.report()["points"]
     assert points["train_loss"] == 6 * 28 and points["val_loss"] == 6
     assert resumed.stopped_step is None and critical(resumed.incidents) == []
+
+
+def fit_unscaled(out, callback, epochs=5):
+    """A tiny MLP regressing unnormalised targets (~1000, spread ~170) with Adam: the MSE starts at
+    ~1e6 and the grad norm in the thousands, both falling as it learns."""
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((16,)), keras.layers.Dense(32, activation="relu"), keras.layers.Dense(1)])
+    model.compile(optimizer=keras.optimizers.Adam(0.3), loss="mse")
+    x, y, xv, yv = data()
+    history = model.fit(x, 1000 + 100 * y, batch_size=32, epochs=epochs, validation_data=(xv, 1000 + 100 * yv),
+                        verbose=0, callbacks=[callback, Writer(str(out), callback)])
+    return model, history
+
+
+def test_a_run_on_unnormalised_targets_is_not_stopped_at_its_first_step(tmp_path):
+    cb = CrashSignals()
+    model, history = fit_unscaled(tmp_path / "ours", cb)
+    assert history.history["loss"][0] > 1e4 and history.history["loss"][-1] < history.history["loss"][0] / 10
+    assert cb.stopped_step is None and int(model.optimizer.iterations) == 5 * 28
+    assert critical(cb.incidents) == [] and critical(scanned_incidents(str(tmp_path / "ours"))) == []
+    # The plain bounds (the loss's 1e4, the article's grad norm 100) stopped it at its first step.
+    plain = tmp_path / "plain.toml"
+    plain.write_text("[rules.loss-bound]\nmin_rise = 0.0\n[rules.grad-norm-threshold]\nmin_rise = 0.0\n")
+    stopped = CrashSignals(config=str(plain))
+    fit_unscaled(tmp_path / "plain", stopped)
+    assert stopped.stopped_step == 1, stopped.incidents
