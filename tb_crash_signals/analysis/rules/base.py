@@ -207,7 +207,7 @@ def since_index(series: Series, since: int | None) -> int:
     return int(np.searchsorted(series.steps, since, side="left"))
 
 
-def rose_from_start(v: float, head: list, bound: float, min_rise: float, headroom: float) -> bool:
+def rose_from_start(v: float, head: list, bound: float, min_rise: float, headroom: float = 1.0) -> bool:
     """Whether a point beyond an absolute `bound` is judged against it: `min_rise` x the start
     level (the median of `head`, the series' first finite points before it), which is at least
     `headroom` x under the bound. The bound assumes a scale (a loss or grad norm of order 1): a
@@ -222,7 +222,7 @@ def rose_from_start(v: float, head: list, bound: float, min_rise: float, headroo
 
 
 def rose_from_starts(values: np.ndarray, starts: np.ndarray, bound: float, min_rise: float,
-                     headroom: float) -> np.ndarray:
+                     headroom: float = 1.0) -> np.ndarray:
     """rose_from_start for arrays: each value with its start level (NaN: none yet)."""
     if not min_rise:
         return np.ones(values.shape, dtype=bool)

@@ -16,6 +16,7 @@ from tb_crash_signals.analysis.stats import (
     chunks,
     finite_anchor,
     hinge_fit,
+    initial_level,
     jitter_at,
     linear_fit,
     positive_log,
@@ -106,6 +107,14 @@ class GrowthParams:
         "rescaled) has moved to a new one, and a line through that step projects a crossing the points "
         "after it do not head for; a loss scale's later stairs stand on the earlier ones, and an "
         "exponential's first steps bend up rather than step",
+    )
+    under_start: float = param(
+        2.0, "no prediction while the grad norm (the median of its last 3 points) stands under this "
+        "multiple of its initial level (the median of its first 10 finite points): deep into convergence "
+        "(a noise-free fit under full-batch Adam at a loss of 1e-6) a grad norm 10-100x under where it "
+        "started bursts 20-50x and comes back within tens of steps, again and again, up to about its "
+        "initial level; an explosion passes this on its way to the threshold; 0: never quiet",
+        at_least=0.0,
     )
     cooldown: int = param(20, "points without a prediction after which a new episode starts")
 
@@ -234,7 +243,8 @@ class GradGrowthStream(Stream):
         if logs[w - q :].sum() / q - logs[:q].sum() / q < self.rise:
             return None
         noise = self.loss.noise() if loss_ratio >= p.loss_up and p.loss_up_z > 0 else math.nan
-        fit = fit_window(np.array(xs, dtype=np.int64), logs, base, p, loss_ratio, ramping(self.lr), noise)
+        fit = fit_window(np.array(xs, dtype=np.int64), logs, base, p, loss_ratio, ramping(self.lr), noise,
+                         self.channel.initial.value)
         return None if fit is None else StreamHit(fit=fit)
 
     def _may_fit(self, xs, ys) -> bool:
@@ -310,7 +320,8 @@ def grad_norm_growth(data, p: GrowthParams, since=None):
     rising with a run's first large steps is learning, until it stands
     `learning_excess` x its normal level; nor while the learning rate still
     ramps up and the loss has not turned up out of its noise (`quiet_in_ramp`,
-    `loss_up_z`): a warm-up's grad norm rises with its steps. When the growth
+    `loss_up_z`): a warm-up's grad norm rises with its steps; nor while the
+    grad norm stands under `under_start` x its initial level. When the growth
     began inside the window, the fit starts where it did (the breakpoint of a
     flat stretch then a line that fits best, at least 10 points before the
     window's end). The fit is returned so the crossing can be drawn.
@@ -340,11 +351,13 @@ def grad_norm_growth(data, p: GrowthParams, since=None):
     ratios = loss_ratio_at(train, steps[candidates])
     noises = loss_noise_at(train, steps[candidates])
     ramps = ramping_at(data.get("lr"), steps[candidates])
+    initial, known_after = initial_level(s.values)
     hit_idx, fits = [], {}
     for i, base, ratio, noise, ramp in zip(candidates.tolist(), base_med.tolist(), ratios.tolist(), noises.tolist(),
                                            ramps.tolist()):
         lo = i - w + 1
-        fit = fit_window(steps[lo : i + 1], logv[lo : i + 1], base, p, ratio, ramp, noise)
+        start = initial if i + c0 > known_after else math.nan
+        fit = fit_window(steps[lo : i + 1], logv[lo : i + 1], base, p, ratio, ramp, noise, start)
         if fit is not None:
             hit_idx.append(i + c0)
             fits[i + c0] = fit
@@ -435,7 +448,8 @@ def _rising_chunk(logv, v, p: GrowthParams, first: int, stop: int) -> np.ndarray
 
 
 def fit_window(steps: np.ndarray, logv: np.ndarray, base: float, p: GrowthParams,
-               loss_ratio: float = math.nan, ramping: bool = False, loss_noise: float = math.nan) -> Fit | None:
+               loss_ratio: float = math.nan, ramping: bool = False, loss_noise: float = math.nan,
+               initial: float = math.nan) -> Fit | None:
     """The growth decision for one window that passed the quarter pre-filter.
 
     Shared by the batch rule and the online monitor, so both decide alike.
@@ -451,6 +465,7 @@ def fit_window(steps: np.ndarray, logv: np.ndarray, base: float, p: GrowthParams
             `quiet_in_ramp`).
         loss_noise: the noise of the train loss's level there, in log units (see
             `loss_up_z`; NaN when unknown: the ratio alone).
+        initial: the grad norm's initial level (see `under_start`; NaN while unknown).
     """
     # The current value must stand well above the run's normal level.
     if not np.isfinite(base) or logv[-1] - base < math.log(p.min_excess):
@@ -481,6 +496,8 @@ def fit_window(steps: np.ndarray, logv: np.ndarray, base: float, p: GrowthParams
     # from the fitted line's end: a line through a curve that bends, or through a jump, ends far
     # from the last points, and its crossing with it. The line drawn is moved to pass there too.
     now = float(np.median(logv[-3:]))
+    if p.under_start > 0 and initial > 0 and now < math.log(p.under_start * initial):
+        return None
     ahead = (math.log(p.threshold) - now) / b
     if (ahead > p.horizon or ahead > p.max_extrapolation * span) and not relative:
         return None

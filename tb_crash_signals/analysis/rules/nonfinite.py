@@ -305,13 +305,10 @@ class LossBoundParams:
     )
     min_rise: float = param(
         3.0, "... when it is at least this multiple of where the loss started (the median of its "
-        "first 10 finite points; of those before the point, early on); 0 turns this and `headroom` "
-        "off (the plain bound, from the first point on)", at_least=0.0,
-    )
-    headroom: float = param(
-        3.0, "... and only when the loss started at least this many times under the bound: one that "
-        "starts near or beyond it (summed over a large batch, unnormalised regression targets) "
-        "wanders across it as it learns; the relative rules judge those", at_least=1.0,
+        "first 10 finite points; of those before the point, early on), which is within the bound: a "
+        "loss that starts near or beyond it (summed over a large batch, unnormalised regression "
+        "targets) wanders across it as it learns, and the relative rules judge it; 0 turns this off "
+        "(the plain bound, from the first point on)", at_least=0.0,
     )
     first_fall: float = param(
         1000.0, "... and a first point beyond the bound is critical at the next point when that one "
@@ -340,7 +337,6 @@ class LossBoundStream(Stream):
     def __init__(self, p, signal, channels):
         self.max = p.max_loss
         self.min_rise = p.min_rise
-        self.headroom = p.headroom
         self.first_fall = p.first_fall
         # The loss's first finite points before this one (at most 10; pushed after the checks).
         self.head = channels[signal].initial.head
@@ -358,7 +354,7 @@ class LossBoundStream(Stream):
         if abs(v) > self.max and v - v == 0.0:
             if self.min_rise and not self.head:
                 self.first = v
-            elif rose_from_start(v, self.head, self.max, self.min_rise, self.headroom):
+            elif rose_from_start(v, self.head, self.max, self.min_rise):
                 return HIT
         return None
 
@@ -387,12 +383,13 @@ def loss_bound(data, p: LossBoundParams, since=None):
 
     The first layer of the source article's filter applied to the loss: an
     absolute threshold. No usual objective (cross-entropy, MSE on normalised
-    targets) gets near the default bound; a loss that starts within `headroom`
-    x of it or beyond (summed over a large batch, unnormalised regression
-    targets) tells its scale, not an explosion, and is left to the relative
-    rules. A first point beyond the bound is judged by the next: `first_fall`
-    x lower, the first logged interval blew up (`min_rise` 0: the plain bound,
-    from the first point).
+    targets) gets near the default bound; a loss that starts beyond it
+    (summed over a large batch, unnormalised regression targets) tells its
+    scale, not an explosion, and is left to the relative rules, as is one that
+    crosses it without rising `min_rise` x from its start. A first point
+    beyond the bound is judged by the next: `first_fall` x lower, the first
+    logged interval blew up (`min_rise` 0: the plain bound, from the first
+    point).
     """
     for signal in ("train_loss", "val_loss"):
         s = data.get(signal)
@@ -401,7 +398,7 @@ def loss_bound(data, p: LossBoundParams, since=None):
             idx = np.flatnonzero(np.abs(s.values[i0:]) > p.max_loss) + i0
             idx = idx[np.isfinite(s.values[idx])]
             starts = starting_level(s.values, idx)
-            idx = idx[rose_from_starts(s.values[idx], starts, p.max_loss, p.min_rise, p.headroom)]
+            idx = idx[rose_from_starts(s.values[idx], starts, p.max_loss, p.min_rise)]
             fell = _fell_after_first(s.values, p)
             idx = np.union1d(idx, fell[fell >= i0])
             if idx.size:

@@ -965,6 +965,40 @@ def test_growth_is_not_one_level_shift():
     assert batch and batch == online and 295 <= batch[0] <= 330
 
 
+def converged_with_bursts(goes_on=None, n=1500, seed=3):
+    """A noise-free fit deep into convergence under full-batch Adam: the grad norm falls from 1 to
+    0.005, and at steps 600, 900 and 1200 it bursts 20x over 15 steps and comes back (the loss
+    bumps 1.5x); with `goes_on`, it also grows without end from that step."""
+    rng = np.random.default_rng(seed)
+    t = np.arange(n)
+    g = np.maximum(np.exp(-t / 60), 0.005) * np.exp(0.2 * rng.standard_normal(n))
+    loss = np.maximum(0.3 * np.exp(-t / 40), 1e-6) * np.exp(0.05 * rng.standard_normal(n))
+    k = np.arange(25)
+    burst = np.where(k < 15, np.exp(0.2 * k), np.exp(0.2 * 15 - 0.3 * (k - 15)))
+    for b in (600, 900, 1200):
+        g[b : b + 25] *= burst
+        loss[b + 10 : b + 20] *= 1.5
+    if goes_on is not None:
+        g[goes_on:] *= np.exp(0.12 * (t[goes_on:] - goes_on))
+    return g, loss
+
+
+def test_growth_is_not_predicted_under_the_grad_norms_initial_level():
+    # Each burst, read alone, "doubles every 3.5 steps" toward 100; the grad norm stands ~10x under
+    # where it started. With `under_start` 0 each burst is a critical; a growth that goes on past
+    # the initial level is told before it crosses 100.
+    g, loss = converged_with_bursts()
+    assert starts_both("CS201", grad_norm=g, train_loss=loss) == ([], [])
+    off = dataclasses.replace(RULES["CS201"].default_params(), under_start=0.0)
+    batch, online = starts_both("CS201", dataclasses.replace(Config(), params={"CS201": off}), grad_norm=g,
+                                train_loss=loss)
+    assert batch == online and len(batch) == 3 and all(b < s + 20 for b, s in zip(batch, (600, 900, 1200)))
+    g, loss = converged_with_bursts(goes_on=1300)
+    cross = int(np.argmax(g > 100))
+    batch, online = starts_both("CS201", grad_norm=g, train_loss=loss)
+    assert batch == online and len(batch) == 1 and 1300 < batch[0] < cross - 20, (batch, cross)
+
+
 def test_without_step_takes_out_the_best_single_level_shift():
     from tb_crash_signals.analysis.rules.growth import without_step
 
