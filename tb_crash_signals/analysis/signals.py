@@ -62,6 +62,13 @@ _NUMBERED_LR = re.compile(r"lr\d+")
 
 # Words that make a tag look like a loss but not the objective itself.
 _NOT_A_LOSS = frozenset({"scale", "scaler", "weight", "ratio", "std", "var", "min", "max"})
+# Words of a loss's regularising or auxiliary terms: a VAE's KL term climbs by design while the
+# encoder learns, a mixture of experts' balancing loss is held, not minimised. The objective, or
+# its main term, is read before them.
+_COMPONENT = frozenset({
+    "kl", "kld", "kldiv", "reg", "regularization", "regularisation", "regularizer", "penalty", "l1",
+    "l2", "aux", "auxiliary", "commitment", "codebook", "gp", "prior", "balance", "balancing", "router",
+})
 
 # What a run's losses are (`LogicalRun.loss_kind`). An objective falls as the run learns; the
 # losses of a GAN's two players and a reinforcement learner's losses do not: a discriminator's
@@ -178,6 +185,7 @@ def _score(dimension: str, tag: str, split: str | None) -> int:
         score -= 10 * max(0, len(words) - 2)
         score -= 15 if "epoch" in wordset else 0
         score -= 30 if "loss" not in joined else 0  # a metric named so, where a loss is logged too
+        score -= 50 if (wordset | _case_words(tag)) & _COMPONENT else 0
     return max(score, 1)
 
 

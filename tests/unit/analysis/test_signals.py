@@ -66,6 +66,16 @@ def mapping(tags, run="r", overrides=None):
             dict(train_loss="loss/train/total", val_loss="metrics/eval/LanguageCrossEntropy",
                  grad_norm="l2_norm/grad/global", lr="lr-DecoupledAdamW/group0"),
         ),
+        (  # a VAE's terms, no total: the reconstruction, not the KL term that climbs by design
+            ["Loss/KL", "Loss/Reconstruction", "Loss/KL_val", "Loss/Reconstruction_val"],
+            dict(train_loss="Loss/Reconstruction", val_loss="Loss/Reconstruction_val"),
+        ),
+        (  # a mixture of experts: its balancing and router terms beside the language-model loss
+            ["train/aux_loss", "train/lm_loss", "train/router_z_loss", "val/lm_loss"],
+            dict(train_loss="train/lm_loss", val_loss="val/lm_loss"),
+        ),
+        (["klLoss", "reconLoss"], dict(train_loss="reconLoss")),
+        (["train/kl_loss"], dict(train_loss="train/kl_loss")),  # the only loss logged is still read
         (["accuracy", "images/sample", "layer/lognorm", "slr", "glr2"], {}),
     ],
 )
