@@ -17,7 +17,7 @@ from tb_crash_signals.scan import scan_logdir
 
 EXPECTED = {
     "keras-mnist-lrsweep/logs/convergence_search/learning_rate-optimizer": (
-        "learning_rate ≥ 0.1 with optimizer in {Adam, Adamax, Nadam, RMSprop}: 8/8 exploded at steps 0–8; "
+        "learning_rate ≥ 0.1 with optimizer in {Adam, Adamax, Nadam, RMSprop}: 8/8 exploded at steps 1–8; "
         "every other run: 0/24"
     ),
 }

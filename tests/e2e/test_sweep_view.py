@@ -51,7 +51,7 @@ def test_statement_filters_runs_and_table_sorts(browser, tensorboard):
         card.wait_for(timeout=30000)
         first = card.locator("[data-statement]").first
         assert first.text_content().startswith(
-            "learning_rate=1.0 with optimizer in {Adam, Adamax, Nadam, RMSprop}: 4/4 exploded at step 0; "
+            "learning_rate=1.0 with optimizer in {Adam, Adamax, Nadam, RMSprop}: 4/4 exploded at step 1; "
             "every other run: 0/28"
         )
         rows = card.locator("[data-sweep-row]")

@@ -158,6 +158,8 @@ def test_findings_are_grouped_by_incident(tab):
 
 def test_log_axis_labels_a_1e36_range(tab):
     show(tab, HUGE)
+    if plot(tab, "loss").get_attribute("data-y-story") == "1":  # framed on its story: show everything
+        tab.frame.locator("[data-full-range]").click()
     lo, hi = y_range(tab, "loss")
     assert lo <= 1e25 and hi >= 3e36
     assert tab.frame.locator("[data-log-toggle='loss']").get_attribute("aria-pressed") == "true"

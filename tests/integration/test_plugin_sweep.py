@@ -43,7 +43,7 @@ def test_statements_match_the_cli(served, logdir):
     by_folder = {s["sweep"]: s for s in payload["sweeps"]}
     grid = by_folder["grid"]
     assert grid["statements"][0]["text"].startswith(
-        "learning_rate=1.0 with optimizer in {Adam, Adamax, Nadam, RMSprop}: 4/4 exploded at step 0; "
+        "learning_rate=1.0 with optimizer in {Adam, Adamax, Nadam, RMSprop}: 4/4 exploded at step 1; "
         "every other run: 0/28"
     )
     cli = {s["sweep"]: s for s in scanned["sweeps"]}
@@ -51,7 +51,7 @@ def test_statements_match_the_cli(served, logdir):
     runs = {r["run"]: r for r in payload["runs"]}
     hp = runs["grid/learning_rate=1.0_optimizer=Adam"]["hparams"]
     assert hp["values"]["optimizer"] == "Adam" and hp["sources"]["learning_rate"] == "tensorboard"
-    assert runs["grid/learning_rate=1.0_optimizer=Adam"]["kinds"]["divergence"]["crash_step"] == 0
+    assert runs["grid/learning_rate=1.0_optimizer=Adam"]["kinds"]["divergence"]["crash_step"] == 1
 
 
 def test_hparams_yaml_from_the_run_directory(served):

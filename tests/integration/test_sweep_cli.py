@@ -35,7 +35,7 @@ def test_keras_grid_names_rate_and_optimizer(keras_grid, capsys):
     code, out = scan(capsys, keras_grid)
     assert code == 1  # critical runs found, as without --by-hparams
     assert (
-        "1. learning_rate=1.0 with optimizer in {Adam, Adamax, Nadam, RMSprop}: 4/4 exploded at step 0; "
+        "1. learning_rate=1.0 with optimizer in {Adam, Adamax, Nadam, RMSprop}: 4/4 exploded at step 1; "
         "every other run: 0/28" in out
     )
     assert "hyperparameters from: tensorboard (32 runs)" in out
