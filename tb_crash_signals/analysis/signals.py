@@ -64,10 +64,10 @@ _NUMBERED_LR = re.compile(r"lr\d+")
 _NOT_A_LOSS = frozenset({"scale", "scaler", "weight", "ratio", "std", "var", "min", "max"})
 # Words of a loss's regularising or auxiliary terms: a VAE's KL term climbs by design while the
 # encoder learns, a mixture of experts' balancing loss is held, not minimised. The objective, or
-# its main term, is read before them.
+# its main term, is read before them. (Not "l1"/"l2": an L1 or L2 loss is often the objective.)
 _COMPONENT = frozenset({
-    "kl", "kld", "kldiv", "reg", "regularization", "regularisation", "regularizer", "penalty", "l1",
-    "l2", "aux", "auxiliary", "commitment", "codebook", "gp", "prior", "balance", "balancing", "router",
+    "kl", "kld", "kldiv", "reg", "regularization", "regularisation", "regularizer", "penalty", "aux",
+    "auxiliary", "commitment", "codebook", "gp", "prior", "balance", "balancing", "router",
 })
 
 # What a run's losses are (`LogicalRun.loss_kind`). An objective falls as the run learns; the

@@ -76,6 +76,7 @@ def mapping(tags, run="r", overrides=None):
         ),
         (["klLoss", "reconLoss"], dict(train_loss="reconLoss")),
         (["train/kl_loss"], dict(train_loss="train/kl_loss")),  # the only loss logged is still read
+        (["train/l1_loss", "train/reg_loss"], dict(train_loss="train/l1_loss")),  # an L1 objective
         (["accuracy", "images/sample", "layer/lognorm", "slr", "glr2"], {}),
     ],
 )
