@@ -3,10 +3,10 @@
 An MLP regressing unnormalised targets (~1000, spread ~500) with MSE starts at a loss ~1e6 and a
 grad norm in the thousands; a classifier whose cross-entropy is summed over its batch of 256
 starts at a loss of ~400 and a grad norm of ~70 that wanders 1-3x above it as it learns. Both
-train. The absolute bounds
-(CS002's loss bound 1e4, CS101's grad-norm threshold 100) assume a scale of order 1: a series that
-starts beyond them, or its first point alone, tells its scale, and the relative rules judge it.
-The regression at a learning rate far too high still blows up, and is told so.
+train. The absolute bounds (CS002's loss bound 1e4, CS101's grad-norm threshold 100) assume a
+scale of order 1: a series that starts near or beyond them, or its first point alone, tells its
+scale, and the relative rules judge it. The regression at a learning rate far too high still
+blows up, and is told so.
 """
 
 from __future__ import annotations
