@@ -306,9 +306,9 @@ class LossBoundParams:
     min_rise: float = param(
         3.0, "... when it is at least this multiple of where the loss started (the median of its "
         "first 10 finite points; of those before the point, early on), which is within the bound: a "
-        "loss that starts near or beyond it (summed over a large batch, unnormalised regression "
-        "targets) wanders across it as it learns, and the relative rules judge it; 0 turns this off "
-        "(the plain bound, from the first point on)", at_least=0.0,
+        "loss that starts beyond it (summed over a large batch, unnormalised regression targets) tells "
+        "its scale, and the relative rules judge it, and one that starts near it crosses it as it "
+        "wanders; 0 turns this off (the plain bound, from the first point on)", at_least=0.0,
     )
     first_fall: float = param(
         1000.0, "... and a first point beyond the bound is critical at the next point when that one "
