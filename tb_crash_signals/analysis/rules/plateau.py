@@ -68,7 +68,8 @@ class PlateauParams:
     )
     stuck: float = param(
         0.65, "a stall counts only while the smoothed loss is at least this share of the initial level "
-        "(the median of the first 10 points: the run is stuck near where it started, or back there) ..."
+        "(the median of the first 10 points, or the first point when those blew up from it, 3x: the run "
+        "is stuck near where it started, or back there) ..."
     )
     start_points: int = param(
         3, "... where, once the learning rate has fallen (see `lr_fell`), the initial level is at least "
@@ -203,9 +204,27 @@ def sparse_start(values, steps, init: float, known_after: int, early_steps: int)
     finite points ending at `known_after`), or the first finite point if higher when those 10 span
     `early_steps` steps or more: a loss logged every 50 steps fell most of its fall before its
     second point, and the median of its first 10 is a level it learnt, not where it started."""
-    if init != init or int(steps[known_after]) - int(steps[0]) < early_steps:  # ints: no int64 wrap-around
+    if init != init:
         return init
-    return max(init, float(values[np.isfinite(values)][0]))
+    head = values[: known_after + 1]
+    head = head[np.isfinite(head)]
+    if int(steps[known_after]) - int(steps[0]) >= early_steps:  # ints: no int64 wrap-around
+        return max(init, float(head[0]))
+    return blown_up_start(init, head)
+
+
+BLOWN_UP = 3.0  # the first 10 points blew up when their largest is this multiple of the first
+
+
+def blown_up_start(init: float, head) -> float:
+    """The initial level `init`, or the first point if lower when the first 10 points (`head`)
+    blew up from it (their largest BLOWN_UP x it, and it at least half their median: a start,
+    not a lucky batch): a run that blew up in its first steps and then sat at its start level
+    (a classifier at chance) has not learnt, though the median of its first 10 says it has."""
+    first = float(head[0])
+    if first > 0 and max(head) >= BLOWN_UP * first and 2 * first >= init:
+        return min(init, first)
+    return init
 
 
 def plateau_patience(index, p: PlateauParams):
@@ -486,6 +505,8 @@ class PlateauStream(Stream):
         init = initial.value
         if steps[initial.known - 1] - steps[0] >= self.early_steps:
             init = max(init, initial.head[0])
+        else:
+            init = blown_up_start(init, initial.head)
         self.init_value = init
         self.init_steps = None
 

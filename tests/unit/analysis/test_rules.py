@@ -1221,6 +1221,25 @@ def test_plateau_near_the_start_after_updates_far_too_large_says_so_in_scan_and_
     assert "updates far too large" not in ep.message
 
 
+def test_plateau_near_a_start_its_first_points_blew_up_from():
+    # A 10-class classifier at a learning rate far too high: 2.30 (ln 10) at its first step, 3-10 over
+    # the next seven, then at chance (~2.2) for good. The median of its first 10 points (~5) made
+    # 2.2 read as learnt ("levelled off after it learnt", a note); its start was its first point.
+    rng = np.random.default_rng(5)
+    n = 1200
+    noise = np.exp(0.05 * rng.standard_normal(n))
+    blown = math.log(10) * 0.97 * noise
+    blown[0] = math.log(10)
+    blown[1:8] = [10.3, 5.0, 7.5, 8.2, 5.8, 3.1, 2.7]
+    assert starts_both("CS301", train_loss=blown) == ([30], [30])
+    (told,) = episodes_of(analyze(train_loss=blown), "CS301")
+    assert told.severity == "warning" and "near where it started" in told.message
+    # The same first points, then learning: no stall near the start.
+    learnt = blown.copy()
+    learnt[8:] = (0.4 + 1.9 * np.exp(-np.arange(n - 8) / 80)) * noise[8:]
+    assert starts_both("CS301", train_loss=learnt) == ([], [])
+
+
 def test_plateau_after_a_fivefold_fall_in_the_first_points_is_convergence():
     # Logged every 10 steps at a constant rate: a regression at its noise floor by its 3rd point
     # (1.4, 0.14, 0.1, then ~0.02): its initial level (the median of its first 10 points) is
