@@ -203,7 +203,8 @@ def sparse_start(values, steps, init: float, known_after: int, early_steps: int)
     """The initial level a stall is told against: `init` (stats.initial_level of `values`, its 10
     finite points ending at `known_after`), or the first finite point if higher when those 10 span
     `early_steps` steps or more: a loss logged every 50 steps fell most of its fall before its
-    second point, and the median of its first 10 is a level it learnt, not where it started."""
+    second point, and the median of its first 10 is a level it learnt, not where it started.
+    Otherwise blown_up_start."""
     if init != init:
         return init
     head = values[: known_after + 1]
