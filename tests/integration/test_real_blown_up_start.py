@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import pytest
 
-from support.helpers import monitor_replaying
+from support.helpers import logged_scalars, monitor_replaying
+from support.torch_training import train_logged
 from tb_crash_signals import scan_logdir
 from tb_crash_signals.analysis.incidents import STUCK_ADVICE
 
@@ -19,10 +20,10 @@ torch = pytest.importorskip("torch")  # installed by scripts/test_all.sh; never 
 
 pytestmark = pytest.mark.slow
 
+TAGS = {"train/loss": "train_loss", "train/grad_norm": "grad_norm", "train/lr": "lr"}
+
 
 def _train(logdir, lr: float, steps: int = 800) -> list[float]:
-    from torch.utils.tensorboard import SummaryWriter
-
     torch.manual_seed(1)
     torch.set_num_threads(1)
     w = torch.randn(20, 10)
@@ -30,21 +31,10 @@ def _train(logdir, lr: float, steps: int = 800) -> list[float]:
     y = (x @ w + 0.5 * torch.randn(10000, 10)).argmax(1)
     net = torch.nn.Sequential(torch.nn.Linear(20, 128), torch.nn.ReLU(), torch.nn.Linear(128, 128), torch.nn.ReLU(),
                               torch.nn.Linear(128, 10))
-    opt = torch.optim.Adam(net.parameters(), lr)
-    losses = []
-    with SummaryWriter(str(logdir)) as writer:
-        for step in range(steps):
-            i = torch.randint(0, 10000, (32,))
-            loss = torch.nn.functional.cross_entropy(net(x[i]), y[i])
-            opt.zero_grad()
-            loss.backward()
-            norm = torch.nn.utils.clip_grad_norm_(net.parameters(), float("inf"))
-            opt.step()
-            losses.append(loss.item())
-            writer.add_scalar("train/loss", loss.item(), step)
-            writer.add_scalar("train/grad_norm", norm.item(), step)
-            writer.add_scalar("train/lr", lr, step)
-    return losses
+    train_logged(logdir, net, x, y, torch.nn.functional.cross_entropy, lambda step: lr, steps, batch=32,
+                 tags=tuple(TAGS), adam=True)
+    logged = logged_scalars(logdir, ["train/loss"])
+    return [logged[step]["train/loss"] for step in sorted(logged)]
 
 
 def test_a_run_that_blew_up_and_sat_at_chance_is_stuck_near_its_start(tmp_path):
@@ -56,8 +46,7 @@ def test_a_run_that_blew_up_and_sat_at_chance_is_stuck_near_its_start(tmp_path):
     assert plateaus and plateaus[0]["severity"] == "warning", [i["headline"] for i in run["incidents"]]
     assert "near where it started" in plateaus[0]["headline"] and plateaus[0]["advice"] == STUCK_ADVICE
     assert not [i for i in run["incidents"] if "after it learnt" in i["headline"]]
-    monitor = monitor_replaying(tmp_path / "hot", {"train/loss": "train_loss", "train/grad_norm": "grad_norm",
-                                                   "train/lr": "lr"})
+    monitor = monitor_replaying(tmp_path / "hot", TAGS)
     assert [(i.kind, i.severity, i.headline) for i in monitor.incidents()][:1] == [
         ("plateau", "warning", plateaus[0]["headline"])
     ]

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import pytest
 
-from support.helpers import monitor_replaying
+from support.helpers import logged_scalars, monitor_replaying
+from support.torch_training import train_logged
 from tb_crash_signals import scan_logdir
 from tb_crash_signals.analysis.config import from_dict
 
@@ -24,37 +25,25 @@ pytestmark = pytest.mark.slow
 TAGS = {"train/loss": "train_loss", "train/grad_norm": "grad_norm", "train/lr": "lr"}
 
 
-def _fit(logdir, seed: int, lr: float, steps: int) -> tuple[float, float]:
-    from torch.utils.tensorboard import SummaryWriter
-
+def _fit(logdir, seed: int, lr: float, steps: int) -> list[float]:
     torch.manual_seed(seed)
     torch.set_num_threads(1)
     x = torch.linspace(-3, 3, 256)[:, None]
     y = torch.sin(2 * x) * torch.exp(-0.1 * x**2)
     net = torch.nn.Sequential(torch.nn.Linear(1, 64), torch.nn.Tanh(), torch.nn.Linear(64, 64), torch.nn.Tanh(),
                               torch.nn.Linear(64, 1))
-    opt = torch.optim.Adam(net.parameters(), lr)
-    losses = []
-    with SummaryWriter(str(logdir)) as w:
-        for step in range(steps):
-            loss = ((net(x) - y) ** 2).mean()
-            opt.zero_grad()
-            loss.backward()
-            norm = torch.nn.utils.clip_grad_norm_(net.parameters(), float("inf"))
-            opt.step()
-            losses.append(loss.item())
-            w.add_scalar("train/loss", loss.item(), step)
-            w.add_scalar("train/grad_norm", norm.item(), step)
-            w.add_scalar("train/lr", lr, step)
-    return losses[0], min(losses[-100:])
+    train_logged(logdir, net, x, y, lambda out, target: ((out - target) ** 2).mean(), lambda step: lr, steps,
+                 batch=None, tags=tuple(TAGS), adam=True)
+    logged = logged_scalars(logdir, ["train/loss"])
+    return [logged[step]["train/loss"] for step in sorted(logged)]
 
 
 @pytest.fixture(scope="module")
 def fitted(tmp_path_factory):
     logdir = tmp_path_factory.mktemp("fit")
     for seed, lr in ((1, 1e-3), (2, 3e-3)):
-        first, last = _fit(logdir / f"seed{seed}", seed, lr, steps=2500)
-        assert last < 1e-4 * first  # it converged
+        losses = _fit(logdir / f"seed{seed}", seed, lr, steps=2500)
+        assert min(losses[-100:]) < 1e-4 * losses[0]  # it converged
     return logdir
 
 

@@ -64,20 +64,26 @@ def healthy_grad(n=2000, seed=1):
     return np.exp(0.1 * rng.standard_normal(n)) * (1.0 + 0.5 * np.exp(-np.arange(n) / 100))
 
 
-def monitor_replaying(logdir, tags: dict, **options):
-    """A Monitor fed, step by step, the scalars of the event files in `logdir` read back with
-    TensorBoard's EventAccumulator: `tags` maps each tag to the Monitor's signal name."""
+def logged_scalars(logdir, tags) -> dict:
+    """{step: {tag: value}} of the scalars `tags` in the event files of `logdir`, read back with
+    TensorBoard's EventAccumulator."""
     from tensorboard.backend.event_processing import event_accumulator
-
-    from tb_crash_signals.online.monitor import Monitor
 
     acc = event_accumulator.EventAccumulator(str(logdir), size_guidance={"scalars": 0})
     acc.Reload()
     steps = {}
-    for tag, name in tags.items():
+    for tag in tags:
         for e in acc.Scalars(tag):
-            steps.setdefault(e.step, {})[name] = e.value
+            steps.setdefault(e.step, {})[tag] = e.value
+    return steps
+
+
+def monitor_replaying(logdir, tags: dict, **options):
+    """A Monitor fed, step by step, the scalars of the event files in `logdir` (logged_scalars):
+    `tags` maps each tag to the Monitor's signal name."""
+    from tb_crash_signals.online.monitor import Monitor
+
     monitor = Monitor(**options)
-    for step in sorted(steps):
-        monitor.update(step, **steps[step])
+    for step, values in sorted(logged_scalars(logdir, tags).items()):
+        monitor.update(step, **{tags[tag]: value for tag, value in values.items()})
     return monitor

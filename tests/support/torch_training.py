@@ -15,12 +15,12 @@ def noisy_classes(weights, n: int):
     return x, (x @ weights + 0.8 * torch.randn(n, weights.shape[1])).argmax(1)
 
 
-def train_logged(logdir, model, x, y, loss_fn, lr_at: Callable[[int], float], steps: int, batch: int,
+def train_logged(logdir, model, x, y, loss_fn, lr_at: Callable[[int], float], steps: int, batch: int | None,
                  tags=("Loss/train", "Grad/norm", "LR"), stop_after_nonfinite: int | None = None,
                  adam: bool = False, every: int = 1) -> int | None:
-    """Trains `model` with SGD + momentum 0.9 (or Adam) on minibatches of (x, y) at the learning
-    rate `lr_at(step)`, logging the loss, the global grad norm and the LR under `tags` every
-    `every` steps; returns the first step whose loss was NaN/Inf (None if none), stopping
+    """Trains `model` with SGD + momentum 0.9 (or Adam) on minibatches of (x, y) (`batch` None: all
+    of it at every step) at the learning rate `lr_at(step)`, logging the loss, the global grad norm
+    and the LR under `tags` every `every` steps; returns the first step whose loss was NaN/Inf (None if none), stopping
     `stop_after_nonfinite` steps later."""
     import torch
     from torch.utils.tensorboard import SummaryWriter
@@ -36,8 +36,11 @@ def train_logged(logdir, model, x, y, loss_fn, lr_at: Callable[[int], float], st
             lr = lr_at(step)
             for g in opt.param_groups:
                 g["lr"] = lr
-            idx = torch.randint(0, x.shape[0], (batch,))
-            loss = loss_fn(model(x[idx]), y[idx])
+            if batch is None:
+                loss = loss_fn(model(x), y)
+            else:
+                idx = torch.randint(0, x.shape[0], (batch,))
+                loss = loss_fn(model(x[idx]), y[idx])
             opt.zero_grad()
             loss.backward()
             gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), math.inf)
