@@ -740,11 +740,15 @@ def starts_late(first_step, second_step) -> bool:
     return first_step > 0 and gap > 0 and first_step >= LATE_START * gap
 
 
+# The finite points whose median is a run's initial level.
+INITIAL_POINTS = 10
+
+
 def initial_level(values: np.ndarray) -> tuple[float, int]:
-    """A run's initial level, the median of its first 10 finite points, and the index of the
-    10th (the level is known from the next point on); (NaN, len) when there are fewer."""
-    where = np.flatnonzero(np.isfinite(values))[:10]
-    if where.size < 10:
+    """A run's initial level, the median of its first 10 finite points (INITIAL_POINTS), and the
+    index of the 10th (the level is known from the next point on); (NaN, len) when there are fewer."""
+    where = np.flatnonzero(np.isfinite(values))[:INITIAL_POINTS]
+    if where.size < INITIAL_POINTS:
         return float("nan"), values.shape[0]
     return float(np.median(values[where])), int(where[-1])
 

@@ -47,8 +47,9 @@ class ConvergedParams:
     )
     max_patience: int = param(2000, "... but never more than this many points (bounds the monitor's history)")
     learnt: float = param(
-        0.65, "only once the smoothed loss is under this share of the initial level (the median of the "
-        "first 10 points): a stall above it is stuck near where it started, CS301's warning"
+        0.75, "only once the smoothed loss is under this share of the initial level (the median of the "
+        "first 10 points): a stall above it is stuck near where it started, CS301's warning (CS301's "
+        "`stuck`, the same share)"
     )
     noise_window: int = noise_window_param()
     max_noise: float = max_noise_param("note")

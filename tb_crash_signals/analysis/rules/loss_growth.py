@@ -36,6 +36,7 @@ from tb_crash_signals.analysis.rules.divergence import (
 )
 from tb_crash_signals.analysis.rules.learning_rate import ramp_points, ramping, ramping_at
 from tb_crash_signals.analysis.stats import (
+    INITIAL_POINTS,
     best_levels,
     finite_peak,
     initial_level,
@@ -108,6 +109,15 @@ class LossGrowthParams:
         "the initial level to the best): a regression loss that fell from 1 to 0.03 under a warm-up that "
         "overshoots has lost little of its progress at 4x its best, and a fifth of its decades at 2x (with "
         "the grad norm alone, a converged classifier's per-step loss bumps 3x its best); 0: never", at_least=0.0,
+    )
+    learnt_z: float = param(
+        1.5, "a run has progress to lose only if its fall from the initial level to the best stands at least "
+        "this many times the loss's log spread (the noise read around its trend, below): a loss that never "
+        "left its start (a model that cannot learn its task, its per-batch loss wandering) has a lowest "
+        "31-point median under its first 10 points' by noise alone, 0.7-1.2 spreads, and its level wanders "
+        "back up from it with the grad norm. Such a loss climbs only from its initial level, by the same "
+        "bars. The detection corpus's dev runs where the rule fires had fallen 1.7 spreads or more, or "
+        "climbed twice their initial level; 0 never asks", at_least=0.0,
     )
     spread_window: int = spread_window_param()
     noise_window: int = noise_window_param()
@@ -284,34 +294,51 @@ def climbing(level, before, slow, slow_before, best, init, spread, noise, grad_r
     if not best > 0 or noise >= p.max_noise:
         return False
     faster = lr_rising and lr_rising != STEADY  # (True reads as faster)
-    progress = (p.lost_with_lr if faster else p.lost) * (init - best) if init > best else 0.0
+    # With no progress to lose (`learnt_z`), the climb is measured from where the loss started,
+    # whose level, a median of 10 points, has noise of its own. Beyond max_ratio x the best the run
+    # has diverged either way: the sustained divergence (CS113) tells the rest.
+    from_start = not learnt_beyond_noise(best, init, spread, p)
+    base = init if from_start else best
+    progress = (p.lost_with_lr if faster else p.lost) * (init - base) if init > base else 0.0
     if level > 0 and level > before:
         # The progress lost: a share of the fall from the initial level to the best (a smaller one
         # while the learning rate rises ever faster); with the rate rising, or a share of its decades
         # (see `lost_decades`).
-        lost = level - best >= progress
-        if lost or (lr_rising and _lost_decades(level, best, init, p)):
-            r = level / best
-            # Beyond max_ratio the run has diverged: the sustained divergence (CS113) tells the rest.
-            if r < p.max_ratio or finishing:
+        lost = level - base >= progress
+        if lost or (lr_rising and _lost_decades(level, base, init, p)):
+            within = level / best < p.max_ratio
+            if within or finishing:
+                r = level / base
                 sd = level_noise(spread, width or p.smooth) if spread == spread else 0.0
+                if from_start:
+                    sd = math.hypot(sd, level_noise(spread, INITIAL_POINTS))
                 if lost and bool(grad_rising) and r >= p.ratio_with_grad and math.log(r) > p.z_with_grad * sd:
                     return "with grad"
                 if lr_rising:  # a steady rise holds the grad norm's bars (`lr_faster`)
                     ratio, z = (p.ratio_with_lr, p.z_with_lr) if faster else (p.ratio_with_grad, p.z_with_grad)
                     if r >= ratio and math.log(r) > z * sd:
                         return "with grad"
-                if lost and r >= p.ratio and math.log(r) > p.z * sd and r < p.max_ratio:
+                if lost and r >= p.ratio and math.log(r) > p.z * sd and within:
                     return "alone"
     # A per-step loss too noisy for the short level still shows its climb in the long one; alone
     # that is also how a spike's slow recovery looks, so it needs the grad norm or the LR with it.
     if (grad_rising or lr_rising) and slow > 0 and slow > slow_before and (
-            slow - best >= progress or (lr_rising and _lost_decades(slow, best, init, p))):
-        r = slow / best
+            slow - base >= progress or (lr_rising and _lost_decades(slow, base, init, p))):
+        r = slow / base
         sd = level_noise(spread, p.best_smooth) if spread == spread else 0.0
-        if p.slow_ratio <= r < p.max_ratio and math.log(r) > p.z * sd:
+        if from_start:
+            sd = math.hypot(sd, level_noise(spread, INITIAL_POINTS))
+        if p.slow_ratio <= r and slow / best < p.max_ratio and math.log(r) > p.z * sd:
             return "slow with grad"
     return False
+
+
+def learnt_beyond_noise(best, init, spread, p: LossGrowthParams) -> bool:
+    """Whether the fall from the initial level to the best stands `learnt_z` x the loss's log spread
+    (a spread unknown, NaN, or no fall at all: yes, there is nothing to tell apart)."""
+    if not (p.learnt_z > 0.0 and spread > 0.0 and init > best > 0.0):
+        return True
+    return math.log(init / best) >= p.learnt_z * spread
 
 
 def _lost_decades(level, best, init, p: LossGrowthParams) -> bool:

@@ -67,9 +67,10 @@ class PlateauParams:
         "exponential schedule, a range test) is a schedule gone wrong, not a warm-up"
     )
     stuck: float = param(
-        0.65, "a stall counts only while the smoothed loss is at least this share of the initial level "
+        0.75, "a stall counts only while the smoothed loss is at least this share of the initial level "
         "(the median of the first 10 points, or the first point when those blew up from it, 3x: the run "
-        "is stuck near where it started, or back there) ..."
+        "is stuck near where it started, or back there; a loss at two thirds of its start has learnt what "
+        "it can when most of it cannot be learnt: a diffusion model's noise-prediction MSE) ..."
     )
     start_points: int = param(
         3, "... where, once the learning rate has fallen (see `lr_fell`), the initial level is at least "

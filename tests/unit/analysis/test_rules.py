@@ -1261,14 +1261,18 @@ def test_plateau_after_a_fivefold_fall_in_the_first_points_is_convergence():
 def test_plateau_after_a_fivefold_fall_from_the_first_point_alone_is_convergence():
     # The fall all in the first logged step (0.8, then 0.19 creeping to a noisy floor at 0.12): the
     # median of the first 3 points is ~0.18, of which the floor is ~0.65x, but the loss is 0.15x its
-    # first point. It learnt; the floor is no stall near where it started.
+    # first point. It learnt; the floor is no stall near where it started, even where a stall at
+    # 0.6x the initial level would count as stuck.
     rng = np.random.default_rng(12)
     n = 300
     creep = np.r_[0.8, 0.12 + 0.07 * np.exp(-np.arange(n - 1) / 20)] * (1 + 0.1 * rng.standard_normal(n))
     lr = np.full(n, 0.02)
     assert starts_both("CS301", train_loss=creep, lr=lr) == ([], [])
+    low = dataclasses.replace(RULES["CS301"].default_params(), stuck=0.6)
+    lowered = dataclasses.replace(Config(), params={"CS301": low})
+    assert starts_both("CS301", lowered, train_loss=creep, lr=lr) == ([], [])
     # Without the fivefold test, the first 10 points' median (0.19) puts the floor near the start.
-    off = dataclasses.replace(RULES["CS301"].default_params(), learnt_drop=0.0)
+    off = dataclasses.replace(low, learnt_drop=0.0)
     batch, online = starts_both("CS301", dataclasses.replace(Config(), params={"CS301": off}), train_loss=creep, lr=lr)
     assert batch == online and batch
 
