@@ -8,7 +8,7 @@ import {connectToHost} from './ipc.js';
 import {el, clear} from './dom.js';
 import {ChartGroup, makeChart, updateChartData} from './charts.js';
 import {
-  canLog, crashStepOf, wideRange, filterRuns, isPending, lateStartNote, lossKindNote, pickSelection, presentCharts,
+  canLog, crashStepOf, wideRange, filterRuns, isPending, lateStartNote, lossKindNote, pickSelection, valByWallTimeNote, presentCharts,
   progressOf, progressText, rankRuns, stepExtent, zoomRange,
 } from './model.js';
 import {fmtNum, fmtStep, plural} from './format.js';
@@ -435,7 +435,7 @@ class App {
       this.banners.appendChild(banner('info', `${n} problem${n === 1 ? '' : 's'} reading the logs (the analysis skipped what it could not read).`, details));
     }
     const selected = a && a.run === this.state.selected;
-    for (const note of selected ? [lossKindNote(a), lateStartNote(a)] : []) {
+    for (const note of selected ? [lossKindNote(a), lateStartNote(a), valByWallTimeNote(a)] : []) {
       if (note) this.banners.appendChild(banner('info', note));
     }
     if (a && a.sampled && a.run === this.state.selected) {

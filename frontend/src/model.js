@@ -166,6 +166,12 @@ export function lateStartNote(analysis) {
   return 'This log begins past its run’s start (a job resumed from a checkpoint into a new log directory): its first points are not the untrained model’s, so what the run learnt or lost since its start, and whether it is still near it, are not judged.';
 }
 
+/** The note a run gets when its validation loss was numbered by epoch and is drawn at the train loss's steps; null otherwise. */
+export function valByWallTimeNote(analysis) {
+  if (!analysis || analysis.val_by_wall_time !== true) return null;
+  return 'The validation loss was logged with the epoch as its step while the train loss counts steps: each validation point is read and drawn at the last train step logged before it was written (by wall time). TensorBoard’s own charts show it at the epoch numbers; log it with the global step to line them up there too.';
+}
+
 /** One sentence: what happened, when, and how early. The server's headline wins. */
 export function headlineOf(entry) {
   const h = entry.headline || (entry.summary && entry.summary.headline);

@@ -4,7 +4,7 @@ import {
   rankRuns, filterRuns, defaultSelection, countsOf, incidentCountsOf, headlineOf, smoothEMA, canLog, unionSteps, alignTo,
   presentCharts, chartIdFor, stepExtent, chartData, fitLine, fitLabel, episodeBox, nonfiniteMarks, shownFits, projectsAhead,
   zoomRange, episodeTitle, tomlString, tomlSnippet, CHARTS, wideRange, isPending, progressOf, pickSelection,
-  progressText, lossKindNote, lateStartNote,
+  progressText, lossKindNote, lateStartNote, valByWallTimeNote,
 } from '../src/model.js';
 
 const run = (name, health, extra = {}) => ({run: name, health, ...extra});
@@ -336,4 +336,9 @@ test('lossKindNote: the losses of a GAN or a reinforcement learner say what is w
 test('lateStartNote: only a log that begins past its start says so', () => {
   assert.match(lateStartNote({late_start: true}), /resumed.*not judged/);
   for (const a of [{late_start: false}, {}, null, {late_start: 'true'}]) assert.equal(lateStartNote(a), null);
+});
+
+test('valByWallTimeNote: only a validation loss numbered by epoch says so', () => {
+  assert.match(valByWallTimeNote({val_by_wall_time: true}), /epoch.*wall time/);
+  for (const a of [{val_by_wall_time: false}, {}, null, {val_by_wall_time: 'true'}]) assert.equal(valByWallTimeNote(a), null);
 });

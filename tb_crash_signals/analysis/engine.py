@@ -15,7 +15,7 @@ from typing import Mapping
 
 import numpy as np
 
-from tb_crash_signals.analysis import stats
+from tb_crash_signals.analysis import alignment, stats
 from tb_crash_signals.analysis.config import Config
 from tb_crash_signals.analysis.episodes import Episode, EpisodeTrack
 from tb_crash_signals.analysis.incidents import Incident, build_incidents
@@ -79,6 +79,8 @@ class RunResult:
     summary: Mapping[str, object]
     checkpoint: Checkpoint | None = None
     incidents: tuple[Incident, ...] = ()
+    # The validation loss was numbered by epoch and is read on the train loss's steps (analysis.alignment).
+    val_by_wall_time: bool = False
 
     @property
     def health(self) -> str:
@@ -310,6 +312,7 @@ def analyze_run(
     """
     config = config or Config()
     data = {k: data[k] for k in SIGNALS if k in data and data[k] is not None}
+    data, val_by_wall_time = alignment.aligned(data)
     since = _resume_since(resume, run, data, config)
     carry = dict(resume.carry) if since is not None else {}
     late = late_start(data)
@@ -339,7 +342,8 @@ def analyze_run(
         late_start=late,
     )
     incidents = build_incidents(episodes, run_steps=_span(data))
-    result = RunResult(run, data, tuple(episodes), tuple(fits), sampled, summary, checkpoint, tuple(incidents))
+    result = RunResult(run, data, tuple(episodes), tuple(fits), sampled, summary, checkpoint, tuple(incidents),
+                       val_by_wall_time)
     summary["headline"] = headline(result.health, incidents, data, run.loss_kind, late)
     return result
 

@@ -49,6 +49,7 @@ def run_to_json(result: RunResult) -> dict:
         },
         "loss_kind": run.loss_kind,
         "late_start": bool(result.checkpoint.late_start) if result.checkpoint is not None else False,
+        "val_by_wall_time": bool(result.val_by_wall_time),
         "points": {k: len(s) for k, s in result.data.items()},
         "sampled": bool(result.sampled),
         "episodes": [

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+from tb_crash_signals.analysis import alignment
 from tb_crash_signals.analysis.engine import LATE_START_NOTE
 from tb_crash_signals.analysis.signals import LOSS_KIND_NOTES
 
@@ -99,6 +100,8 @@ def format_text(report: dict, verbose: bool = False) -> str:
             head += f"  [{LOSS_KIND_NOTES[entry['loss_kind']]}]"
         if entry.get("late_start"):
             head += f"  [{LATE_START_NOTE}]"
+        if entry.get("val_by_wall_time"):
+            head += f"  [{alignment.NOTE}]"
         lines.append(head)
         if health == "no_signals":
             tags = sorted({t for ts in entry["tags"].values() for t in ts})

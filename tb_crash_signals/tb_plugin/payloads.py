@@ -127,6 +127,7 @@ def failed_analysis(logical, message, config_error) -> dict:
         },
         "loss_kind": logical.loss_kind,
         "late_start": False,
+        "val_by_wall_time": False,
         "points": {},
         "sampled": False,
         "episodes": [],

@@ -400,3 +400,39 @@ def train_rnn_that_cannot_learn(logdir, seed: int, steps: int, lr: float = 1e-2)
             w.add_scalar("Loss/train", loss.item(), step)
             w.add_scalar("Grad/norm", gnorm.item(), step)
             w.add_scalar("LR", lr, step)
+
+
+def train_logging_val_by_epoch(by_epoch_dir, by_step_dir, seed: int, epochs: int, samples: int = 400) -> int:
+    """A ReLU MLP (two hidden layers of 256) classifying 20 inputs into 10 classes whose labels carry
+    noise, trained with Adam (1e-3) on `samples` of them in batches of 50 for `epochs` epochs: it
+    overfits. Its train loss is logged at every step, its validation loss (1000 held-out samples) at
+    each epoch's end, into two logs at once: `by_epoch_dir` numbers the validation loss by epoch
+    (`add_scalar("Loss/val", v, epoch)`, a common slip), `by_step_dir` by the last step of the epoch.
+    Returns the steps per epoch."""
+    import torch
+    from torch.utils.tensorboard import SummaryWriter
+
+    torch.manual_seed(seed)
+    torch.set_num_threads(1)
+    weights = torch.randn(20, 10)
+    x, y = noisy_classes(weights, samples)
+    xv, yv = noisy_classes(weights, 1000)
+    nn = torch.nn
+    model = nn.Sequential(nn.Linear(20, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 10))
+    opt = torch.optim.Adam(model.parameters(), 1e-3)
+    step = 0
+    with SummaryWriter(str(by_epoch_dir)) as by_epoch, SummaryWriter(str(by_step_dir)) as by_step:
+        for epoch in range(epochs):
+            for batch in torch.randperm(samples).split(50):
+                loss = nn.functional.cross_entropy(model(x[batch]), y[batch])
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+                for w in (by_epoch, by_step):
+                    w.add_scalar("Loss/train", loss.item(), step)
+                step += 1
+            with torch.no_grad():
+                val = nn.functional.cross_entropy(model(xv), yv).item()
+            by_epoch.add_scalar("Loss/val", val, epoch)
+            by_step.add_scalar("Loss/val", val, step - 1)
+    return step // epochs
