@@ -43,6 +43,9 @@ _MAX_CHUNKS = 64  # per-tag append chunks before they are consolidated
 # A file's unparsed tail (a record still being written) is kept between reloads up to
 # this size, so the next reload fetches only the bytes appended after it.
 _MAX_TAIL = 1 << 20
+# A tag that went back to its first step this many times is told in the run's problems: one restart
+# is a job started over; more, a step counter that starts again.
+RESTARTS_TOLD = 2
 # Runs whose first ranges are fetched ahead of the one being parsed from a remote storage:
 # enough to cover a request's latency (13 ms from a server on 127.0.0.1, tens of ms from
 # an object store) with parsing (~20-40 ms per run of 10 k steps); more adds concurrent
@@ -101,7 +104,8 @@ class _TagStore:
     """Append-friendly storage of one tag's points (lists of numpy chunks)."""
 
     __slots__ = (
-        "steps", "walls", "values", "n", "max_step", "increasing", "cache", "rewrites", "buffers"
+        "steps", "walls", "values", "n", "max_step", "increasing", "cache", "rewrites", "buffers", "first_step",
+        "restarts",
     )
 
     def __init__(self):
@@ -117,6 +121,11 @@ class _TagStore:
         # Once consolidated: arrays with room to spare whose first points are
         # the first chunk of each list (see _consolidate), else None.
         self.buffers = None
+        # The first step ever appended, and the restart purges back to it or before: a step
+        # counter that starts again (each epoch's batch index logged as the step) purges all
+        # but its last round.
+        self.first_step = None
+        self.restarts = 0
 
     def append(self, steps, walls, values, purge: bool = False) -> int:
         """Appends points in write order; returns how many restart purges it made.
@@ -137,6 +146,8 @@ class _TagStore:
                     break
                 j = int(back[0])
                 self._append(steps[:j], walls[:j], values[:j])
+                if self.first_step is not None and steps[j] <= self.first_step:
+                    self.restarts += 1
                 self.purge(int(steps[j]))
                 purges += 1
                 steps, walls, values = steps[j:], walls[j:], values[j:]
@@ -157,6 +168,8 @@ class _TagStore:
             self.rewrites += 1
         m = int(steps.max())
         self.max_step = m if self.max_step is None else max(self.max_step, m)
+        if self.first_step is None:
+            self.first_step = int(steps[0])
         self.steps.append(steps)
         self.walls.append(walls)
         self.values.append(values)
@@ -277,6 +290,14 @@ class RunReader:
                 out.append(f"cannot read {name}: {fs.error}")
             if fs.shrunk:
                 out.append(f"{name} shrank from {fs.shrunk[0]} to {fs.shrunk[1]} bytes; not re-read")
+        for tag in sorted(self._tags):
+            restarts = self._tags[tag].restarts
+            if restarts >= RESTARTS_TOLD:
+                out.append(
+                    f"{redact(tag)!r} went back to its first step {restarts} times (a step counter that starts "
+                    "again, such as each epoch's batch index?): only the points since the last time are "
+                    "analysed, as a restarted run's; log a global step"
+                )
         return out
 
     def reload(self) -> bool:

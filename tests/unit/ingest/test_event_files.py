@@ -256,6 +256,26 @@ def test_restart_within_one_file_and_across_reloads(tmp_path):
     assert_series(r.series("x"), [0, 1], [7.0, 8.0])
 
 
+def test_a_step_counter_that_starts_again_is_told_once_it_did_twice(tmp_path):
+    # Each epoch's batch index logged as the step: the counter goes back to its first step at every
+    # epoch, and the purge keeps the last epoch. One restart is a job started over; two are told.
+    epochs = [pts(5, lambda i, e=e: 10.0 - e - 0.5 * i) for e in range(3)]
+    path = ew.write_scalars(tmp_path / "run", {"loss": epochs[0] + epochs[1], "lr": pts(10)})
+    r = read(tmp_path / "run")
+    assert r.stats.purges == 1 and r.problems() == []
+    ew.write_scalars(tmp_path / "run", {"loss": epochs[2]}, filename=os.path.basename(path) + ".2")
+    assert r.reload()
+    assert_series(r.series("loss"), [0, 1, 2, 3, 4], [v for _, v in epochs[2]])
+    (told,) = r.problems()
+    assert told.startswith("'loss' went back to its first step 2 times") and "log a global step" in told
+    # A resume back to a checkpoint after the first step is no restart of the counter.
+    ew.write_scalars(tmp_path / "resumed", {"loss": pts(10)}, filename="events.out.tfevents.1")
+    ew.write_scalars(tmp_path / "resumed", {"loss": pts(3, start=4)}, filename="events.out.tfevents.2")
+    ew.write_scalars(tmp_path / "resumed", {"loss": pts(3, start=2)}, filename="events.out.tfevents.3")
+    resumed = read(tmp_path / "resumed")
+    assert resumed.stats.purges == 2 and resumed.problems() == []
+
+
 def test_repeated_equal_step_keeps_last_value(tmp_path):
     ew.write_scalars(tmp_path / "run", {"x": [(0, 1.0), (1, 2.0), (1, 3.0), (2, 4.0)]})
     r = read(tmp_path / "run")
