@@ -49,7 +49,16 @@ from tb_crash_signals.analysis.stats import (
     smoothed_level,
     value_at_or_before,
 )
-from tb_crash_signals.analysis.streaming import Level, Quiet, Rest, Stream, StreamHit, recent_logs, shared_level
+from tb_crash_signals.analysis.streaming import (
+    Level,
+    Quiet,
+    Rest,
+    Stream,
+    StreamHit,
+    recent_logs,
+    shared_level,
+    small_median,
+)
 
 _GRAD = "loss-growth: grad norm trend"  # Channel.shared key of the grad-norm side
 _LR = "loss-growth: learning-rate trend"  # ... and of the learning rate's
@@ -118,6 +127,12 @@ class LossGrowthParams:
         "back up from it with the grad norm. Such a loss climbs only from its initial level, by the same "
         "bars. The detection corpus's dev runs where the rule fires had fallen 1.7 spreads or more, or "
         "climbed twice their initial level; 0 never asks", at_least=0.0,
+    )
+    head_z: float = param(
+        2.5, "... or if its fall from the median of its first 3 points to the best stands at least this many "
+        "spreads (that median is noisier than the first 10 points'): a regression whose loss fell fourfold "
+        "within its first 10 points learnt there, and the median of those 10 is already low. Loss that "
+        "cannot learn: 1.7 spreads at most; 0 never asks", at_least=0.0,
     )
     spread_window: int = spread_window_param()
     noise_window: int = noise_window_param()
@@ -282,7 +297,7 @@ STEADY, FASTER = 2, 3
 
 
 def climbing(level, before, slow, slow_before, best, init, spread, noise, grad_rising, lr_rising,
-             p: LossGrowthParams, finishing=False, width=None):
+             p: LossGrowthParams, finishing=False, width=None, head=math.nan):
     """The decision at one loss point, from its level (of `width` points, `smooth` if None) now
     and `width` points before, and its slow
     level (`best_smooth` points) now and `smooth` points before: "with grad" (the grad norm
@@ -290,14 +305,15 @@ def climbing(level, before, slow, slow_before, best, init, spread, noise, grad_r
     with one of them), "alone" or False (shared by the batch rule and its
     stream). `finishing`: the level was still under `max_ratio` at the point before, so this point,
     where it crosses, may count ("with grad" only): a fast divergence outruns its level, and the
-    sustained divergence needs more points still."""
+    sustained divergence needs more points still. `head`: the median of the first 3 finite points
+    (`learnt_beyond_noise`)."""
     if not best > 0 or noise >= p.max_noise:
         return False
     faster = lr_rising and lr_rising != STEADY  # (True reads as faster)
     # With no progress to lose (`learnt_z`), the climb is measured from where the loss started,
     # whose level, a median of 10 points, has noise of its own. Beyond max_ratio x the best the run
     # has diverged either way: the sustained divergence (CS113) tells the rest.
-    from_start = not learnt_beyond_noise(best, init, spread, p)
+    from_start = not learnt_beyond_noise(best, init, head, spread, p)
     base = init if from_start else best
     progress = (p.lost_with_lr if faster else p.lost) * (init - base) if init > base else 0.0
     if level > 0 and level > before:
@@ -333,12 +349,15 @@ def climbing(level, before, slow, slow_before, best, init, spread, noise, grad_r
     return False
 
 
-def learnt_beyond_noise(best, init, spread, p: LossGrowthParams) -> bool:
-    """Whether the fall from the initial level to the best stands `learnt_z` x the loss's log spread
-    (a spread unknown, NaN, or no fall at all: yes, there is nothing to tell apart)."""
+def learnt_beyond_noise(best, init, head, spread, p: LossGrowthParams) -> bool:
+    """Whether the fall from the initial level to the best stands `learnt_z` x the loss's log spread,
+    or the fall from `head` (the median of the first 3 points, NaN if unknown) `head_z` x (a
+    spread unknown, NaN, or no fall from the initial level: yes, there is nothing to tell apart)."""
     if not (p.learnt_z > 0.0 and spread > 0.0 and init > best > 0.0):
         return True
-    return math.log(init / best) >= p.learnt_z * spread
+    if math.log(init / best) >= p.learnt_z * spread:
+        return True
+    return p.head_z > 0.0 and head > best and math.log(head / best) >= p.head_z * spread
 
 
 def _lost_decades(level, best, init, p: LossGrowthParams) -> bool:
@@ -688,6 +707,12 @@ class LossGrowthStream(Stream):
                                for level, factor in ((self.level, self.low_ratio), (self.fast, self.low_ratio),
                                                      (self.best_level, p.slow_ratio))))
 
+    def _head(self) -> float:
+        """The median of the first 3 finite points once the initial level is known (as the batch
+        rule reads it), else NaN."""
+        head = self.initial.head
+        return small_median(head[:3]) if len(head) == 10 else math.nan
+
     def _may_climb(self, told, levels, width, b, slow_before, best, init, rising, lr_rising, finishing):
         """Whether `climbing` can say yes on this level, before its noise estimates (which cost the
         most): the level above its value `width` points before (or the slow one, with the grad norm
@@ -823,7 +848,7 @@ class LossGrowthStream(Stream):
                     if smooth:
                         spread = jit
                     how = climbing(told, before, b, slow_before, top_best, init, spread, noise, rising, lr_rising,
-                                   p, finishing, width)
+                                   p, finishing, width, self._head())
                 if (early and quick and not smooth and how not in _CORROBORATED and (rising or lr_rising)
                         and p.early_noisy > 0):
                     jit = self.spread.jitter_under(2.0 * p.early_jitter)
@@ -833,7 +858,7 @@ class LossGrowthStream(Stream):
                         quick_how = climbing(fast, self.fast.history[-1 - p.fast] if len(self.fast.history) > p.fast
                                              else math.nan, b, slow_before, best_smooth, init, p.early_noisy * jit,
                                              early_spread_noise(i, self.values, p, p.fast)[1], rising, lr_rising,
-                                             p, finishing, p.fast)
+                                             p, finishing, p.fast, self._head())
                         if quick_how in _CORROBORATED:
                             how, said_by = quick_how, (fast, self.fast.history, best_smooth)
         under = told < p.max_ratio * top_best
@@ -919,6 +944,7 @@ def loss_growth(data, p: LossGrowthParams, since=None):
     slow_told = slow.copy()
     slow_told[: p.min_points] = np.nan
     init, known_after = initial_level(v)
+    head = float(np.median(v[np.isfinite(v)][:3])) if init == init else math.nan  # see learnt_beyond_noise
     first = since_index(s, since)
     # A hit at i needs the points before it to have climbed too.
     i0 = max(first - (max(p.consecutive, p.consecutive_alone) - 1), start)
@@ -989,7 +1015,7 @@ def loss_growth(data, p: LossGrowthParams, since=None):
             spread, noise = spreads[i], noises[i]
         if fast_i:
             spread = jit
-        init_i = init if i > known_after else math.nan
+        init_i, head_i = (init, head) if i > known_after else (math.nan, math.nan)
         before_level = float(lv[i - width]) if i >= width else math.nan
         slow_before = float(slow[i - p.smooth]) if i >= p.smooth else math.nan
         if last != i - 1:
@@ -997,14 +1023,15 @@ def loss_growth(data, p: LossGrowthParams, since=None):
         last = i
         finishing = bool(under[i - 1]) if i else False
         how = climbing(float(lv[i]), before_level, float(slow_told[i]), slow_before, best_i, init_i,
-                       spread, noise, grad_up, lr_up, p, finishing=finishing, width=width)
+                       spread, noise, grad_up, lr_up, p, finishing=finishing, width=width, head=head_i)
         if nearly_i and how not in _CORROBORATED:
             # A short run a little noisier than smooth, with the grad norm or the learning rate rising
             # (see the stream).
             noise = early_spread_noise(i, v, p, p.fast)[1]
             quick_how = climbing(float(fast[i]), float(fast[i - p.fast]) if i >= p.fast else math.nan,
                                  float(slow_told[i]), slow_before, float(best_smooth[i]), init_i,
-                                 p.early_noisy * jit, noise, grad_up, lr_up, p, finishing=finishing, width=p.fast)
+                                 p.early_noisy * jit, noise, grad_up, lr_up, p, finishing=finishing, width=p.fast,
+                                 head=head_i)
             if quick_how in _CORROBORATED:
                 how, lv, best_i, width = quick_how, fast, float(best_smooth[i]), p.fast
         run = run + 1 if how else 0
