@@ -21,7 +21,9 @@ restarted from a checkpoint), then reading continues. The purge is per tag,
 as TensorBoard does for files without a session log: a second writer sharing
 the run directory with other tags (your own SummaryWriter next to
 Lightning's) must not wipe the first one's data. A value logged again at the
-same step replaces the earlier one.
+same step replaces the earlier one. A tag that went back to its first step
+twice or more is named in the run's problems: a step counter that starts
+again (each epoch's batch index logged as the step) keeps only its last round.
 """
 
 from __future__ import annotations

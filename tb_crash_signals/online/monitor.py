@@ -714,6 +714,7 @@ class Monitor:
             "signals": {s: ({"run": self.name, "tag": s} if s in present else None) for s in SIGNALS},
             "loss_kind": self.loss_kind,
             "late_start": st.late_start,
+            "val_by_wall_time": False,  # the steps fed are the steps (analysis.alignment reads logs)
             "points": {s: st.channels[s].n for s in present},
             "sampled": False,
             "episodes": [

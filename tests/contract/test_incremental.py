@@ -350,3 +350,27 @@ def test_a_late_start_the_second_point_reveals_resumes_as_a_cold_analysis():
     resumed = analyze_run(run, full, resume=first.checkpoint)
     assert resumed.checkpoint.since is not None and resumed.checkpoint.late_start
     assert result_json(resumed) == result_json(analyze_run(run, full))
+
+
+def test_a_validation_loss_numbered_by_epoch_resumes_as_a_cold_analysis():
+    # The log as it grows, cut by wall time: a train loss by step, a validation loss by epoch
+    # (analysis.alignment), read at the train loss's steps once its numbering gives it away.
+    rng = np.random.default_rng(1)
+    steps = np.arange(3000)
+    walls = 1.7e9 + 0.1 * (steps + 1)
+    train = Series(steps, 2.0 * np.exp(-steps / 800) + 0.1 * rng.random(steps.size), walls)
+    epochs = np.arange(30)
+    val_walls = 1.7e9 + 0.1 * (epochs + 1) * 100 + 0.01
+    val = Series(epochs, 2.0 * np.exp(-epochs / 8) + 0.002 * epochs**2, val_walls)
+    run = logical(train_loss=True, val_loss=True)
+    previous, flags = None, []
+    for cut in (1.7e9 + 5, 1.7e9 + 50, 1.7e9 + 130, 1.7e9 + 301):
+        part = {}
+        for name, s in (("train_loss", train), ("val_loss", val)):
+            kept = s.wall_times <= cut
+            part[name] = Series(s.steps[kept], s.values[kept], s.wall_times[kept])
+        result = analyze_run(run, part, resume=previous)
+        assert result_json(result) == result_json(analyze_run(run, part))
+        flags.append(result.val_by_wall_time)
+        previous = result.checkpoint
+    assert flags == [False, True, True, True]  # (no evaluation by the first cut)
