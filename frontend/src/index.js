@@ -8,8 +8,8 @@ import {connectToHost} from './ipc.js';
 import {el, clear} from './dom.js';
 import {ChartGroup, makeChart, updateChartData} from './charts.js';
 import {
-  canLog, crashStepOf, wideRange, filterRuns, isPending, lateStartNote, lossKindNote, pickSelection, valByWallTimeNote, presentCharts,
-  progressOf, progressText, rankRuns, stepExtent, zoomRange,
+  canLog, crashStepOf, wideRange, filterRuns, isPending, lateStartNote, lossKindNote, pickSelection, presentCharts,
+  progressOf, progressText, rankRuns, stepExtent, valByWallTimeNote, zoomRange,
 } from './model.js';
 import {fmtNum, fmtStep, plural} from './format.js';
 import {banner, findingsTable, noSignalsView, runHeader, runListItem, timeSeriesLink} from './views.js';
