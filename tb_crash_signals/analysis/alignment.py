@@ -30,6 +30,8 @@ def by_epoch(train: Series | None, val: Series | None) -> bool:
     need wall times, the train loss's in order of its steps (one writer's log)."""
     if train is None or val is None or len(val) < MIN_POINTS or len(train) < MIN_POINTS:
         return False
+    if int(train.steps[-1]) < BEHIND * (int(val.steps[-1]) + 1):
+        return False  # not even the train loss's last step is that far ahead: no pass over the walls
     walls, val_walls = train.wall_times, val.wall_times
     if not (np.isfinite(walls).all() and np.isfinite(val_walls).all() and walls[0] > 0 and val_walls[0] > 0):
         return False
