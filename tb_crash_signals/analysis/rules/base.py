@@ -123,6 +123,13 @@ def level_noise(spread: float, points: int) -> float:
     return 1.25 * spread / math.sqrt(points)
 
 
+def fell_by(high: float, low: float, z: float, spread: float) -> bool:
+    """Whether a loss that went from `high` to `low` fell `z` x its log `spread` or more (CS113's and
+    CS202's test that a run learnt, beyond its noise); no fall between signs."""
+    ratio = high / low
+    return ratio > 0.0 and math.log(ratio) >= z * spread
+
+
 def max_noise_param(what: str = "alarm"):
     """The noise gate: no `what` on a series whose quartiles over `noise_window` are this many
     decades apart (per-step losses of tiny batches, where 10x jumps between batches are ordinary)."""

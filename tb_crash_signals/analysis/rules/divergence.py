@@ -13,6 +13,7 @@ from tb_crash_signals.analysis.rules.base import (
     best_level_param,
     early_jitter_param,
     early_points_param,
+    fell_by,
     fmt,
     level_noise,
     level_param,
@@ -126,8 +127,7 @@ def learnt_beyond_noise(level, best, init, spread, p: DivergenceParams) -> bool:
     spread or more (a spread unknown, NaN: yes)."""
     if not p.learnt_z > 0.0 or level >= p.factor * best or not spread > 0.0:
         return True
-    ratio = init / best
-    return ratio > 0.0 and math.log(ratio) >= p.learnt_z * spread
+    return fell_by(init, best, p.learnt_z, spread)
 
 
 def learnt_beyond_noise_at(level, best, init, spread, p: DivergenceParams) -> np.ndarray:

@@ -470,6 +470,13 @@ def fit_window(steps: np.ndarray, logv: np.ndarray, base: float, p: GrowthParams
     # The current value must stand well above the run's normal level.
     if not np.isfinite(base) or logv[-1] - base < math.log(p.min_excess):
         return None
+    # The projection starts from where the grad norm is now (the median of its last 3 logs), not
+    # from the fitted line's end: a line through a curve that bends, or through a jump, ends far
+    # from the last points, and its crossing with it. The line drawn is moved to pass there too.
+    # Under `under_start` x its initial level nothing is projected: asked before any fit.
+    now = float(np.median(logv[-3:]))
+    if p.under_start > 0 and initial > 0 and now < math.log(p.under_start * initial):
+        return None
     # (NaN, no train loss: no such evidence.)
     if loss_ratio < p.loss_falling and not (p.learning_excess > 0 and logv[-1] - base >= math.log(p.learning_excess)):
         return None
@@ -492,12 +499,6 @@ def fit_window(steps: np.ndarray, logv: np.ndarray, base: float, p: GrowthParams
         b, r2 = b2, r22
         steps = steps[k:]
         span = float(steps[-1] - steps[0])
-    # The projection starts from where the grad norm is now (the median of its last 3 logs), not
-    # from the fitted line's end: a line through a curve that bends, or through a jump, ends far
-    # from the last points, and its crossing with it. The line drawn is moved to pass there too.
-    now = float(np.median(logv[-3:]))
-    if p.under_start > 0 and initial > 0 and now < math.log(p.under_start * initial):
-        return None
     ahead = (math.log(p.threshold) - now) / b
     if (ahead > p.horizon or ahead > p.max_extrapolation * span) and not relative:
         return None

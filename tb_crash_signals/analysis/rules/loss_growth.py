@@ -15,6 +15,7 @@ from tb_crash_signals.analysis.rules.base import (
     best_level_param,
     early_jitter_param,
     early_points_param,
+    fell_by,
     fmt,
     level_noise,
     level_param,
@@ -309,14 +310,14 @@ def climbing(level, before, slow, slow_before, best, init, spread, noise, grad_r
     stream). `finishing`: the level was still under `max_ratio` at the point before, so this point,
     where it crosses, may count ("with grad" only): a fast divergence outruns its level, and the
     sustained divergence needs more points still. `head`: the median of the first 3 finite points
-    (`learnt_beyond_noise`)."""
+    (`has_progress`)."""
     if not best > 0 or noise >= p.max_noise:
         return False
     faster = lr_rising and lr_rising != STEADY  # (True reads as faster)
     # With no progress to lose (`learnt_z`), the climb is measured from where the loss started,
     # whose level, a median of 10 points, has noise of its own. Beyond max_ratio x the best the run
     # has diverged either way: the sustained divergence (CS113) tells the rest.
-    from_start = not learnt_beyond_noise(best, init, head, spread, p)
+    from_start = not has_progress(best, init, head, spread, p)
     base = init if from_start else best
     progress = (p.lost_with_lr if faster else p.lost) * (init - base) if init > base else 0.0
     if level > 0 and level > before:
@@ -352,15 +353,14 @@ def climbing(level, before, slow, slow_before, best, init, spread, noise, grad_r
     return False
 
 
-def learnt_beyond_noise(best, init, head, spread, p: LossGrowthParams) -> bool:
+def has_progress(best, init, head, spread, p: LossGrowthParams) -> bool:
     """Whether the fall from the initial level to the best stands `learnt_z` x the loss's log spread,
     or the fall from `head` (the median of the first 3 points, NaN if unknown) `head_z` x (a
     spread unknown, NaN, or no fall from the initial level: yes, there is nothing to tell apart)."""
     if not (p.learnt_z > 0.0 and spread > 0.0 and init > best > 0.0):
         return True
-    if math.log(init / best) >= p.learnt_z * spread:
-        return True
-    return p.head_z > 0.0 and head > best and math.log(head / best) >= p.head_z * spread
+    return fell_by(init, best, p.learnt_z, spread) or (p.head_z > 0.0 and head > best
+                                                       and fell_by(head, best, p.head_z, spread))
 
 
 def _lost_decades(level, best, init, p: LossGrowthParams) -> bool:
@@ -947,7 +947,7 @@ def loss_growth(data, p: LossGrowthParams, since=None):
     slow_told = slow.copy()
     slow_told[: p.min_points] = np.nan
     init, known_after = initial_level(v)
-    head = float(np.median(v[np.isfinite(v)][:3])) if init == init else math.nan  # see learnt_beyond_noise
+    head = float(np.median(v[np.isfinite(v)][:3])) if init == init else math.nan  # see has_progress
     first = since_index(s, since)
     # A hit at i needs the points before it to have climbed too.
     i0 = max(first - (max(p.consecutive, p.consecutive_alone) - 1), start)
