@@ -26,6 +26,7 @@ from tb_crash_signals.analysis.stats import (
     noise_decades,
     trailing_max,
     trailing_median_mad_at,
+    trailing_min,
 )
 from tb_crash_signals.analysis.streaming import Quiet, Stream, StreamHit, shared_level, tail_median
 
@@ -93,7 +94,8 @@ def _spike_index(values, p: SpikeParams, i0: int):
     top = trailing_max(x, p.window)[r0:]
     xs = x[r0:]
     with np.errstate(invalid="ignore"):
-        candidate = (xs >= p.envelope * top) & np.isfinite(xs)
+        # A window holding a point at or under zero (a likelihood's loss crossing it) has no ratio.
+        candidate = (xs >= p.envelope * top) & np.isfinite(xs) & (trailing_min(x, p.window)[r0:] > 0)
     candidate[: max(p.min_points - i0, 0)] = False
     cand = np.flatnonzero(candidate) + r0
     if cand.size == 0:
@@ -208,7 +210,10 @@ class _SpikeStream(Stream):
             return None
         window, p = self.window, self.p
         lo = window.lower_bound()
-        if lo > 0 and v < p.min_ratio * lo:
+        if lo > 0:
+            if v < p.min_ratio * lo:
+                return None
+        elif not window.minimum(self.size) > 0:
             return None
         top = window.maximum(self.size)
         if not v >= p.envelope * top:
@@ -251,7 +256,9 @@ def loss_spike(data, p: SpikeParams, since=None):
     noise at this scale (the quartiles of its last `noise_window` points less
     than `max_noise` decades apart). The median
     baseline is robust: a spike does not inflate its own baseline. The
-    message classifies the recovery as fast (< 5 points), slow, or none.
+    message classifies the recovery as fast (< 5 points), slow, or none. A
+    window holding a point at or under zero (a negative log-likelihood going
+    through zero) gives no ratio: no spike is read there.
     """
     s = data.get("train_loss")
     if s is not None and len(s) > p.min_points:

@@ -42,6 +42,15 @@ class GradNormThresholdParams:
         "over the batch, unscaled regression targets) wanders across it as it learns; the relative "
         "rules judge those", at_least=1.0,
     )
+    approach: float = param(
+        3.0, "... and only when the two points before it were at least threshold / `approach` "
+        "(the norm climbs toward the threshold), the one before was above it too, or the point is "
+        "`approach` x the threshold or `leap` x the one before: a lone point of a heavy-tailed norm "
+        "that lands not far over the threshold is a spike (CS102) until the next stays above",
+        at_least=1.0,
+    )
+    leap: float = param(30.0, "see `approach`: a grad norm that multiplied this much in one point broke "
+                        "in one update", at_least=1.0)
     cooldown: int = param(20, "points back under the threshold after which a new episode starts")
 
 
@@ -60,6 +69,10 @@ class GradThresholdStream(Stream):
         self.count_nonfinite = p.count_nonfinite
         self.min_rise = p.min_rise
         self.headroom = p.headroom
+        self.near = p.threshold / p.approach
+        self.far = p.threshold * p.approach
+        self.leap = p.leap
+        self.values = channels["grad_norm"].values  # the recent raw points, this one last
         # The grad norm's first finite points before this one (at most 10; pushed after the checks).
         self.head = channels["grad_norm"].initial.head
 
@@ -69,8 +82,22 @@ class GradThresholdStream(Stream):
     def check(self, i, step, v):
         if v > self.threshold and (self.count_nonfinite or v != math.inf):
             if rose_from_start(v, self.head, self.threshold, self.min_rise, self.headroom):
-                return HIT
+                if not self.min_rise:
+                    return HIT
+                values = self.values
+                n = len(values)
+                before = values[-2] if n > 1 else math.nan
+                earlier = values[-3] if n > 2 else math.nan
+                if crossed(v, before, earlier, self.threshold, self.near, self.far, self.leap):
+                    return HIT
         return None
+
+
+def crossed(v, before, earlier, threshold: float, near: float, far: float, leap: float):
+    """Whether a point `v` over the threshold, after the points `before` and `earlier` (NaN: none),
+    is an explosion rather than a heavy tail's lone spike (see GradNormThresholdParams.approach);
+    for floats, or arrays of them."""
+    return ((before > threshold) | ((before >= near) & (earlier >= near)) | (v >= far) | (v >= leap * before))
 
 
 @rule(
@@ -92,7 +119,12 @@ def grad_norm_threshold(data, p: GradNormThresholdParams, since=None):
     unscaled targets) cross it without one. A grad norm that starts within
     `headroom` x of the threshold, or at its first point, is not judged against
     it: its scale is not the article's (the preset sets `min_rise` 0, the plain
-    threshold).
+    threshold). A point is judged when the two before it were at least
+    threshold / `approach`, the one before was above the threshold, or it is
+    `approach` x the threshold or `leap` x the one before: a grad norm that
+    climbs toward the threshold, stays above it, leaps far over it or multiplies
+    in one update crosses it; a heavy-tailed one whose lone spike lands just
+    over it does not (CS102 tells the spike).
     """
     s = data.get("grad_norm")
     if s is not None:
@@ -103,6 +135,11 @@ def grad_norm_threshold(data, p: GradNormThresholdParams, since=None):
             above &= v != np.inf
         above &= rose_from_starts(v, starting_level(s.values, np.arange(i0, i0 + v.shape[0])),
                                   p.threshold, p.min_rise, p.headroom)
+        if p.min_rise and v.size:
+            padded = np.concatenate([[np.nan, np.nan], s.values])[i0 : i0 + v.shape[0] + 2]
+            with np.errstate(invalid="ignore"):
+                above &= crossed(v, padded[1:-1], padded[:-2], p.threshold, p.threshold / p.approach,
+                                 p.threshold * p.approach, p.leap)
         idx = np.flatnonzero(above) + i0
         if idx.size:
             yield Hits("grad_norm", idx)

@@ -328,6 +328,52 @@ def test_grad_norm_threshold_needs_growth_from_where_the_gradients_started():
     assert article and article[0].start_step == int(np.argmax(start > 100))
 
 
+def test_a_heavy_tailed_grad_norms_lone_spike_over_the_threshold_is_no_explosion():
+    # A normalizing flow's grad norm sits around 15 with a heavy tail: single batches reach 5-10x
+    # that, now and then just over 100, and the next point is back (a spike: CS102 says so). A
+    # grad norm that climbs to the threshold, stays over it, leaps 3x over it or multiplies 30x
+    # in one update is an explosion at the point it crosses.
+    rng = np.random.default_rng(4)
+    base = 15.0 * np.exp(0.3 * rng.standard_normal(400))
+    base[:10] = 5.0
+    lone = base.copy()
+    lone[299], lone[300] = 14.0, 113.0
+    assert starts_both("CS101", grad_norm=lone) == ([], [])
+    assert 300 in [e.start_step for e in episodes_of(analyze(grad_norm=lone), "CS102")]
+    twice = lone.copy()
+    twice[301] = 140.0  # the next point stays over: the explosion is confirmed there
+    climbing = base.copy()
+    climbing[297:301] = (25.0, 40.0, 70.0, 120.0)
+    leaping = base.copy()
+    leaping[299], leaping[300] = 14.0, 320.0
+    broken = base.copy()
+    broken[299], broken[300] = 3.0, 110.0  # 37x in one update
+    for g, at in ((twice, 301), (climbing, 300), (leaping, 300), (broken, 300)):
+        assert starts_both("CS101", grad_norm=g) == ([at], [at])
+    # The article's preset keeps its bare threshold.
+    article = episodes_of(analyze(article_config(), grad_norm=lone), "CS101")
+    assert [e.start_step for e in article] == [300]
+
+
+@pytest.mark.parametrize("code", ["CS112", "CS114", "CS115"])
+def test_a_loss_that_crosses_zero_has_no_ratio_to_its_recent_median(code):
+    # A negative log-likelihood (a heteroscedastic Gaussian, a flow) falls through zero and wanders
+    # around it: its recent median can be 0.0006 while single batches reach 0.2, "325x its median".
+    # A window holding a point at or under zero gives no ratio; the same jumps on a positive loss do.
+    rng = np.random.default_rng(5)
+    n = 400
+    loss = np.concatenate([np.linspace(1.1, 0.3, 150), 0.3 * np.exp(0.05 * rng.standard_normal(100)),
+                           0.05 * rng.standard_normal(n - 250)])
+    loss[250:] += 0.003 - np.median(loss[250:300])  # through zero: the median before step 300 is 0.003
+    loss[300] = 0.6
+    grad = np.full(n, 1.0) * np.exp(0.1 * rng.standard_normal(n))
+    grad[300] = 30.0
+    assert starts_both(code, train_loss=loss, grad_norm=grad) == ([], [])
+    shifted = loss + 0.5  # the same series over zero: 1.1 on a median of 0.5 is no blow-up
+    shifted[300] = 80.0  # ... 160x is
+    assert 300 in starts_both(code, train_loss=shifted, grad_norm=grad)[0]
+
+
 def test_grad_norm_threshold_leaves_gradients_that_start_above_it_to_the_relative_rules():
     # A loss summed over the batch (a VAE's ELBO): the grad norm starts at ~570 and wanders 2x around
     # it. Nor is a first point over the threshold an explosion: it has no start to have risen from.

@@ -289,7 +289,7 @@ def test_config_path_and_selection(tmp_path):
     path.write_text('select = ["CS101"]\n[rules.CS101]\nthreshold = 5.0\n')
     m = Monitor(str(path))
     m.update(0, grad_norm=1.0)
-    m.update(1, grad_norm=6.0, train_loss=float("nan"))
+    m.update(1, grad_norm=40.0, train_loss=float("nan"))
     assert [e.code for e in m.episodes()] == ["CS101"]
     assert Monitor(Config(select=("CS0",))).update(0, train_loss=float("nan"))[0].code == "CS001"
 
