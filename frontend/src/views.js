@@ -102,7 +102,8 @@ export function runHeader(analysis, runEntry, link = null) {
   if (s.val_train_gap !== null && s.val_train_gap !== undefined) facts.push(`val–train gap ${fmtNum(s.val_train_gap)}`);
   const sigs = Object.entries(analysis.signals || {})
     .filter(([, ref]) => ref)
-    .map(([sig, ref]) => `${SIGNAL_LABEL[sig] || sig} ← ${ref.run !== analysis.run ? `${ref.run}:` : ''}${ref.tag}`);
+    .map(([sig, ref]) => `${SIGNAL_LABEL[sig] || sig} ← ${ref.log === true ? 'log of ' : ''}`
+      + `${ref.run !== analysis.run ? `${ref.run}:` : ''}${ref.tag}`);
   return el('header', {class: 'cs-run-head'}, [
     el('div', {class: 'cs-title-row'}, [
       el('h2', {class: 'cs-run-title', text: analysis.run, title: analysis.run}),

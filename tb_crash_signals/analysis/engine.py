@@ -22,7 +22,7 @@ from tb_crash_signals.analysis.incidents import Incident, build_incidents
 from tb_crash_signals.analysis.recovery import LEVEL_POINTS, NOISE_POINTS, last_best, quiet_since, settled
 from tb_crash_signals.analysis.rules import RULES, Fit
 from tb_crash_signals.analysis.rules.base import since_index
-from tb_crash_signals.analysis.signals import LOSS_KIND_NOTES, SIGNALS, LogicalRun
+from tb_crash_signals.analysis.signals import LOSS_KIND_NOTES, SIGNALS, LogicalRun, as_losses
 from tb_crash_signals.analysis.stats import value_at_or_before
 from tb_crash_signals.ingest.series import Series
 
@@ -311,7 +311,7 @@ def analyze_run(
             whose last analysed point changed) is ignored.
     """
     config = config or Config()
-    data = {k: data[k] for k in SIGNALS if k in data and data[k] is not None}
+    data = as_losses(run, {k: data[k] for k in SIGNALS if k in data and data[k] is not None})
     data, val_by_wall_time = alignment.aligned(data)
     since = _resume_since(resume, run, data, config)
     carry = dict(resume.carry) if since is not None else {}

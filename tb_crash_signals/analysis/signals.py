@@ -11,7 +11,12 @@ from __future__ import annotations
 import dataclasses
 import posixpath
 import re
-from typing import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from tb_crash_signals.ingest.series import Series
 
 SIGNALS = ("train_loss", "val_loss", "grad_norm", "update_ratio", "lr")
 
@@ -60,6 +65,11 @@ _KNOWN = {
 
 _NUMBERED_LR = re.compile(r"lr\d+")
 
+# Words that name a loss without the word "loss".
+_LOSS_WORDS = frozenset({"xent", "nll"})
+# Words of a perplexity: the exponential of a cross-entropy, read (as its log) where no loss is logged.
+_PERPLEXITY_WORDS = frozenset({"perplexity", "ppl"})
+PERPLEXITY_NOTE = "no loss logged: losses read as the log of their perplexity ({tags})"
 # Words that make a tag look like a loss but not the objective itself.
 _NOT_A_LOSS = frozenset({"scale", "scaler", "weight", "ratio", "std", "var", "min", "max"})
 # Words of a loss's regularising or auxiliary terms: a VAE's KL term climbs by design while the
@@ -92,13 +102,15 @@ _CASE_BREAK = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
 
 @dataclasses.dataclass(frozen=True)
 class TagRef:
-    """A (run, tag) pair: where one dimension's data lives."""
+    """A (run, tag) pair: where one dimension's data lives. `log`: the tag is a perplexity, and
+    the loss is its natural logarithm (the cross-entropy it exponentiates)."""
 
     run: str
     tag: str
+    log: bool = False
 
     def to_json(self) -> dict:
-        return {"run": self.run, "tag": self.tag}
+        return {"run": self.run, "tag": self.tag, "log": True} if self.log else {"run": self.run, "tag": self.tag}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -148,8 +160,12 @@ def _score(dimension: str, tag: str, split: str | None) -> int:
     is_train_tag = bool(wordset & _TRAIN_WORDS)
 
     if dimension in ("train_loss", "val_loss"):
-        # A cross-entropy is a loss by another name (Composer's `metrics/eval/LanguageCrossEntropy`).
-        if ("loss" not in joined and "crossentropy" not in joined) or wordset & _NOT_A_LOSS:
+        # A cross-entropy or a negative log-likelihood is a loss by another name (Composer's
+        # `metrics/eval/LanguageCrossEntropy`, OpenNMT's `progress/xent` and `valid/xent`); a
+        # perplexity is one exponentiated, read only where nothing else is (`is_perplexity`).
+        perplexity = is_perplexity(tag)
+        if ("loss" not in joined and "crossentropy" not in joined and not wordset & _LOSS_WORDS
+                and not perplexity) or wordset & _NOT_A_LOSS:
             return 0
         wants_val = dimension == "val_loss"
         in_val = is_val_tag or (split == "val" and not is_train_tag)
@@ -157,6 +173,8 @@ def _score(dimension: str, tag: str, split: str | None) -> int:
             return 0
         if split == "train" and wants_val and not is_val_tag:
             return 0
+        if perplexity:
+            return 1
     elif dimension == "grad_norm":
         # fairseq's "gnorm" (under train/, train_inner/) names no "grad".
         if not ("grad" in joined and "norm" in joined) and lowered not in known and "gnorm" not in wordset:
@@ -189,6 +207,17 @@ def _score(dimension: str, tag: str, split: str | None) -> int:
     return max(score, 1)
 
 
+def is_perplexity(tag: str) -> bool:
+    """Whether a tag names a perplexity (`train/ppl`, `val/perplexity`) and no loss."""
+    words = set(_words(_CASE_BREAK.sub(" ", tag)))
+    joined = "".join(_words(tag))
+    return bool(words & _PERPLEXITY_WORDS) and "loss" not in joined and "crossentropy" not in joined
+
+
+def _ref(dimension: str, run: str, tag: str) -> TagRef:
+    return TagRef(run, tag, log=dimension in ("train_loss", "val_loss") and is_perplexity(tag))
+
+
 def _resolve(
     members: Sequence[tuple[str, str | None, Sequence[str]]],
     overrides: Mapping[str, Sequence[str]],
@@ -209,7 +238,7 @@ def _resolve(
                 key = (-score, order, tag, run)
                 if best is None or key < best:
                     best = key
-        signals[dimension] = None if best is None else TagRef(best[3], best[2])
+        signals[dimension] = None if best is None else _ref(dimension, best[3], best[2])
     # The same tag cannot be both train and validation loss.
     tl, vl = signals["train_loss"], signals["val_loss"]
     if tl is not None and tl == vl:
@@ -227,7 +256,7 @@ def _override(dimension, members, wanted: Sequence[str]) -> TagRef | None:
     for tag in wanted:
         for run, _, tags in ordered:
             if tag in tags:
-                return TagRef(run, tag)
+                return _ref(dimension, run, tag)
     return None
 
 
@@ -275,6 +304,19 @@ def _kind(tags: Iterable[str], signals: Mapping[str, TagRef | None], overrides: 
         return "objective"
     train = signals.get("train_loss")
     return loss_kind(tags, train.tag if train is not None else None)
+
+
+def as_losses(run: LogicalRun, data: Mapping[str, "Series"]) -> dict:
+    """The series as the rules read them: a perplexity mapped to a loss (`TagRef.log`) becomes its
+    natural logarithm, the cross-entropy it exponentiates (a ratio of those is what the rules' bars
+    are for; one of perplexities is that of losses exponentiated). Others as they are."""
+    out = dict(data)
+    for dimension, series in data.items():
+        ref = run.signals.get(dimension)
+        if ref is not None and ref.log and series is not None:
+            with np.errstate(divide="ignore", invalid="ignore"):
+                out[dimension] = dataclasses.replace(series, values=np.log(series.values))
+    return out
 
 
 def family(run: str) -> str:

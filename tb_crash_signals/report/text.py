@@ -6,7 +6,7 @@ import re
 
 from tb_crash_signals.analysis import alignment
 from tb_crash_signals.analysis.engine import LATE_START_NOTE
-from tb_crash_signals.analysis.signals import LOSS_KIND_NOTES
+from tb_crash_signals.analysis.signals import LOSS_KIND_NOTES, PERPLEXITY_NOTE
 
 
 def safe(text: str) -> str:
@@ -102,6 +102,9 @@ def format_text(report: dict, verbose: bool = False) -> str:
             head += f"  [{LATE_START_NOTE}]"
         if entry.get("val_by_wall_time"):
             head += f"  [{alignment.NOTE}]"
+        perplexities = [ref["tag"] for ref in (entry.get("signals") or {}).values() if ref and ref.get("log")]
+        if perplexities:
+            head += f"  [{PERPLEXITY_NOTE.format(tags=', '.join(safe(t) for t in perplexities))}]"
         lines.append(head)
         if health == "no_signals":
             tags = sorted({t for ts in entry["tags"].values() for t in ts})

@@ -74,6 +74,12 @@ def mapping(tags, run="r", overrides=None):
             ["train/aux_loss", "train/lm_loss", "train/router_z_loss", "val/lm_loss"],
             dict(train_loss="train/lm_loss", val_loss="val/lm_loss"),
         ),
+        (  # OpenNMT: the cross-entropy as `xent`, beside the perplexity
+            ["progress/xent", "progress/ppl", "progress/accuracy", "progress/tgtper", "progress/lr",
+             "valid/xent", "valid/ppl", "valid/accuracy"],
+            dict(train_loss="progress/xent", val_loss="valid/xent", lr="progress/lr"),
+        ),
+        (["train/nll", "val/nll", "train/bits_per_dim"], dict(train_loss="train/nll", val_loss="val/nll")),
         (["klLoss", "reconLoss"], dict(train_loss="reconLoss")),
         (["train/kl_loss"], dict(train_loss="train/kl_loss")),  # the only loss logged is still read
         (["train/l1_loss", "train/reg_loss"], dict(train_loss="train/l1_loss")),  # an L1 objective
@@ -181,3 +187,19 @@ def test_a_train_loss_the_config_names_is_judged_as_an_objective():
 def test_a_gan_split_into_keras_siblings_is_one_adversarial_run():
     (run,) = group_runs({"x/train": ["d_loss", "g_loss"], "x/validation": ["d_loss"]})
     assert run.loss_kind == "adversarial"
+
+
+def test_a_perplexity_is_read_as_its_log_only_where_no_loss_is_logged():
+    run = group_runs({"lm": ["train/ppl", "val/perplexity", "lr"]})[0]
+    assert (run.signals["train_loss"].tag, run.signals["train_loss"].log) == ("train/ppl", True)
+    assert (run.signals["val_loss"].tag, run.signals["val_loss"].log) == ("val/perplexity", True)
+    assert run.signals["train_loss"].to_json() == {"run": "lm", "tag": "train/ppl", "log": True}
+    assert run.signals["lr"].to_json() == {"run": "lm", "tag": "lr"}
+    # fairseq logs both: the loss is read, as logged.
+    both = group_runs({"lm": ["train/ppl", "train/loss", "valid/ppl", "valid/loss"]})[0]
+    assert [(both.signals[d].tag, both.signals[d].log) for d in ("train_loss", "val_loss")] == [
+        ("train/loss", False), ("valid/loss", False)]
+    # A perplexity the config names is still one; a tag that names a loss is not.
+    named = group_runs({"lm": ["trainPerplexity", "x"]}, {"train_loss": ["trainPerplexity"]})[0]
+    assert named.signals["train_loss"].log
+    assert not group_runs({"lm": ["train/ppl_loss"]})[0].signals["train_loss"].log
