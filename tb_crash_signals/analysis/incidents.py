@@ -379,11 +379,15 @@ def _events(eps: list[Episode]) -> int:
 def _recovered_headline(climbs: list[Episode], start: int) -> str:
     """The headline of climbs the run recovered from (analysis.recovery), told from step `start`."""
     n = _events(climbs)
-    what = "jumped" if all(e.code == "CS115" for e in climbs) else "climbed away from its best"
+    if all(e.code == "CS201" for e in climbs):  # the grad norm's growth, the loss learning on
+        what, subject = "grew exponentially", "grad norm"
+    else:
+        what = "jumped" if all(e.code == "CS115" for e in climbs) else "climbed away from its best"
+        subject = "train loss"
     if n == 1:
         end = max(e.end_step for e in climbs)
-        return f"train loss {what} at step{f's {start}-{end}' if end > start else f' {start}'}, then recovered"
-    return f"train loss {what} {n} times from step {start}, recovering each time"
+        return f"{subject} {what} at step{f's {start}-{end}' if end > start else f' {start}'}, then recovered"
+    return f"{subject} {what} {n} times from step {start}, recovering each time"
 
 
 def _points(e: Episode) -> int:

@@ -46,9 +46,9 @@ from tb_crash_signals.analysis.rules.spike import NOT_RECOVERED
 
 # The rules whose episodes a run can come back from: a climb, a level that lost what it learnt,
 # a jump with the grad norm, a loss that blew up in one point (but not right after the learning rate
-# jumped: that is the jump's doing, see _CAUSES). A NaN, an explosion past a bound or a threshold is
-# no scare.
-RECOVERABLE = ("CS113", "CS114", "CS115", "CS118", "CS202")
+# jumped: that is the jump's doing, see _CAUSES), a grad norm's exponential growth that stopped short
+# of the threshold. A NaN, an explosion past a bound or a threshold is no scare.
+RECOVERABLE = ("CS113", "CS114", "CS115", "CS118", "CS201", "CS202")
 # Optimizer settings too large (incidents._OPTIMIZER_HIGH): a climb while one lasts is their symptom,
 # and the run is sick however often the loss comes back.
 _CAUSES = ("CS501", "CS512", "CS513", "CS514")
@@ -66,6 +66,10 @@ BACK = 10.0
 # back within NEAR x its best level: a run that ends a few dozen points after a scare came back from it.
 QUIET_POINTS = 20
 NEAR = 2.0
+# A loss whose best level is at or under zero (a negative log-likelihood) has no multiple of it to be
+# within: it is back near its best once it has lost at most this share of its progress from its
+# initial level to that best.
+LOST_SHARE = 0.5
 # A stall near the start was a slow start once the loss's level is at most this share of its initial
 # level: it learnt at least half of it (a run crawling under too low a learning rate has not).
 LEARNT = 0.5
@@ -147,7 +151,8 @@ def settled(episodes: list[Episode], levels: Callable[[], tuple[float, float, fl
     QUIET_POINTS points after `step` (None: only the cooldown closes a climb).
 
     A note made here, and a climb settled here, is no longer open, whatever its rule's cooldown: what
-    it told is over.
+    it told is over. A loss whose best level is at or under zero (a negative log-likelihood) is within
+    a multiple of it once it has lost at most LOST_SHARE of its progress to it.
     """
     known = None
 
@@ -163,8 +168,8 @@ def settled(episodes: list[Episode], levels: Callable[[], tuple[float, float, fl
             return True
         if quiet is None or not quiet(e.signal, e.end_step):
             return False
-        level, best = loss_levels()[:2]
-        return level <= NEAR * best
+        level, best, initial = loss_levels()[:3]
+        return _within(level, best, initial, NEAR)
 
     # NaN/Inf train losses the run trained on after (see _skipped): steps skipped, not crashes, when the
     # loss now learns on.
@@ -216,7 +221,7 @@ def settled(episodes: list[Episode], levels: Callable[[], tuple[float, float, fl
         stall = e.code == "CS301" and e.severity == "warning" and (lost or STUCK_NOTE in e.message)
         if (climb or stall) and not crash_after(e) and not (climb and not over(e)):
             level, best, initial, noise = loss_levels()
-            if climb and level < initial and (level <= BACK * best or _under_goal(level, e)):
+            if climb and level < initial and (_within(level, best, initial, BACK) or _under_goal(level, e)):
                 e = dataclasses.replace(e, severity="warning", open=False, message=e.message + CAME_BACK,
                                         advice=CAME_BACK_ADVICE)
             elif stall and (level <= LEARNT * initial or (not e.open and _dropped(level, e.start_value, noise))):
@@ -235,7 +240,15 @@ def _skipped(e: Episode) -> bool:
 
 def _learns_on(level: float, best: float, initial: float) -> bool:
     """Whether the train loss's level now stands under its initial level and within NEAR x its best."""
-    return level < initial and level <= NEAR * best
+    return level < initial and _within(level, best, initial, NEAR)
+
+
+def _within(level: float, best: float, initial: float, factor: float) -> bool:
+    """Whether the loss's level is within `factor` x its best level, or, for a best at or under zero,
+    has lost at most LOST_SHARE of its progress from the initial level to the best."""
+    if best > 0:
+        return level <= factor * best
+    return level - best <= LOST_SHARE * (initial - best)
 
 
 def quiet_since(steps, step: int) -> bool:

@@ -49,8 +49,8 @@ class GradNormThresholdParams:
         "that lands not far over the threshold is a spike (CS102) until the next stays above",
         at_least=1.0,
     )
-    leap: float = param(30.0, "see `approach`: a grad norm that multiplied this much in one point broke "
-                        "in one update", at_least=1.0)
+    leap: float = param(30.0, "see `approach`: a grad norm this many times the largest of its 3 points "
+                        "before broke in one update", at_least=1.0)
     cooldown: int = param(20, "points back under the threshold after which a new episode starts")
 
 
@@ -88,16 +88,19 @@ class GradThresholdStream(Stream):
                 n = len(values)
                 before = values[-2] if n > 1 else math.nan
                 earlier = values[-3] if n > 2 else math.nan
-                if crossed(v, before, earlier, self.threshold, self.near, self.far, self.leap):
+                oldest = values[-4] if n > 3 else math.nan
+                if crossed(v, before, earlier, oldest, self.threshold, self.near, self.far, self.leap):
                     return HIT
         return None
 
 
-def crossed(v, before, earlier, threshold: float, near: float, far: float, leap: float):
-    """Whether a point `v` over the threshold, after the points `before` and `earlier` (NaN: none),
-    is an explosion rather than a heavy tail's lone spike (see GradNormThresholdParams.approach);
-    for floats, or arrays of them."""
-    return ((before > threshold) | ((before >= near) & (earlier >= near)) | (v >= far) | (v >= leap * before))
+def crossed(v, before, earlier, oldest, threshold: float, near: float, far: float, leap: float):
+    """Whether a point `v` over the threshold, after the points `oldest`, `earlier` and `before`
+    (NaN: none), is an explosion rather than a heavy tail's lone spike (see
+    GradNormThresholdParams.approach); for floats, or arrays of them. A leap is read against the
+    largest of the three: a heavy tail's low point just before its spike multiplies nothing."""
+    recent = np.fmax(np.fmax(before, earlier), oldest)
+    return ((before > threshold) | ((before >= near) & (earlier >= near)) | (v >= far) | (v >= leap * recent))
 
 
 @rule(
@@ -121,7 +124,7 @@ def grad_norm_threshold(data, p: GradNormThresholdParams, since=None):
     it: its scale is not the article's (the preset sets `min_rise` 0, the plain
     threshold). A point is judged when the two before it were at least
     threshold / `approach`, the one before was above the threshold, or it is
-    `approach` x the threshold or `leap` x the one before: a grad norm that
+    `approach` x the threshold or `leap` x the largest of the three before: a grad norm that
     climbs toward the threshold, stays above it, leaps far over it or multiplies
     in one update crosses it; a heavy-tailed one whose lone spike lands just
     over it does not (CS102 tells the spike).
@@ -136,9 +139,9 @@ def grad_norm_threshold(data, p: GradNormThresholdParams, since=None):
         above &= rose_from_starts(v, starting_level(s.values, np.arange(i0, i0 + v.shape[0])),
                                   p.threshold, p.min_rise, p.headroom)
         if p.min_rise and v.size:
-            padded = np.concatenate([[np.nan, np.nan], s.values])[i0 : i0 + v.shape[0] + 2]
+            padded = np.concatenate([[np.nan] * 3, s.values])[i0 : i0 + v.shape[0] + 3]
             with np.errstate(invalid="ignore"):
-                above &= crossed(v, padded[1:-1], padded[:-2], p.threshold, p.threshold / p.approach,
+                above &= crossed(v, padded[2:-1], padded[1:-2], padded[:-3], p.threshold, p.threshold / p.approach,
                                  p.threshold * p.approach, p.leap)
         idx = np.flatnonzero(above) + i0
         if idx.size:

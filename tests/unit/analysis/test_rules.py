@@ -339,6 +339,9 @@ def test_a_heavy_tailed_grad_norms_lone_spike_over_the_threshold_is_no_explosion
     lone = base.copy()
     lone[299], lone[300] = 14.0, 113.0
     assert starts_both("CS101", grad_norm=lone) == ([], [])
+    dipped = base.copy()
+    dipped[297:301] = (15.0, 12.0, 1.4, 117.0)  # a low batch just before the spike: 84x it, 8x the level
+    assert starts_both("CS101", grad_norm=dipped) == ([], [])
     assert 300 in [e.start_step for e in episodes_of(analyze(grad_norm=lone), "CS102")]
     twice = lone.copy()
     twice[301] = 140.0  # the next point stays over: the explosion is confirmed there
@@ -347,7 +350,7 @@ def test_a_heavy_tailed_grad_norms_lone_spike_over_the_threshold_is_no_explosion
     leaping = base.copy()
     leaping[299], leaping[300] = 14.0, 320.0
     broken = base.copy()
-    broken[299], broken[300] = 3.0, 110.0  # 37x in one update
+    broken[297:301] = (2.0, 3.0, 2.5, 110.0)  # 37x the largest of the 3 points before, in one update
     for g, at in ((twice, 301), (climbing, 300), (leaping, 300), (broken, 300)):
         assert starts_both("CS101", grad_norm=g) == ([at], [at])
     # The article's preset keeps its bare threshold.
