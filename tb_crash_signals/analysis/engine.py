@@ -226,7 +226,11 @@ def _finite_max(values: np.ndarray, start: int = 0, prefix: float | None = None)
 
 
 def loss_trend(train: Series | None) -> str | None:
-    """The article's trend over the recent window: is the loss still going down?"""
+    """The article's trend over its recent window (the last 20 points): is the loss still going down?
+    The median of the window's later half against that of its earlier half, a move of 1 % or more,
+    and beyond the window's own noise (three standard errors of that difference, the noise read from
+    the MAD of its point-to-point differences, which a trend does not inflate): a per-step loss's
+    last point against its 20th last is a coin toss."""
     if train is None or len(train) == 0:
         return None
     recent = train.values[-_TREND_WINDOW:]
@@ -235,8 +239,12 @@ def loss_trend(train: Series | None) -> str | None:
     finite = recent[np.isfinite(recent)]
     if finite.size < 2:
         return "flat"
-    first, last = finite[0], finite[-1]
-    tol = 0.01 * max(abs(first), 1e-12)
+    half = finite.size // 2
+    first, last = float(np.median(finite[:half])), float(np.median(finite[half:]))
+    steps = np.diff(finite)
+    spread = stats.MAD_TO_SIGMA * float(np.median(np.abs(steps - np.median(steps)))) / math.sqrt(2.0)
+    # A median of n points has a standard error of ~1.25 sigma / sqrt(n); two of them, sqrt(2) that.
+    tol = max(0.01 * max(abs(first), 1e-12), 3.0 * 1.25 * spread * math.sqrt(2.0 / half))
     if last < first - tol:
         return "decreasing"
     if last > first + tol:
