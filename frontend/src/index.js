@@ -9,7 +9,7 @@ import {el, clear} from './dom.js';
 import {ChartGroup, makeChart, updateChartData} from './charts.js';
 import {
   canLog, crashStepOf, wideRange, filterRuns, isPending, lateStartNote, lossKindNote, pickSelection, presentCharts,
-  progressOf, progressText, rankRuns, stepExtent, valByWallTimeNote, zoomRange,
+  perplexityNote, progressOf, progressText, rankRuns, stepExtent, valByWallTimeNote, zoomRange,
 } from './model.js';
 import {fmtNum, fmtStep, plural} from './format.js';
 import {banner, findingsTable, noSignalsView, runHeader, runListItem, timeSeriesLink} from './views.js';
@@ -435,7 +435,7 @@ class App {
       this.banners.appendChild(banner('info', `${n} problem${n === 1 ? '' : 's'} reading the logs (the analysis skipped what it could not read).`, details));
     }
     const selected = a && a.run === this.state.selected;
-    for (const note of selected ? [lossKindNote(a), lateStartNote(a), valByWallTimeNote(a)] : []) {
+    for (const note of selected ? [lossKindNote(a), lateStartNote(a), valByWallTimeNote(a), perplexityNote(a)] : []) {
       if (note) this.banners.appendChild(banner('info', note));
     }
     if (a && a.sampled && a.run === this.state.selected) {

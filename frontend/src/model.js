@@ -172,6 +172,15 @@ export function valByWallTimeNote(analysis) {
   return 'The validation loss was logged with the epoch as its step while the train loss counts steps: each validation point is read and drawn at the last train step logged before it was written (by wall time). TensorBoard’s own charts show it at the epoch numbers; log it with the global step to line them up there too.';
 }
 
+/** The note a run gets when its losses are read from perplexities (no loss logged); null otherwise. */
+export function perplexityNote(analysis) {
+  const refs = Object.values((analysis && analysis.signals) || {}).filter(
+    (ref) => ref && ref.log === true && typeof ref.tag === 'string');
+  if (!refs.length) return null;
+  const tags = refs.map((ref) => ref.tag).join(', ');
+  return `No loss is logged: the losses drawn and analysed are the natural log of the perplexities ${tags} (the cross-entropy they exponentiate). TensorBoard’s own charts show the perplexities.`;
+}
+
 /** One sentence: what happened, when, and how early. The server's headline wins. */
 export function headlineOf(entry) {
   const h = entry.headline || (entry.summary && entry.summary.headline);

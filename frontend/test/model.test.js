@@ -4,7 +4,7 @@ import {
   rankRuns, filterRuns, defaultSelection, countsOf, incidentCountsOf, headlineOf, smoothEMA, canLog, unionSteps, alignTo,
   presentCharts, chartIdFor, stepExtent, chartData, fitLine, fitLabel, episodeBox, nonfiniteMarks, shownFits, projectsAhead,
   zoomRange, episodeTitle, tomlString, tomlSnippet, CHARTS, wideRange, isPending, progressOf, pickSelection,
-  progressText, lossKindNote, lateStartNote, valByWallTimeNote,
+  progressText, lossKindNote, lateStartNote, valByWallTimeNote, perplexityNote,
 } from '../src/model.js';
 
 const run = (name, health, extra = {}) => ({run: name, health, ...extra});
@@ -336,6 +336,14 @@ test('lossKindNote: the losses of a GAN or a reinforcement learner say what is w
 test('lateStartNote: only a log that begins past its start says so', () => {
   assert.match(lateStartNote({late_start: true}), /resumed.*not judged/);
   for (const a of [{late_start: false}, {}, null, {late_start: 'true'}]) assert.equal(lateStartNote(a), null);
+});
+
+test('perplexityNote: only losses read from perplexities say so, naming the tags', () => {
+  const note = perplexityNote({signals: {train_loss: {run: 'lm', tag: 'train/ppl', log: true},
+    val_loss: {run: 'lm', tag: 'val/ppl', log: true}, lr: {run: 'lm', tag: 'lr'}}});
+  assert.match(note, /natural log of the perplexities train\/ppl, val\/ppl/);
+  for (const a of [{signals: {train_loss: {run: 'lm', tag: 'loss'}}}, {signals: {train_loss: {tag: 'p', log: 'true'}}},
+    {signals: {train_loss: null}}, {}, null]) assert.equal(perplexityNote(a), null);
 });
 
 test('valByWallTimeNote: only a validation loss numbered by epoch says so', () => {

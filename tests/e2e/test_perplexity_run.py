@@ -1,5 +1,6 @@
 """A run that logs a perplexity and no loss, in a real TensorBoard and headless Chromium: the tab
-draws and analyses its log, and its header says which tag the loss was read from, and how."""
+draws and analyses its log, says so in a banner, and its header says which tag the loss was read from,
+and how."""
 
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ def test_the_tab_reads_a_perplexity_as_its_log(browser, tmp_path):
             tab.frame.locator("[data-run='lm']").click()
             tab.settle()
             tab.frame.locator("[data-chart='loss'] canvas").first.wait_for(timeout=15000)
+            assert tab.frame.locator(".cs-banner", has_text="natural log of the perplexities train/ppl").count() == 1
             mapping = tab.frame.locator(".cs-run-head .cs-meta").get_attribute("title")
             assert "train loss ← log of train/ppl" in mapping and "val loss ← log of val/ppl" in mapping
             analysis = tab.analysis("lm")
