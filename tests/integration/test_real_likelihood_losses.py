@@ -5,7 +5,7 @@ A heteroscedastic regression trained on its Gaussian NLL (tests/support/torch_tr
 losses fall through zero and stay negative: a density can be fitted to any precision. Read as ratios,
 such a loss "blew up 325x its recent median" whenever a batch landed at 0.2 on a median of 0.0006:
 three of six Gaussian runs at a high learning rate got a critical, and the Monitor stopped them. A
-window holding a point at or under zero gives no ratio (CS112, CS114, CS115).
+window holding a point under zero gives no ratio (CS112, CS114, CS115).
 
 The flow's grad norm settles around 10-20 with a heavy tail, single batches 5-10x that, now and then
 just over the article's threshold of 100 while the loss does not move: two of six runs got a critical

@@ -243,8 +243,8 @@ class LossBlowupStream(Stream):
         if lo > 0:
             if v < self.floor * lo:
                 return None  # under the smallest multiple of the window's min <= its median
-        elif not self.window.minimum(p.window) > 0:
-            return None  # a point at or under zero in the window: no ratio
+        elif not self.window.minimum(p.window) >= 0:
+            return None  # a point under zero in the window: no ratio
         lr_ratio = self._lr_jump()
         if not lr_ratio > 0 and lo > 0 and self.floor_without_lr >= 0 and v < self.floor_without_lr * lo:
             return None  # no jump of the learning rate: only "big" or "climb" could be, and neither is
@@ -291,7 +291,7 @@ def loss_blowup(data, p: BlowupParams, since=None):
     (an explosion over a few logged points: an epoch-level run whose loss
     goes 2.9, 3.4, 11, 31, 80 has crashed at 31). Under any absolute
     threshold: the loss of a small model that explodes from 0.003 to 1.0 is
-    a crash at 1.0. A window holding a point at or under zero (a negative
+    a crash at 1.0. A window holding a point under zero (a negative
     log-likelihood going through zero) gives no ratio: no blow-up is read
     there (NaN/Inf and the loss bound still are).
     """
@@ -301,9 +301,9 @@ def loss_blowup(data, p: BlowupParams, since=None):
     v = s.values
     i0 = since_index(s, since)
     with np.errstate(invalid="ignore"):
-        # A window holding a point at or under zero (a likelihood's loss crossing it) has no ratio.
+        # A window holding a point under zero (a likelihood's loss crossing it) has no ratio.
         low = trailing_min(v, p.window)
-        candidate = (low > 0) & (v >= fire_floor(p) * low)
+        candidate = (low >= 0) & (v >= fire_floor(p) * low)
     candidate[: max(p.min_points, i0)] = False
     cand = np.flatnonzero(candidate)
     if cand.size == 0:
@@ -427,8 +427,8 @@ class JumpTogetherStream(Stream):
         if lo > 0:
             if p.loss_factor >= 0 and loss < p.loss_factor * lo:
                 return None
-        elif not min(train.window.tail(p.window + 1)[:-1], default=math.nan) > 0:
-            return None  # a loss point at or under zero before this one: no ratio
+        elif not min(train.window.tail(p.window + 1)[:-1], default=math.nan) >= 0:
+            return None  # a loss point under zero before this one: no ratio
         g_med = self.median.before(i, i, p.min_points)
         l_med = self.loss_median.before(train.n - 1, train.n, p.min_points)
         if (
@@ -458,8 +458,8 @@ def jump_together(data, p: JumpTogetherParams, since=None):
     Each against the median of its previous `window` points, both logged at
     that step: one of them alone can be a noisy batch, both together are an
     update that went wrong -- a crash signal even while the grad norm is far
-    under the explosion threshold. A loss window holding a point at or under
-    zero gives no ratio (CS117 alike).
+    under the explosion threshold. A loss window holding a point under zero
+    gives no ratio (CS117 alike).
     """
     yield from jumped_together(data, p, since, "grad_norm")
 
@@ -509,9 +509,9 @@ def jumped_together(data, p: JumpTogetherParams, since, partner: str):
     g_med, _ = trailing_median_mad_at(gv, p.window, p.min_points, cand, mad=False)
     l_med, _ = trailing_median_mad_at(s.values, p.window, p.min_points, pos, mad=False)
     loss = s.values[pos]
-    # A loss window holding a point at or under zero (a likelihood's loss crossing it) has no ratio.
+    # A loss window holding a point under zero (a likelihood's loss crossing it) has no ratio.
     with np.errstate(invalid="ignore"):
-        positive = trailing_min(s.values, p.window)[pos] > 0
+        positive = trailing_min(s.values, p.window)[pos] >= 0
     init, known_after = initial_level(s.values)
     inits = np.where(pos > known_after, init, 0.0)
     with np.errstate(invalid="ignore", divide="ignore"):

@@ -94,8 +94,8 @@ def _spike_index(values, p: SpikeParams, i0: int):
     top = trailing_max(x, p.window)[r0:]
     xs = x[r0:]
     with np.errstate(invalid="ignore"):
-        # A window holding a point at or under zero (a likelihood's loss crossing it) has no ratio.
-        candidate = (xs >= p.envelope * top) & np.isfinite(xs) & (trailing_min(x, p.window)[r0:] > 0)
+        # A window holding a point under zero (a likelihood's loss crossing it) has no ratio.
+        candidate = (xs >= p.envelope * top) & np.isfinite(xs) & (trailing_min(x, p.window)[r0:] >= 0)
     candidate[: max(p.min_points - i0, 0)] = False
     cand = np.flatnonzero(candidate) + r0
     if cand.size == 0:
@@ -213,7 +213,7 @@ class _SpikeStream(Stream):
         if lo > 0:
             if v < p.min_ratio * lo:
                 return None
-        elif not window.minimum(self.size) > 0:
+        elif not window.minimum(self.size) >= 0:
             return None
         top = window.maximum(self.size)
         if not v >= p.envelope * top:
@@ -257,8 +257,8 @@ def loss_spike(data, p: SpikeParams, since=None):
     than `max_noise` decades apart). The median
     baseline is robust: a spike does not inflate its own baseline. The
     message classifies the recovery as fast (< 5 points), slow, or none. A
-    window holding a point at or under zero (a negative log-likelihood going
-    through zero) gives no ratio: no spike is read there.
+    window holding a point under zero (a negative log-likelihood going through
+    zero) gives no ratio: no spike is read there.
     """
     s = data.get("train_loss")
     if s is not None and len(s) > p.min_points:

@@ -362,7 +362,7 @@ def test_a_heavy_tailed_grad_norms_lone_spike_over_the_threshold_is_no_explosion
 def test_a_loss_that_crosses_zero_has_no_ratio_to_its_recent_median(code):
     # A negative log-likelihood (a heteroscedastic Gaussian, a flow) falls through zero and wanders
     # around it: its recent median can be 0.0006 while single batches reach 0.2, "325x its median".
-    # A window holding a point at or under zero gives no ratio; the same jumps on a positive loss do.
+    # A window holding a point under zero gives no ratio; the same jumps on a positive loss do.
     rng = np.random.default_rng(5)
     n = 400
     loss = np.concatenate([np.linspace(1.1, 0.3, 150), 0.3 * np.exp(0.05 * rng.standard_normal(100)),
@@ -374,7 +374,13 @@ def test_a_loss_that_crosses_zero_has_no_ratio_to_its_recent_median(code):
     assert starts_both(code, train_loss=loss, grad_norm=grad) == ([], [])
     shifted = loss + 0.5  # the same series over zero: 1.1 on a median of 0.5 is no blow-up
     shifted[300] = 80.0  # ... 160x is
-    assert 300 in starts_both(code, train_loss=shifted, grad_norm=grad)[0]
+    batch, monitor = starts_both(code, train_loss=shifted, grad_norm=grad)
+    assert 300 in batch and batch == monitor
+    # A hinge loss is 0 on the batches it separates: zero is its floor, not a crossing.
+    hinge = np.where(rng.random(n) < 0.3, 0.0, shifted)
+    hinge[300] = 80.0
+    batch, monitor = starts_both(code, train_loss=hinge, grad_norm=grad)
+    assert 300 in batch and batch == monitor
 
 
 def test_grad_norm_threshold_leaves_gradients_that_start_above_it_to_the_relative_rules():
