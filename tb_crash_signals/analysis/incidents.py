@@ -21,7 +21,7 @@ from tb_crash_signals.analysis.episodes import Episode
 from tb_crash_signals.analysis.recovery import came_back, went_on
 from tb_crash_signals.analysis.rules.base import Fit, fmt
 from tb_crash_signals.analysis.rules.overfit import val_jumped
-from tb_crash_signals.analysis.rules.plateau import large_updates, lost_ground, stuck_near_start
+from tb_crash_signals.analysis.rules.plateau import large_updates, lost_ground, lr_gone, stuck_near_start
 from tb_crash_signals.analysis.signals import SIGNAL_LABELS
 
 KINDS = ("divergence", "nonfinite", "overfit", "optimizer", "plateau", "stagnation", "spikes", "overflow")
@@ -220,8 +220,12 @@ def build_incidents(episodes: list[Episode], run_steps: int = 0) -> list[Inciden
         # Too large a step also shakes the loss: spikes while it lasts are its symptom.
         shaken = [i for i in order if i not in taken and episodes[i].code in _SPIKES
                   and any(_overlap(episodes[i], episodes[j]) for j in high)]
+        # ... and a stall under a learning rate that had decayed to ~0, which then reached it: the
+        # same schedule, told once.
+        zero = [j for j in low if episodes[j].code == "CS511"]
         stalled = [i for i in plateau if episodes[i].code in _PLATEAU
-                   and any(_overlap(episodes[i], episodes[j]) for j in low)]
+                   and (any(_overlap(episodes[i], episodes[j]) for j in low)
+                        or (episodes[i].code == "CS301" and lr_gone(episodes[i].message) and zero))]
         # ... with the validation loss stuck meanwhile (as a plateau incident holds it)
         stalled += [i for i in plateau if episodes[i].code in _STAGNATION
                     and any(_overlap(episodes[i], episodes[j]) for j in stalled)]

@@ -39,6 +39,9 @@ BACK_NOTE = "back near where it started after it had learnt"
 # ... and, of a loss stuck near its start, that updates far larger than training takes came before:
 # a learning rate too high wrecked the weights (the incidents tell it with `large_updates`).
 LARGE_UPDATES_NOTE = "after updates far too large"
+# ... and of a stall under a learning rate that decayed to ~0 (its share of its peak follows): the
+# incidents fold it into a learning rate at zero's story (`lr_gone`).
+LR_GONE_NOTE = "with the learning rate at"
 ABOVE = 1.25
 # The learning rate has fallen when it is under this share of its peak so far (`lr_fell`'s default;
 # CS402 reads a schedule's course with it too).
@@ -147,7 +150,7 @@ def plateau_note(patience, lr_fraction, lr_climb=math.nan, level=math.nan, best=
     near its start, the note adds updates far too large when the update ratio's peak so far
     (`updates`) reached `updates_high` (> 0)."""
     if lr_fraction == lr_fraction:
-        why = f", with the learning rate at {fmt(100 * lr_fraction)}% of its peak"
+        why = f", {LR_GONE_NOTE} {fmt(100 * lr_fraction)}% of its peak"
     elif lr_climb == lr_climb:
         why = f", while the learning rate climbed back to {fmt(lr_climb)}x its earlier peak"
     elif level >= ABOVE:
@@ -159,6 +162,11 @@ def plateau_note(patience, lr_fraction, lr_climb=math.nan, level=math.nan, best=
     else:
         why = f", {STUCK_NOTE}"
     return f"{int(patience)} points{why}"
+
+
+def lr_gone(message: str) -> bool:
+    """Whether a CS301 message tells a stall under a learning rate that decayed to ~0."""
+    return f", {LR_GONE_NOTE} " in message
 
 
 def lost_ground(message: str) -> bool:

@@ -177,3 +177,9 @@ def test_a_stall_while_the_weights_barely_move_is_the_optimizer_story():
     eps = [episode("CS301", 200, 600), episode("CS511", 165, 600, signal="lr")]
     (incident,) = build_incidents(eps, run_steps=600)
     assert incident.headline == "CS511 at 165; the train loss stalls with it"
+    # ... unless the stall was the learning rate's decay on its way there (a scheduler stepped every
+    # batch instead of every epoch: 0.001 % of its peak at the stall, exactly 0 a thousand steps on).
+    gone = dataclasses.replace(episode("CS301", 150, 1000), message="train loss has not improved by 1% for "
+                               + plateau_note(60, 1e-5) + " (around 0.75 at step 150)")
+    eps = [gone, episode("CS511", 1351, 3000, signal="lr")]
+    assert kinds(build_incidents(eps, run_steps=3000)) == [("optimizer", [0, 1])]
