@@ -427,8 +427,8 @@ class JumpTogetherStream(Stream):
         if lo > 0:
             if p.loss_factor >= 0 and loss < p.loss_factor * lo:
                 return None
-        elif not min(train.window.tail(p.window + 1)[:-1], default=math.nan) >= 0:
-            return None  # a loss point under zero before this one: no ratio
+        elif not min((x for x in train.window.tail(p.window + 1)[:-1] if x == x), default=math.nan) >= 0:
+            return None  # a loss point under zero before this one (NaN leads only, as trailing_min skips)
         g_med = self.median.before(i, i, p.min_points)
         l_med = self.loss_median.before(train.n - 1, train.n, p.min_points)
         if (

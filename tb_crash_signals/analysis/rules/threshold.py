@@ -45,7 +45,7 @@ class GradNormThresholdParams:
     approach: float = param(
         3.0, "... and only when the two points before it were at least threshold / `approach` "
         "(the norm climbs toward the threshold), the one before was above it too, or the point is "
-        "`approach` x the threshold or `leap` x the one before: a lone point of a heavy-tailed norm "
+        "`approach` x the threshold or `leap` x the largest of the 3 before: a lone point of a heavy-tailed norm "
         "that lands not far over the threshold is a spike (CS102) until the next stays above",
         at_least=1.0,
     )
@@ -124,10 +124,10 @@ def grad_norm_threshold(data, p: GradNormThresholdParams, since=None):
     it: its scale is not the article's (the preset sets `min_rise` 0, the plain
     threshold). A point is judged when the two before it were at least
     threshold / `approach`, the one before was above the threshold, or it is
-    `approach` x the threshold or `leap` x the largest of the three before: a grad norm that
-    climbs toward the threshold, stays above it, leaps far over it or multiplies
-    in one update crosses it; a heavy-tailed one whose lone spike lands just
-    over it does not (CS102 tells the spike).
+    `approach` x the threshold or `leap` x the largest of the three before: a
+    grad norm that climbs toward the threshold, stays above it, leaps far over
+    it or multiplies in one update crosses it; a heavy-tailed one whose lone
+    spike lands just over it does not (CS102 tells the spike).
     """
     s = data.get("grad_norm")
     if s is not None:
