@@ -330,7 +330,6 @@ def train_diffusion(logdir, seed: int, lr: float, steps: int, every_eval: int = 
     few hundred steps, then stays there within ±20 % batch to batch while the held-out loss keeps
     improving slowly: most of the noise is unpredictable at high noise levels."""
     import torch
-    from torch.utils.tensorboard import SummaryWriter
 
     torch.manual_seed(seed)
     torch.set_num_threads(1)
@@ -355,21 +354,31 @@ def train_diffusion(logdir, seed: int, lr: float, steps: int, every_eval: int = 
         return ((model(torch.cat([noised, angle.sin(), angle.cos()], 1)) - noise) ** 2).mean()
 
     held_out = roll(1024, torch.Generator().manual_seed(seed + 1000))
+    _train_adam(logdir, model, lr, steps, lambda: loss_of(roll(128)),
+                lambda: loss_of(held_out, torch.Generator().manual_seed(0)), every_eval)
+
+
+def _train_adam(logdir, model, lr: float, steps: int, batch_loss, held_out_loss, every_eval: int) -> None:
+    """Adam at a constant `lr` on `batch_loss()` for `steps` steps, logging the loss, the global grad
+    norm and the learning rate every step, and `held_out_loss()` every `every_eval`, under
+    `Loss/train`, `Grad/norm`, `LR` and `Loss/val`."""
+    import torch
+    from torch.utils.tensorboard import SummaryWriter
+
     opt = torch.optim.Adam(model.parameters(), lr)
     with SummaryWriter(str(logdir)) as w:
         for step in range(steps):
-            loss = loss_of(roll(128))
+            loss = batch_loss()
             opt.zero_grad()
             loss.backward()
-            gnorm = nn.utils.clip_grad_norm_(model.parameters(), math.inf)
+            gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), math.inf)
             opt.step()
             w.add_scalar("Loss/train", loss.item(), step)
             w.add_scalar("Grad/norm", gnorm.item(), step)
             w.add_scalar("LR", lr, step)
             if step % every_eval == every_eval - 1:
                 with torch.no_grad():
-                    val = loss_of(held_out, torch.Generator().manual_seed(0)).item()
-                w.add_scalar("Loss/val", val, step)
+                    w.add_scalar("Loss/val", held_out_loss().item(), step)
 
 
 def train_rnn_that_cannot_learn(logdir, seed: int, steps: int, lr: float = 1e-2) -> None:
@@ -445,7 +454,6 @@ def train_gaussian_likelihood(logdir, seed: int, lr: float, steps: int, every_ev
     it, sign and all. A ReLU MLP (two hidden layers of 64), Adam at a constant `lr`, batches of 64;
     `Loss/train`, `Grad/norm` and `LR` every step, the NLL of 2000 held-out points every `every_eval`."""
     import torch
-    from torch.utils.tensorboard import SummaryWriter
 
     torch.manual_seed(seed)
     torch.set_num_threads(1)
@@ -463,20 +471,7 @@ def train_gaussian_likelihood(logdir, seed: int, lr: float, steps: int, every_ev
         return nn.functional.gaussian_nll_loss(out[:, :1], y, nn.functional.softplus(out[:, 1:]) + 1e-6)
 
     held_out = sample(2000)
-    opt = torch.optim.Adam(model.parameters(), lr)
-    with SummaryWriter(str(logdir)) as w:
-        for step in range(steps):
-            loss = nll(*sample(64))
-            opt.zero_grad()
-            loss.backward()
-            gnorm = nn.utils.clip_grad_norm_(model.parameters(), math.inf)
-            opt.step()
-            w.add_scalar("Loss/train", loss.item(), step)
-            w.add_scalar("Grad/norm", gnorm.item(), step)
-            w.add_scalar("LR", lr, step)
-            if step % every_eval == every_eval - 1:
-                with torch.no_grad():
-                    w.add_scalar("Loss/val", nll(*held_out).item(), step)
+    _train_adam(logdir, model, lr, steps, lambda: nll(*sample(64)), lambda: nll(*held_out), every_eval)
 
 
 def train_flow(logdir, seed: int, lr: float, steps: int, every_eval: int = 100) -> None:
@@ -486,7 +481,6 @@ def train_flow(logdir, seed: int, lr: float, steps: int, every_eval: int = 100) 
     batches reach 5-10x its median now and then, and the loss does not move. Adam at a constant
     `lr`, batches of 128; logged as train_gaussian_likelihood logs."""
     import torch
-    from torch.utils.tensorboard import SummaryWriter
 
     torch.manual_seed(seed)
     torch.set_num_threads(1)
@@ -521,17 +515,4 @@ def train_flow(logdir, seed: int, lr: float, steps: int, every_eval: int = 100) 
         return torch.stack([radius * angle.cos(), radius * angle.sin()], 1) * 0.5
 
     held_out = ring(2000)
-    opt = torch.optim.Adam(model.parameters(), lr)
-    with SummaryWriter(str(logdir)) as w:
-        for step in range(steps):
-            loss = nll(ring(128))
-            opt.zero_grad()
-            loss.backward()
-            gnorm = nn.utils.clip_grad_norm_(model.parameters(), math.inf)
-            opt.step()
-            w.add_scalar("Loss/train", loss.item(), step)
-            w.add_scalar("Grad/norm", gnorm.item(), step)
-            w.add_scalar("LR", lr, step)
-            if step % every_eval == every_eval - 1:
-                with torch.no_grad():
-                    w.add_scalar("Loss/val", nll(held_out).item(), step)
+    _train_adam(logdir, model, lr, steps, lambda: nll(ring(128)), lambda: nll(held_out), every_eval)
