@@ -209,9 +209,8 @@ def _score(dimension: str, tag: str, split: str | None) -> int:
 
 def is_perplexity(tag: str) -> bool:
     """Whether a tag names a perplexity (`train/ppl`, `val/perplexity`) and no loss."""
-    words = set(_words(_CASE_BREAK.sub(" ", tag)))
     joined = "".join(_words(tag))
-    return bool(words & _PERPLEXITY_WORDS) and "loss" not in joined and "crossentropy" not in joined
+    return bool(_case_words(tag) & _PERPLEXITY_WORDS) and "loss" not in joined and "crossentropy" not in joined
 
 
 def _ref(dimension: str, run: str, tag: str) -> TagRef:
