@@ -22,7 +22,7 @@ from typing import Callable
 
 from tb_crash_signals.analysis.config import Config
 from tb_crash_signals.analysis.engine import analyze_run, rank
-from tb_crash_signals.analysis.signals import family, group_runs
+from tb_crash_signals.analysis.signals import families, group_runs
 from tb_crash_signals.executors import Executor, ExecutorError, InlineExecutor
 from tb_crash_signals.ingest.reader import LogdirSource, RunReader, reload_readers
 from tb_crash_signals.ingest.storage import Storage
@@ -92,28 +92,6 @@ def analyse_group(task: GroupTask) -> GroupResult:
         seconds=time.perf_counter() - started,
         where=f"{socket.gethostname()}:{os.getpid()}",
     )
-
-
-def families(runs) -> list[list[str]]:
-    """`runs` in the groups `group_runs` decides on together: a run, the parent it may
-    join (`signals.family`), and so on transitively (a split that is itself a parent,
-    ``validation`` next to ``validation/train``, ties its parent and its children)."""
-    parent: dict[str, str] = {}
-
-    def find(x):
-        while parent.setdefault(x, x) != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
-
-    for run in runs:
-        a, b = find(run), find(family(run))
-        if a != b:
-            parent[max(a, b)] = min(a, b)
-    groups: dict[str, list[str]] = {}
-    for run in sorted(runs):
-        groups.setdefault(find(run), []).append(run)
-    return [groups[k] for k in sorted(groups)]
 
 
 def plan_tasks(runs, workers: int, max_runs: int = MAX_RUNS_PER_TASK) -> list[tuple[str, ...]]:

@@ -328,6 +328,28 @@ def family(run: str) -> str:
     return (posixpath.dirname(run) or ".") if _split_of(run) is not None else run
 
 
+def families(runs) -> list[list[str]]:
+    """`runs` in the groups `group_runs` decides on together: a run, the parent it may
+    join (`signals.family`), and so on transitively (a split that is itself a parent,
+    ``validation`` next to ``validation/train``, ties its parent and its children)."""
+    parent: dict[str, str] = {}
+
+    def find(x):
+        while parent.setdefault(x, x) != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for run in runs:
+        a, b = find(run), find(family(run))
+        if a != b:
+            parent[max(a, b)] = min(a, b)
+    groups: dict[str, list[str]] = {}
+    for run in sorted(runs):
+        groups.setdefault(find(run), []).append(run)
+    return [groups[k] for k in sorted(groups)]
+
+
 def _member_order(run: str):
     """Training splits first, the finer one first (`_TRAIN_SPLITS`' order), then validation."""
     last = posixpath.basename(run).lower()
@@ -359,14 +381,21 @@ def group_runs(
     logical: list[LogicalRun] = []
     for parent, children in by_parent.items():
         splits = [_split_of(c) for c in children]
+        trains, vals = splits.count("train"), splits.count("val")
+        # A TF Estimator writes its training events in the model directory itself and its
+        # evaluations' in eval/ under it: the parent is the training member.
+        estimator = bool(runs.get(parent)) and not trains and vals == 1
         # Keras writes train/ alone when there is no validation data, and an
         # hparams-only event file (no scalars) in the parent, which we absorb.
-        if not splits.count("train") or splits.count("val") > 1 or runs.get(parent):
+        if not estimator and (not trains or vals > 1 or runs.get(parent)):
             continue
         if parent in runs:
             grouped.add(parent)
         ordered = sorted(children, key=_member_order)
         members = [(c, _split_of(c), runs[c]) for c in ordered]
+        if estimator:
+            ordered.insert(0, parent)
+            members.insert(0, (parent, "train", runs[parent]))
         signals = _resolve(members, overrides)
         logical.append(
             LogicalRun(

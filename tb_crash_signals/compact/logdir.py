@@ -10,7 +10,7 @@ from typing import Callable
 import numpy as np
 
 from tb_crash_signals.analysis.config import CONFIG_FILENAME, Config
-from tb_crash_signals.analysis.signals import group_runs
+from tb_crash_signals.analysis.signals import families, group_runs
 from tb_crash_signals.compact.plan import FIRST_ONLY, evidence, evidence_differences, plan_run
 from tb_crash_signals.compact.write import WriteStats, write_run
 from tb_crash_signals.ingest.reader import discover_runs
@@ -91,23 +91,6 @@ def check_paths(src: str, dst: str) -> None:
             raise CompactError(f"{dst}: {e.strerror or e}") from None
 
 
-def _components(runs: list[str]) -> list[list[str]]:
-    """Runs that may form one logical run (Keras siblings and their parent), by name only.
-
-    Grouping by name with no tags groups at least as much as grouping with
-    the real tags, so each component can be read and grouped on its own.
-    """
-    names = set(runs)
-    out, seen = [], set()
-    for lr in group_runs({r: () for r in runs}):
-        members = list(lr.members) + ([lr.name] if lr.name in names and lr.name not in lr.members else [])
-        members = [m for m in members if m not in seen]
-        seen.update(members)
-        if members:
-            out.append(sorted(members))
-    return out
-
-
 def _run_dir(logdir: str, run: str) -> str:
     return logdir if run == "." else os.path.join(logdir, *run.split("/"))
 
@@ -144,7 +127,7 @@ def compact_logdir(
     os.makedirs(dst, exist_ok=True)
     before: dict[str, dict] = {}
     done = 0
-    for component in _components(runs):
+    for component in families(runs):
         maps = {}
         try:
             for run in component:

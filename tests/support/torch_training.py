@@ -411,15 +411,12 @@ def train_rnn_that_cannot_learn(logdir, seed: int, steps: int, lr: float = 1e-2)
             w.add_scalar("LR", lr, step)
 
 
-def train_logging_val_by_epoch(by_epoch_dir, by_step_dir, seed: int, epochs: int, samples: int = 400) -> int:
+def _overfitting_classifier(seed: int, epochs: int, samples: int, on_step, on_epoch) -> int:
     """A ReLU MLP (two hidden layers of 256) classifying 20 inputs into 10 classes whose labels carry
     noise, trained with Adam (1e-3) on `samples` of them in batches of 50 for `epochs` epochs: it
-    overfits. Its train loss is logged at every step, its validation loss (1000 held-out samples) at
-    each epoch's end, into two logs at once: `by_epoch_dir` numbers the validation loss by epoch
-    (`add_scalar("Loss/val", v, epoch)`, a common slip), `by_step_dir` by the last step of the epoch.
-    Returns the steps per epoch."""
+    overfits. Calls on_step(step, train loss) after each update and on_epoch(epoch, last step,
+    validation loss on 1000 held-out samples) after each epoch; returns the steps per epoch."""
     import torch
-    from torch.utils.tensorboard import SummaryWriter
 
     torch.manual_seed(seed)
     torch.set_num_threads(1)
@@ -430,21 +427,53 @@ def train_logging_val_by_epoch(by_epoch_dir, by_step_dir, seed: int, epochs: int
     model = nn.Sequential(nn.Linear(20, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 10))
     opt = torch.optim.Adam(model.parameters(), 1e-3)
     step = 0
-    with SummaryWriter(str(by_epoch_dir)) as by_epoch, SummaryWriter(str(by_step_dir)) as by_step:
-        for epoch in range(epochs):
-            for batch in torch.randperm(samples).split(50):
-                loss = nn.functional.cross_entropy(model(x[batch]), y[batch])
-                opt.zero_grad()
-                loss.backward()
-                opt.step()
-                for w in (by_epoch, by_step):
-                    w.add_scalar("Loss/train", loss.item(), step)
-                step += 1
-            with torch.no_grad():
-                val = nn.functional.cross_entropy(model(xv), yv).item()
-            by_epoch.add_scalar("Loss/val", val, epoch)
-            by_step.add_scalar("Loss/val", val, step - 1)
+    for epoch in range(epochs):
+        for batch in torch.randperm(samples).split(50):
+            loss = nn.functional.cross_entropy(model(x[batch]), y[batch])
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            on_step(step, loss.item())
+            step += 1
+        with torch.no_grad():
+            on_epoch(epoch, step - 1, nn.functional.cross_entropy(model(xv), yv).item())
     return step // epochs
+
+
+def train_logging_val_by_epoch(by_epoch_dir, by_step_dir, seed: int, epochs: int, samples: int = 400) -> int:
+    """The overfitting classifier (`_overfitting_classifier`), its train loss logged at every step,
+    its validation loss at each epoch's end, into two logs at once: `by_epoch_dir` numbers the
+    validation loss by epoch (`add_scalar("Loss/val", v, epoch)`, a common slip), `by_step_dir` by
+    the last step of the epoch. Returns the steps per epoch."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    with SummaryWriter(str(by_epoch_dir)) as by_epoch, SummaryWriter(str(by_step_dir)) as by_step:
+        def on_step(step, loss):
+            for w in (by_epoch, by_step):
+                w.add_scalar("Loss/train", loss, step)
+
+        def on_epoch(epoch, step, val):
+            by_epoch.add_scalar("Loss/val", val, epoch)
+            by_step.add_scalar("Loss/val", val, step)
+
+        return _overfitting_classifier(seed, epochs, samples, on_step, on_epoch)
+
+
+def train_in_estimator_layout(model_dir, seed: int, epochs: int, samples: int = 400) -> int:
+    """The overfitting classifier logged as a TF Estimator lays its logs out: `loss` and
+    `learning_rate` at every step in the model directory itself, the evaluation's `loss` at each
+    epoch's last step in `eval/` under it. Returns the steps per epoch."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    with SummaryWriter(str(model_dir)) as train, SummaryWriter(str(model_dir / "eval")) as evaluation:
+        def on_step(step, loss):
+            train.add_scalar("loss", loss, step)
+            train.add_scalar("learning_rate", 1e-3, step)
+
+        def on_epoch(epoch, step, val):
+            evaluation.add_scalar("loss", val, step)
+
+        return _overfitting_classifier(seed, epochs, samples, on_step, on_epoch)
 
 
 def train_gaussian_likelihood(logdir, seed: int, lr: float, steps: int, every_eval: int = 100) -> None:

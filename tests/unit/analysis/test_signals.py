@@ -2,7 +2,7 @@
 
 import pytest
 
-from tb_crash_signals.analysis.signals import group_runs
+from tb_crash_signals.analysis.signals import families, group_runs
 
 
 def mapping(tags, run="r", overrides=None):
@@ -112,6 +112,32 @@ def test_keras_sibling_runs_become_one_logical_run():
     assert (exp.signals["train_loss"].run, exp.signals["train_loss"].tag) == ("exp/train", "epoch_loss")
     assert (exp.signals["val_loss"].run, exp.signals["val_loss"].tag) == ("exp/validation", "epoch_loss")
     assert exp.signals["lr"].tag == "epoch_learning_rate"
+
+
+def test_an_estimator_s_model_directory_joins_its_eval_directory():
+    runs = group_runs(
+        {
+            "model": ["loss", "global_step/sec", "learning_rate"],
+            "model/eval": ["loss", "accuracy"],
+            "keras/train": ["epoch_loss"],
+            "keras/validation": ["epoch_loss"],
+            "keras": ["epoch_loss"],  # scalars in the parent of train/ and validation/: three runs
+        }
+    )
+    assert [r.name for r in runs] == ["keras", "keras/train", "keras/validation", "model"]
+    model = runs[-1]
+    assert model.members == ("model", "model/eval")
+    got = {dim: (ref.run, ref.tag) for dim, ref in model.signals.items() if ref is not None}
+    assert got == {"train_loss": ("model", "loss"), "val_loss": ("model/eval", "loss"),
+                   "lr": ("model", "learning_rate")}
+
+
+def test_families_group_at_least_what_group_runs_does_whatever_the_tags():
+    names = ["model", "model/eval", "exp/train", "exp/validation", "exp", "other", "a/validation/train"]
+    groups = {tuple(g) for g in families(names)}
+    for tags in ({n: [] for n in names}, {n: ["loss"] for n in names}):
+        for lr in group_runs(tags):
+            assert any(set(lr.members) <= set(g) for g in groups), lr.members
 
 
 def test_fairseq_s_per_update_and_per_epoch_runs_join_its_validation_the_per_update_one_read():
