@@ -276,6 +276,12 @@ def _incident(kind: str, members: list[int], episodes: list[Episode]) -> Inciden
     # The first alarm is among the most severe episodes: a note (a loss that converged) before a
     # warning is no alarm.
     first = min([e for e in eps if e.severity == severity], key=lambda e: (e.start_step, e.code))
+    if kind == "plateau" and severity == "info":
+        # Notes alone tell where the loss stands now: the one still open, else the latest (a loss that
+        # levelled off near the run's end, not the slow start it learnt past at its beginning).
+        now = [e for e in eps if e.open] or eps
+        latest = max(e.start_step for e in now)
+        first = min((e for e in now if e.start_step == latest), key=lambda e: e.code)
     alarm = first  # where the story starts: the first alarm, or the cause that came before it
     if kind == "optimizer":  # the setting out of band is the story, whatever it holds that began first
         causes = [e for e in eps if e.family == "optimizer" and e.severity == severity]

@@ -183,3 +183,26 @@ def test_a_stall_while_the_weights_barely_move_is_the_optimizer_story():
                                + plateau_note(60, 1e-5) + " (around 0.75 at step 150)")
     eps = [gone, episode("CS511", 1351, 3000, signal="lr")]
     assert kinds(build_incidents(eps, run_steps=3000)) == [("optimizer", [0, 1])]
+
+
+def test_notes_alone_are_headed_by_where_the_loss_stands_now():
+    # A slow start the run learnt past, a loss that levelled off for a while, then levelled off again
+    # near the end: the plateau note is the latest one, not the slow start at the run's beginning.
+    slow = dataclasses.replace(episode("CS301", 25, 53), severity="info",
+                               message="CS301 at 25; then it learnt: a slow start")
+    eps = [slow, episode("CS303", 52, 56), episode("CS303", 2324, 2602)]
+    (incident,) = build_incidents(eps, run_steps=3000)
+    assert incident.kind == "plateau" and incident.severity == "info" and incident.episodes == (0, 1, 2)
+    assert incident.headline == "CS303 at 2324"
+    assert incident.first_alarm_step == incident.start_step == 2324
+    # ... and one still open heads them, though another began later.
+    eps[1] = dataclasses.replace(eps[1], open=True, end_step=2990)
+    (incident,) = build_incidents(eps, run_steps=3000)
+    assert incident.headline == "CS303 at 52"
+
+
+def test_a_plateau_warning_keeps_its_first_alarm_over_later_notes():
+    eps = [episode("CS301", 100, 400), episode("CS303", 900, 950)]
+    (incident,) = build_incidents(eps, run_steps=1000)
+    assert incident.severity == "warning" and incident.first_alarm_step == 100
+    assert incident.headline.startswith("CS301 at 100")
