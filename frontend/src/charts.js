@@ -157,7 +157,7 @@ export function makeChart(target, spec, ctx) {
   const clipped = story ? clippedPoints(raw, story.min, story.max) : null;
   if (clipped) plugins.push(clipPlugin({points: clipped.points, color: pal.clip}));
 
-  if (chartFits.length) plugins.push(fitPlugin({fits: chartFits, color: pal.fit, halo: pal.card, fwd: t.fwd}));
+  if (chartFits.length) plugins.push(fitPlugin({fits: chartFits, color: pal.fit, backColor: pal.fitBack, halo: pal.card, fwd: t.fwd}));
   if (marks.length) plugins.push(nonfinitePlugin({marks, color: pal.nonfinite}));
   const incidents = (analysis.incidents || []).map((inc, index) => ({inc, index}));
   plugins.push(incidentsPlugin({

@@ -8,7 +8,7 @@ import {connectToHost} from './ipc.js';
 import {el, clear} from './dom.js';
 import {ChartGroup, makeChart, updateChartData} from './charts.js';
 import {
-  canLog, crashStepOf, wideRange, filterRuns, isPending, lateStartNote, lossKindNote, pickSelection, presentCharts,
+  cameBack, canLog, crashStepOf, wideRange, filterRuns, isPending, lateStartNote, lossKindNote, pickSelection, presentCharts,
   perplexityNote, progressOf, progressText, rankRuns, stepExtent, valByWallTimeNote, zoomRange,
 } from './model.js';
 import {fmtNum, fmtStep, plural} from './format.js';
@@ -675,7 +675,12 @@ class App {
       if (text) chips.push(el('span', {class: 'cs-chip cs-chip-band', text: `healthy ${text}`}));
     }
     const fits = (a.fits || []).filter((f) => spec.signals.includes(f.signal));
-    if (fits.length) chips.push(el('span', {class: 'cs-chip cs-chip-fit', text: 'growth fit'}));
+    if (fits.length) {
+      // every growth on this chart came back: the chip in the warning colour, as their lines
+      const back = fits.every(cameBack);
+      chips.push(el('span', {class: `cs-chip cs-chip-fit${back ? ' cs-chip-fit-back' : ''}`,
+        text: back ? 'growth fit · came back' : 'growth fit'}));
+    }
     let nonfinite = 0;
     for (const s of spec.signals) nonfinite += ((a.nonfinite || {})[s] || []).length;
     if (nonfinite) chips.push(el('span', {class: 'cs-chip cs-chip-nonfinite', text: `${nonfinite} non-finite`}));

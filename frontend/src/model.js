@@ -314,7 +314,7 @@ export function stepExtent(analysis) {
   }
   for (const f of shownFits(analysis.fits, analysis.incidents)) {
     see(f.start_step);
-    see(f.projected_step);
+    see(cameBack(f) ? f.end_step : f.projected_step);
   }
   for (const list of Object.values(analysis.nonfinite || {})) for (const p of list) see(p.step);
   if (lo === Infinity) return {min: 0, max: 1};
@@ -368,7 +368,7 @@ export function fitLine(fit, n = 48) {
   const v0 = toNum(fit.start_value);
   const g = toNum(fit.growth_per_step);
   if (s0 === null || v0 === null || g === null) return {steps: [], values: []};
-  let s1 = toNum(fit.projected_step);
+  let s1 = cameBack(fit) ? null : toNum(fit.projected_step);
   const end = toNum(fit.end_step);
   if (s1 === null || (end !== null && s1 < end)) s1 = end ?? s0;
   const steps = [];
@@ -402,8 +402,14 @@ export function shownFits(fits, incidents = []) {
   });
 }
 
+/** Whether a fit's episode is a growth the run came back from (a warning): no crossing to expect. */
+export function cameBack(fit) {
+  return fit?.severity === 'warning';
+}
+
 /** Whether a fit still projects its crossing ahead of the step it was made at. */
 export function projectsAhead(fit) {
+  if (cameBack(fit)) return false;
   const p = toNum(fit.projected_step);
   const e = toNum(fit.end_step);
   return p !== null && e !== null && Math.round(p - e) > 0;

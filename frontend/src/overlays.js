@@ -4,7 +4,7 @@
 // drawClear/setScale. Text reaches the DOM through textContent and attributes only. Overlays with a y
 // take `fwd` (data value -> y-scale value): charts plot log10 of the values on log charts.
 
-import {episodeBox, fitLine, fitLabel, projectsAhead, severityOf} from './model.js';
+import {cameBack, episodeBox, fitLine, fitLabel, projectsAhead, severityOf} from './model.js';
 import {fmtNum, fmtSpan, fmtStep} from './format.js';
 
 const FONT = 'Roboto, "Helvetica Neue", Arial, sans-serif';
@@ -157,9 +157,11 @@ export function clipPlugin({points = [], color = '#6a1b9a'} = {}) {
 
 /**
  * Growth fits: the fitted window solid, its extension to the projected threshold crossing dashed,
- * and a DOM label "explodes in ~N steps" (data-fit, data-projected-step) at the crossing.
+ * and a DOM label "explodes in ~N steps" (data-fit, data-projected-step) at the crossing; a growth
+ * the run came back from (`cameBack`) only over its window, in `backColor`, with no crossing.
  */
-export function fitPlugin({fits = [], color = '#c62828', halo = '#fff', scale = 'y', fwd = identity} = {}) {
+export function fitPlugin({fits = [], color = '#c62828', backColor = '#e69500', halo = '#fff', scale = 'y',
+  fwd = identity} = {}) {
   const lines = fits.map((fit) => ({fit, line: fitLine(fit)}));
   let labels = null;
 
@@ -168,7 +170,7 @@ export function fitPlugin({fits = [], color = '#c62828', halo = '#fff', scale = 
     withClip(u, (ctx) => {
       for (const {fit, line} of lines) {
         if (!line.steps.length) continue;
-        ctx.strokeStyle = color;
+        ctx.strokeStyle = cameBack(fit) ? backColor : color;
         ctx.lineWidth = 2 * r;
         const seg = (a, b) => {
           const out = [];
@@ -190,7 +192,7 @@ export function fitPlugin({fits = [], color = '#c62828', halo = '#fff', scale = 
           ctx.stroke();
         }
         ctx.setLineDash([]);
-        if (fit.projected_step !== null && fit.projected_step !== undefined) {
+        if (fit.projected_step !== null && fit.projected_step !== undefined && !cameBack(fit)) {
           const last = line.steps.length - 1;
           const x = u.valToPos(line.steps[last], 'x', true);
           const y = u.valToPos(fwd(line.values[last]), scale, true);
@@ -211,6 +213,7 @@ export function fitPlugin({fits = [], color = '#c62828', halo = '#fff', scale = 
         el.className = 'cs-fit-label';
         el.setAttribute('data-fit', String(fit.code ?? ''));
         el.setAttribute('data-projected-step', String(fit.projected_step ?? ''));
+        el.setAttribute('data-severity', String(fit.severity ?? 'critical'));
         el.textContent = fitLabel(fit);
         const parts = [
           `${fit.code ?? ''} growth fit over steps ${fmtStep(fit.start_step)}–${fmtStep(fit.end_step)}`,

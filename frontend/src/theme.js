@@ -56,13 +56,13 @@ export const PALETTES = {
   light: {
     axis: '#616161', grid: '#eeeeee', tick: '#e0e0e0', text: '#212121', card: '#ffffff',
     train_loss: '#0077bb', val_loss: '#cc3311', grad_norm: '#0077bb', lr: '#33bbee', update_ratio: '#0077bb',
-    gap: 'rgba(238, 51, 119, 0.20)', fit: '#c62828', nonfinite: '#d32f2f',
+    gap: 'rgba(238, 51, 119, 0.20)', fit: '#c62828', fitBack: '#e69500', nonfinite: '#d32f2f',
     band: 'rgba(46, 125, 50, 0.08)', bandEdge: 'rgba(46, 125, 50, 0.35)', clip: '#6a1b9a',
   },
   dark: {
     axis: '#a0a4a8', grid: '#3c4043', tick: '#4a4e52', text: '#e8eaed', card: '#303134',
     train_loss: '#5ab4ff', val_loss: '#ff8a65', grad_norm: '#5ab4ff', lr: '#80deea', update_ratio: '#5ab4ff',
-    gap: 'rgba(244, 143, 177, 0.22)', fit: '#ff6e6e', nonfinite: '#ff5252',
+    gap: 'rgba(244, 143, 177, 0.22)', fit: '#ff6e6e', fitBack: '#ffb300', nonfinite: '#ff5252',
     band: 'rgba(129, 199, 132, 0.10)', bandEdge: 'rgba(129, 199, 132, 0.45)', clip: '#ce93d8',
   },
 };

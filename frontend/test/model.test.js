@@ -2,7 +2,7 @@ import {test} from 'node:test';
 import assert from 'node:assert/strict';
 import {
   rankRuns, filterRuns, defaultSelection, countsOf, incidentCountsOf, headlineOf, smoothEMA, canLog, unionSteps, alignTo,
-  presentCharts, chartIdFor, stepExtent, chartData, fitLine, fitLabel, episodeBox, nonfiniteMarks, shownFits, projectsAhead,
+  presentCharts, chartIdFor, stepExtent, chartData, fitLine, fitLabel, episodeBox, nonfiniteMarks, shownFits, projectsAhead, cameBack,
   zoomRange, episodeTitle, tomlString, tomlSnippet, CHARTS, wideRange, isPending, progressOf, pickSelection,
   progressText, lossKindNote, lateStartNote, valByWallTimeNote, perplexityNote,
 } from '../src/model.js';
@@ -349,4 +349,19 @@ test('perplexityNote: only losses read from perplexities say so, naming the tags
 test('valByWallTimeNote: only a validation loss numbered by epoch says so', () => {
   assert.match(valByWallTimeNote({val_by_wall_time: true}), /epoch.*wall time/);
   for (const a of [{val_by_wall_time: false}, {}, null, {val_by_wall_time: 'true'}]) assert.equal(valByWallTimeNote(a), null);
+});
+
+test('a growth the run came back from: drawn over its window only, projecting nothing', () => {
+  const fit = {start_step: 26, end_step: 68, start_value: 5, growth_per_step: 0.05, projected_step: 95,
+    severity: 'warning'};
+  assert.equal(cameBack(fit), true);
+  assert.equal(projectsAhead(fit), false);
+  const {steps} = fitLine(fit, 8);
+  assert.equal(steps[steps.length - 1], 68);
+  // a critical one (or one from a report before `severity`) still reaches its crossing
+  for (const f of [{...fit, severity: 'critical'}, {...fit, severity: undefined}]) {
+    assert.equal(cameBack(f), false);
+    assert.equal(projectsAhead(f), true);
+    assert.equal(fitLine(f, 8).steps.at(-1), 95);
+  }
 });

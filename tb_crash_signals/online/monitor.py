@@ -722,7 +722,7 @@ class Monitor:
                 for i, e in enumerate(eps)
             ],
             "fits": [
-                fit_to_json(f, f is e.fit)
+                fit_to_json(f, f is e.fit, e.severity)
                 for e in eps
                 for f in ((e.first_fit,) if e.first_fit is not None and e.first_fit != e.fit else ()) + (e.fit,)
                 if f is not None

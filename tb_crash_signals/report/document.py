@@ -19,8 +19,9 @@ def _num(x):
     return x
 
 
-def fit_to_json(f, latest: bool = True) -> dict:
-    """A growth fit; `latest`: the fit an open episode shows now (else its first alarm's)."""
+def fit_to_json(f, latest: bool = True, severity: str = "critical") -> dict:
+    """A growth fit; `latest`: the fit an open episode shows now (else its first alarm's);
+    `severity`: its episode's (a warning: a growth the run came back from, analysis.recovery)."""
     return {
         "code": f.code,
         "signal": f.signal,
@@ -33,6 +34,7 @@ def fit_to_json(f, latest: bool = True) -> dict:
         "projected_step": f.projected_step,
         "threshold": _num(f.threshold),
         "latest": bool(latest),
+        "severity": severity,
     }
 
 
@@ -40,6 +42,8 @@ def run_to_json(result: RunResult) -> dict:
     """One run entry of the report (DESIGN §5)."""
     run = result.run
     shown = [e.fit for e in result.episodes if e.fit is not None]
+    # Settled episodes are copies holding the same fits: a fit's episode is the one holding it.
+    severity_of = {id(f): e.severity for e in result.episodes for f in (e.first_fit, e.fit) if f is not None}
     incident_of = {i: n for n, inc in enumerate(result.incidents) for i in inc.episodes}
     return {
         "run": run.name,
@@ -56,7 +60,7 @@ def run_to_json(result: RunResult) -> dict:
             {**e.to_json(), "peak_value": _num(e.peak_value), "incident": incident_of[i]}
             for i, e in enumerate(result.episodes)
         ],
-        "fits": [fit_to_json(f, f in shown) for f in result.fits],
+        "fits": [fit_to_json(f, f in shown, severity_of.get(id(f), "critical")) for f in result.fits],
         "incidents": [inc.to_json() for inc in result.incidents],
         "summary": {k: _num(v) for k, v in result.summary.items()},
         "tags": {member: list(tags) for member, tags in run.tags.items()},

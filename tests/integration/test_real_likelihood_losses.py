@@ -100,3 +100,9 @@ def test_a_grad_norm_growth_the_run_came_back_from_is_a_scare_after_the_fact(tra
     growth = [i for i in run["incidents"] if any(run["episodes"][k]["code"] == "CS201" for k in i["episodes"])]
     assert growth and growth[0]["severity"] == "warning", run["incidents"]
     assert growth[0]["headline"].startswith("grad norm grew exponentially")
+    # Its fits say so too: the tab draws them in the warning colour, with no crossing to expect.
+    fits = [f for f in run["fits"] if f["code"] == "CS201"]
+    assert fits and all(f["severity"] == "warning" for f in fits)
+    # ... as the Monitor's report does once the run came back.
+    live = [f for f in monitor.report()["fits"] if f["code"] == "CS201"]
+    assert [(f["end_step"], f["severity"]) for f in live] == [(f["end_step"], f["severity"]) for f in fits]
