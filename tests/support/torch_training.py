@@ -545,3 +545,53 @@ def train_flow(logdir, seed: int, lr: float, steps: int, every_eval: int = 100) 
 
     held_out = ring(2000)
     _train_adam(logdir, model, lr, steps, lambda: nll(ring(128)), lambda: nll(held_out), every_eval)
+
+
+def train_char_lm_overshoot(logdir, seed: int, peak_lr: float, steps: int, warmup: int = 300, every: int = 5) -> None:
+    """A character-level transformer language model (two post-norm encoder layers of width 64 under a
+    causal mask, windows of 32) on made-up Zipf-distributed words (27 symbols), trained with Adam under
+    a linear warm-up to `peak_lr` over `warmup` steps, then constant; the loss, grad norm and learning
+    rate logged every `every` steps under the tags of train_logged. At a peak of 0.06 the model learns
+    within its first ~100 steps (3.4 -> 1.9), then, as the rate climbs, gives back a fifth of what it
+    learnt and stays there (~2.3); at 0.1 and more it loses more (~2.6), at 1e-3 it learns on."""
+    import torch
+    from torch import nn
+
+    torch.manual_seed(seed)
+    torch.set_num_threads(1)
+    symbols, window = 27, 32
+    # The text: 300 made-up words of 2-7 letters (letters and words both Zipf-distributed, as in a
+    # language), the same for every seed, separated by spaces (symbol 0).
+    chain = torch.Generator().manual_seed(1234)
+
+    def zipf(n):
+        return 1.0 / torch.arange(1, n + 1, dtype=torch.float64)
+
+    words = [(torch.multinomial(zipf(26), int(torch.randint(2, 8, (1,), generator=chain)), replacement=True,
+                                generator=chain) + 1).tolist() for _ in range(300)]
+    text = []
+    for w in torch.multinomial(zipf(300), 4000, replacement=True, generator=chain).tolist():
+        text += words[w] + [0]
+    data = torch.tensor(text)
+    starts = torch.arange(0, data.shape[0] - window - 1)
+    x = torch.stack([data[s : s + window] for s in starts.tolist()])
+    y = torch.stack([data[s + 1 : s + window + 1] for s in starts.tolist()])
+
+    class CharLM(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = nn.Embedding(symbols, 64)
+            self.pos = nn.Parameter(torch.zeros(window, 64))
+            layer = nn.TransformerEncoderLayer(64, 4, 128, 0.0, batch_first=True)
+            self.blocks = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+            self.head = nn.Linear(64, symbols)
+            self.register_buffer("mask", torch.triu(torch.full((window, window), float("-inf")), 1))
+
+        def forward(self, tokens):
+            return self.head(self.blocks(self.emb(tokens) + self.pos, mask=self.mask))
+
+    def loss_fn(logits, targets):
+        return nn.functional.cross_entropy(logits.reshape(-1, symbols), targets.reshape(-1))
+
+    train_logged(logdir, CharLM(), x, y, loss_fn, lambda s: peak_lr * min(1.0, (s + 1) / warmup), steps, 32,
+                 adam=True, every=every)

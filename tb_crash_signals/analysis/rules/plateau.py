@@ -6,6 +6,7 @@ import dataclasses
 import math
 from bisect import bisect_right as _bisect_right
 from bisect import insort as _insort
+from itertools import islice
 
 import numpy as np
 
@@ -13,6 +14,7 @@ from tb_crash_signals.analysis import stats
 from tb_crash_signals.analysis.rules.base import (
     Hits,
     fmt,
+    level_noise,
     max_noise_param,
     noise_window_param,
     param,
@@ -24,6 +26,7 @@ from tb_crash_signals.analysis.stats import (
     finite_anchor,
     initial_level,
     jitter,
+    jitter_of_short,
     noisy_at,
     trailing_median_inclusive,
 )
@@ -43,6 +46,13 @@ LARGE_UPDATES_NOTE = "after updates far too large"
 # incidents fold it into a learning rate at zero's story (`lr_gone`).
 LR_GONE_NOTE = "with the learning rate at"
 ABOVE = 1.25
+# Back near its start: a level this much above the best, once the loss had learnt (a fast start's
+# initial level, the median of its first 10 points, is already part-way down: its first point tells
+# what it learnt from). A warm-up that overshoots undoes a tenth to a fifth of what a run learnt.
+BACK = 1.1
+# ... and out of the noise of the level: a noisy loss's smoothed level wanders 10-20 % over its best.
+BACK_Z = 3.0
+NOISE_POINTS = 50
 # The learning rate has fallen when it is under this share of its peak so far (`lr_fell`'s default;
 # CS402 reads a schedule's course with it too).
 LR_FELL = 0.9
@@ -141,12 +151,14 @@ def _describe_plateau(ep, p):
 
 
 def plateau_note(patience, lr_fraction, lr_climb=math.nan, level=math.nan, best=math.nan, learnt=math.nan,
-                 updates=math.nan, updates_high=0.0) -> str:
+                 updates=math.nan, updates_high=0.0, best_of_first=math.nan, noise=math.nan) -> str:
     """How long the loss stood still, and why it is a plateau: the learning rate gone (its share
     of its peak), or climbing far above where it was (its multiple of the peak as of the stall's
     start), else the loss stuck near where it started, above it (`level`: the smoothed loss over
     its initial level, at least ABOVE), or back near it after it had learnt (`best`: its best
-    level over the initial one, under `learnt`; the level at least ABOVE times that best). Stuck
+    level over the initial one, or `best_of_first` over its first point if higher, under `learnt`;
+    the level at least BACK times that best, and BACK_Z times its `noise` above it: the jitter of its
+    last NOISE_POINTS points over the square root of the smoothing, in log units). Stuck
     near its start, the note adds updates far too large when the update ratio's peak so far
     (`updates`) reached `updates_high` (> 0)."""
     if lr_fraction == lr_fraction:
@@ -155,7 +167,8 @@ def plateau_note(patience, lr_fraction, lr_climb=math.nan, level=math.nan, best=
         why = f", while the learning rate climbed back to {fmt(lr_climb)}x its earlier peak"
     elif level >= ABOVE:
         why = f", {ABOVE_NOTE} ({fmt(level)}x its initial level)"
-    elif best < learnt and level >= ABOVE * best:
+    elif ((best < learnt or best_of_first < learnt) and level >= BACK * best
+          and not math.log(level / best) < BACK_Z * noise):
         why = f", {BACK_NOTE} ({fmt(level / best)}x its best level)"
     elif updates_high > 0 and updates >= updates_high:
         why = f", {STUCK_NOTE} {LARGE_UPDATES_NOTE} (update ratio up to {fmt(updates)})"
@@ -184,6 +197,12 @@ def stuck_near_start(message: str) -> bool:
     """Whether a CS301 message tells a loss stuck near its start under a learning rate that did not
     decay, with no sign of updates far too large (see plateau_note)."""
     return STUCK_NOTE in message and not lost_ground(message) and not large_updates(message)
+
+
+def level_noise_at(values, i: int, smooth: int) -> float:
+    """The noise of the smoothed loss at point i (see plateau_note): the jitter of the NOISE_POINTS
+    points ending there, over the square root of `smooth`."""
+    return level_noise(jitter_of_short(values[max(i + 1 - NOISE_POINTS, 0) : i + 1]), smooth)
 
 
 def updates_peak(updates, step) -> float:
@@ -396,6 +415,7 @@ class PlateauStream(Stream):
         self.init_value = math.nan
         # The smoothed loss at this point, and its best so far (`_running_best`'s).
         self.level = shared_level(channels["train_loss"], p.smooth)
+        self.values, self.smooth = channels["train_loss"].values, p.smooth  # the note's noise (`_note`)
         self.warmed = -1  # the last point of the warm-up (a rising learning rate), -1 if none
         self.lr_marks = {}  # the learning rate at the first, middle and last of the `max_warmup` points
         self.lr_head = []  # ... and at each of them, until it is told exponential
@@ -596,12 +616,19 @@ class PlateauStream(Stream):
                 level <= self.learnt_drop * self._learnt_from())
             if gone or climbed or stuck:
                 positive = init > 0.0
-                return NoteLater(plateau_note, patience, self.lr_peak.fraction() if gone else math.nan,
+                return NoteLater(self._note, patience, self.lr_peak.fraction() if gone else math.nan,
                                  climb if climbed and not gone else math.nan,
                                  level / init if positive else math.nan,
                                  best / init if positive else math.nan, self.stuck,
-                                 self.updates.max_finite, self.updates_high)
+                                 self.updates.max_finite, self.updates_high, best / self._learnt_from())
         return None
+
+    def _note(self, *args):
+        """plateau_note, with the level's noise as of this point (read at the hit that opens an
+        episode, whose point the channel's values end at)."""
+        values = self.values
+        recent = list(islice(values, max(len(values) - NOISE_POINTS, 0), None))
+        return plateau_note(*args, level_noise(jitter_of_short(recent), self.smooth))
 
     def _climb(self, start):
         """The learning rate now over its peak as of point `start`, if it had fallen by then (NaN
@@ -782,6 +809,7 @@ def loss_plateau(data, p: PlateauParams, since=None):
         with np.errstate(invalid="ignore", divide="ignore"):
             levels = np.where(init > 0.0, now / init, np.nan)
             bests = np.where(init > 0.0, best / init, np.nan)
+            best_of_first = best / learnt_from if learnt_from > 0.0 else np.full(best.shape, np.nan)
         hit = hit[stuck | gone | climbed]
         if hit.size:
             hit = hit[~noisy_at(s.values, hit, p.noise_window, p.max_noise)]
@@ -792,7 +820,8 @@ def loss_plateau(data, p: PlateauParams, since=None):
             j = int(np.searchsorted(noted, i))
             return plateau_note(plateau_patience(np.int64(i), p), float(fractions[j]), float(climbs[j]),
                                 float(levels[j]), float(bests[j]), p.stuck,
-                                updates_peak(updates, s.steps[i]), p.updates_high)
+                                updates_peak(updates, s.steps[i]), p.updates_high,
+                                float(best_of_first[j]), level_noise_at(s.values, i, p.smooth))
 
         yield Hits("train_loss", hit, note=note)
 
