@@ -167,7 +167,7 @@ def plateau_note(patience, lr_fraction, lr_climb=math.nan, level=math.nan, best=
         why = f", while the learning rate climbed back to {fmt(lr_climb)}x its earlier peak"
     elif level >= ABOVE:
         why = f", {ABOVE_NOTE} ({fmt(level)}x its initial level)"
-    elif ((best < learnt or best_of_first < learnt) and level >= BACK * best
+    elif (best > 0.0 and (best < learnt or best_of_first < learnt) and level >= BACK * best
           and not math.log(level / best) < BACK_Z * noise):
         why = f", {BACK_NOTE} ({fmt(level / best)}x its best level)"
     elif updates_high > 0 and updates >= updates_high:

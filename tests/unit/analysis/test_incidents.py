@@ -206,3 +206,17 @@ def test_a_plateau_warning_keeps_its_first_alarm_over_later_notes():
     (incident,) = build_incidents(eps, run_steps=1000)
     assert incident.severity == "warning" and incident.first_alarm_step == 100
     assert incident.headline.startswith("CS301 at 100")
+
+
+def test_a_stall_is_back_near_its_start_only_above_a_positive_best_and_out_of_its_noise():
+    back = "back near where it started after it had learnt"
+    # a loss that fell to 0.5x its initial level (or its first point), now 1.2x that best
+    assert back in plateau_note(10, math.nan, level=0.6, best=0.5, learnt=0.75)
+    assert back in plateau_note(10, math.nan, level=0.96, best=0.8, learnt=0.75, best_of_first=0.6)
+    assert back not in plateau_note(10, math.nan, level=0.96, best=0.8, learnt=0.75, best_of_first=0.8)
+    # ... unless the level's noise (log units) makes 1.2x three noise units or less
+    assert back in plateau_note(10, math.nan, level=0.6, best=0.5, learnt=0.75, noise=0.05)
+    assert back not in plateau_note(10, math.nan, level=0.6, best=0.5, learnt=0.75, noise=0.07)
+    # a best at or under zero (a log-likelihood) has no multiple: stuck, and no error
+    for best in (0.0, -0.4):
+        assert back not in plateau_note(10, math.nan, level=0.9, best=best, learnt=0.75, noise=0.01)
