@@ -621,8 +621,13 @@ class PlateauStream(Stream):
                                  climb if climbed and not gone else math.nan,
                                  level / init if positive else math.nan,
                                  best / init if positive else math.nan, self.stuck,
-                                 self.updates.max_finite, self.updates_high, best / self._learnt_from())
+                                 self.updates.max_finite, self.updates_high, self._of_first(best))
         return None
+
+    def _of_first(self, best):
+        """The best level over the level the loss learnt from (NaN unless that is positive)."""
+        start = self._learnt_from()
+        return best / start if start > 0.0 else math.nan
 
     def _note(self, *args):
         """plateau_note, with the level's noise as of this point (read at the hit that opens an
