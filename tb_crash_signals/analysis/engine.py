@@ -21,7 +21,7 @@ from tb_crash_signals.analysis.episodes import Episode, EpisodeTrack
 from tb_crash_signals.analysis.incidents import Incident, build_incidents
 from tb_crash_signals.analysis.recovery import LEVEL_POINTS, NOISE_POINTS, last_best, quiet_since, settled
 from tb_crash_signals.analysis.rules import RULES, Fit
-from tb_crash_signals.analysis.rules.base import since_index
+from tb_crash_signals.analysis.rules.base import level_noise, since_index
 from tb_crash_signals.analysis.signals import LOSS_KIND_NOTES, SIGNALS, LogicalRun, as_losses
 from tb_crash_signals.analysis.stats import value_at_or_before
 from tb_crash_signals.ingest.series import Series
@@ -241,10 +241,9 @@ def loss_trend(train: Series | None) -> str | None:
         return "flat"
     half = finite.size // 2
     first, last = float(np.median(finite[:half])), float(np.median(finite[half:]))
-    steps = np.diff(finite)
-    spread = stats.MAD_TO_SIGMA * float(np.median(np.abs(steps - np.median(steps)))) / math.sqrt(2.0)
-    # A median of n points has a standard error of ~1.25 sigma / sqrt(n); two of them, sqrt(2) that.
-    tol = max(0.01 * max(abs(first), 1e-12), 3.0 * 1.25 * spread * math.sqrt(2.0 / half))
+    spread = stats.MAD_TO_SIGMA * stats.mad_sorted(sorted(np.diff(finite).tolist())) / math.sqrt(2.0)
+    # The difference of two medians of `half` points: sqrt(2) times the noise of one (level_noise).
+    tol = max(0.01 * max(abs(first), 1e-12), 3.0 * math.sqrt(2.0) * level_noise(spread, half))
     if last < first - tol:
         return "decreasing"
     if last > first + tol:

@@ -201,7 +201,7 @@ def stuck_near_start(message: str) -> bool:
 
 def level_noise_at(values, i: int, smooth: int) -> float:
     """The noise of the smoothed loss at point i (see plateau_note): the jitter of the NOISE_POINTS
-    points ending there, over the square root of `smooth`."""
+    points ending there, over the square root of `smooth` (at least 1, as smoothed_loss takes it)."""
     return level_noise(jitter_of_short(values[max(i + 1 - NOISE_POINTS, 0) : i + 1]), max(1, smooth))
 
 
@@ -415,8 +415,7 @@ class PlateauStream(Stream):
         self.init_value = math.nan
         # The smoothed loss at this point, and its best so far (`_running_best`'s).
         self.level = shared_level(channels["train_loss"], p.smooth)
-        # The note's noise (`_note`): the loss's recent points, over a median of `smooth` (as smoothed_loss).
-        self.values, self.smooth = channels["train_loss"].values, max(1, p.smooth)
+        self.values, self.smooth = channels["train_loss"].values, p.smooth  # the note's noise (`_note`)
         self.warmed = -1  # the last point of the warm-up (a rising learning rate), -1 if none
         self.lr_marks = {}  # the learning rate at the first, middle and last of the `max_warmup` points
         self.lr_head = []  # ... and at each of them, until it is told exponential
@@ -632,9 +631,8 @@ class PlateauStream(Stream):
     def _note(self, *args):
         """plateau_note, with the level's noise as of this point (read at the hit that opens an
         episode, whose point the channel's values end at)."""
-        values = self.values
-        recent = list(islice(values, max(len(values) - NOISE_POINTS, 0), None))
-        return plateau_note(*args, level_noise(jitter_of_short(recent), self.smooth))
+        recent = list(islice(self.values, max(len(self.values) - NOISE_POINTS, 0), None))
+        return plateau_note(*args, level_noise_at(recent, len(recent) - 1, self.smooth))
 
     def _climb(self, start):
         """The learning rate now over its peak as of point `start`, if it had fallen by then (NaN
