@@ -137,6 +137,13 @@ class ValDivergenceParams:
         2, "the last this-many evaluations must all be above the best (a rise that persists)"
     )
     min_rise: float = param(0.10, "... by at least this much (relative)")
+    min_rise_start: float = param(
+        0.01, "... and the last by at least this share of the train loss's initial level (the median of "
+        "its first 10 points; the validation loss's first evaluation often comes after much learning): "
+        "a validation loss learnt down near zero (an easy or separable task) wanders by tens of percent "
+        "of almost nothing (4e-5 to 3e-4 on a start of 1.4: healthy runs of the kind rose 0.01-0.5 % of "
+        "their start; the real logs' overfits 5.7 % or more at their first hit); 0: never", at_least=0.0,
+    )
     smooth: int = param(5, "trailing train points whose median is compared (noise)")
     min_evaluations: int = param(3, "evaluations needed before the rule can fire")
     lr_restart: float = param(
@@ -204,6 +211,7 @@ class ValDivergenceStream(_TrainAtVal):
         super().__init__(p.smooth, channels)
         self.p = p
         self.rise = 1 + p.min_rise  # `above` is at least this multiple of the best
+        self.initial = channels["train_loss"].initial  # pushed with the train point before this one
         self.best = math.inf
         self.best_i = 0
         self.best_step = None
@@ -253,6 +261,7 @@ class ValDivergenceStream(_TrainAtVal):
             and self.train_now() < self._at_best()
             and not self.train.values[-1] > self.rise * self._at_best()
             and not (self.lr.values and self.lr.values[-1] > self.lr_bar)
+            and not self.initial.value * p.min_rise_start > v - self.best  # NaN (not known yet): no floor
         ):
             return StreamHit(note=valdiv_note(self.best, self.best_step, self.jumped, p))
         return None
@@ -277,7 +286,8 @@ def val_divergence(data, p: ValDivergenceParams, since=None):
     """Validation loss rising while train loss falls: the onset of overfitting.
 
     Fires at a validation point when the last `evaluations` validation losses
-    all sit `min_rise` above the best one before them, and the (smoothed)
+    all sit `min_rise` above the best one before them (the last also
+    `min_rise_start` of the train loss's initial level above it), and the (smoothed)
     train loss is lower than it was at that best validation step, its last
     point no `min_rise` above that level (a smoothed loss logged every 50
     steps lags far behind a train loss climbing with the validation loss:
@@ -315,6 +325,12 @@ def val_divergence(data, p: ValDivergenceParams, since=None):
             & (train < train[best_idx])
             & ~(last > (1 + p.min_rise) * train[best_idx])
         )
+    if hit.any() and p.min_rise_start > 0:
+        # The train loss is taken before the validation loss at a step: its initial level, once known
+        # (its 10th point), as of the train point at or before each evaluation.
+        known, init = known_level_at(data["train_loss"], 1, val.steps)
+        with np.errstate(invalid="ignore"):
+            hit &= ~((known == known) & (init * p.min_rise_start > v - best))
     if hit.any():
         # The schedule climbed back since the best: its larger steps, not overfitting.
         at, peak, _ = lr_course(data, val.steps, LR_FELL)

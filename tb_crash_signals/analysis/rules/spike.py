@@ -23,6 +23,7 @@ from tb_crash_signals.analysis.stats import (
     best_levels,
     finite_anchor,
     initial_level,
+    known_level_at,
     noise_decades,
     trailing_max,
     trailing_median_mad_at,
@@ -63,6 +64,19 @@ class GradSpikeParams(SpikeParams):
     min_ratio: float = param(5.0, "the grad norm must be at least this multiple of its baseline median", above=0.0)
     min_rise: float = param(0.0, "unused for the grad norm (it has no initial level to speak of)")
     min_undo: float = param(0.0, "unused for the grad norm (it makes no progress to undo)")
+    learnt: float = param(
+        0.01, "no spike while the train loss's level (the median of its last 31 points) is at most this "
+        "share of its initial level: a loss learnt two decades down (an easy or separable task) leaves "
+        "the grad norm at a hundredth of its early size, where one batch's gradient jumps 10x without "
+        "moving the loss (healthy runs of the kind: 4-8 such spikes in 3 000 steps); a spike that "
+        "matters there moves the loss, which CS112 reads; 0: never", at_least=0.0,
+    )
+
+
+def loss_learnt(level: float, init: float, learnt: float) -> bool:
+    """Whether the train loss's level stands at most `learnt` x its initial level (see
+    GradSpikeParams.learnt; a level under zero, a likelihood's, fell no decades)."""
+    return init > 0 and 0.0 <= level <= learnt * init
 
 
 def is_spike(x, med, top, init, noise, p: SpikeParams, best=math.nan) -> bool:
@@ -161,8 +175,12 @@ def recovery_note(s, start, baseline) -> str | None:
     return watch.note
 
 
-def _spike_hits(signal, s, p, since):
+def _spike_hits(signal, s, p, since, drop=None):
+    """Hits at the spikes of series s from `since` on, less those `drop(steps)` marks."""
     idx, med = _spike_index(s.values, p, since_index(s, since))
+    if idx.size and drop is not None:
+        keep = ~drop(s.steps[idx])
+        idx, med = idx[keep], med[keep]
     if idx.size == 0:
         return None
     base = dict(zip(idx.tolist(), med.tolist()))
@@ -237,6 +255,21 @@ class LossSpikeStream(_SpikeStream):
 class GradSpikeStream(_SpikeStream):
     hits = ("grad_norm",)
 
+    def __init__(self, p, signal, channels):
+        super().__init__(p, signal, channels)
+        self.learnt = p.learnt
+        loss = channels["train_loss"]  # taken before the grad norm at a step (ORDER)
+        # Its `value` is the level (the best level's window, shared with CS112 and CS113).
+        self.loss_level = shared_level(loss, LOSS_BEST_SMOOTH, best=True) if p.learnt > 0 else None
+        self.loss_initial = loss.initial
+
+    def check(self, i, step, v):
+        hit = super().check(i, step, v)
+        if hit is not None and self.loss_level is not None and loss_learnt(
+                self.loss_level.value, self.loss_initial.value, self.learnt):
+            return None
+        return hit
+
 
 @rule(
     code="CS112", objective=True, symbol="loss-spike", family="spike", severity="warning",
@@ -269,7 +302,7 @@ def loss_spike(data, p: SpikeParams, since=None):
 
 @rule(
     code="CS102", symbol="grad-norm-spike", family="spike", severity="warning",
-    signals=("grad_norm",), params=GradSpikeParams, describe=_describe_spike,
+    signals=("grad_norm", "train_loss"), params=GradSpikeParams, describe=_describe_spike,
     stream=GradSpikeStream,
     advice="a batch produced an outsized gradient: clip gradients and inspect the batch",
 )
@@ -277,10 +310,18 @@ def grad_norm_spike(data, p: GradSpikeParams, since=None):
     """The gradient norm jumps far out of its local range.
 
     As `loss-spike`, with `min_ratio` 5: healthy grad norms wander 3x around
-    their median.
+    their median; none while the train loss stands `learnt` (a hundredth) of
+    its initial level or under.
     """
     s = data.get("grad_norm")
     if s is not None and len(s) > p.min_points:
-        hits = _spike_hits("grad_norm", s, p, since=since)
+        train = data.get("train_loss")
+        drop = None
+        if p.learnt > 0 and train is not None and len(train):
+            def drop(steps):
+                level, init = known_level_at(train, LOSS_BEST_SMOOTH, steps)
+                with np.errstate(invalid="ignore"):
+                    return (init > 0) & (level >= 0.0) & (level <= p.learnt * init)
+        hits = _spike_hits("grad_norm", s, p, since=since, drop=drop)
         if hits is not None:
             yield hits

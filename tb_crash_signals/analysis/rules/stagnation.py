@@ -9,6 +9,7 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from tb_crash_signals.analysis.rules.base import Hits, fmt, param, rule, since_index
+from tb_crash_signals.analysis.stats import known_level_at
 from tb_crash_signals.analysis.streaming import HIT, Stream
 
 
@@ -20,8 +21,10 @@ class StagnationParams:
         "which a healthy run settling under a decayed learning rate meets; the `article` preset keeps it)"
     )
     min_level: float = param(
-        0.05, "and the validation loss must still be at least this share of its first value: a loss "
-        "that converged to ~0 moves less than the absolute tolerance (the `article` preset sets 0)"
+        0.05, "and the validation loss must still be at least this share of where the run started (its "
+        "first value, or the train loss's initial level, the median of its first 10 points, if higher: "
+        "a first evaluation after an epoch or a hundred steps has already learnt most of an easy task): "
+        "a loss that converged to ~0 moves less than the absolute tolerance (the `article` preset sets 0)"
     )
     cooldown: int = param(10, "evaluations after which a new episode starts")
 
@@ -40,6 +43,7 @@ class ValStagnationStream(Stream):
         self.p = p
         self.values = collections.deque(maxlen=p.evaluations)
         self.first = None
+        self.initial = channels["train_loss"].initial  # taken before the validation loss at a step
 
     def check(self, i, step, v):
         p = self.p
@@ -54,7 +58,10 @@ class ValStagnationStream(Stream):
                 if not abs(x - v) < tol:
                     break
             else:
-                if not (p.min_level > 0 and v < p.min_level * self.first):
+                start = self.first
+                if self.initial.value > start:  # NaN (not known, no train loss): the first value
+                    start = self.initial.value
+                if not (p.min_level > 0 and v < p.min_level * start):
                     hit = HIT
         self.values.append(v)
         return hit
@@ -72,7 +79,8 @@ def val_stagnation(data, p: StagnationParams, since=None):
 
     Condition: the previous `evaluations` validation losses are all within
     `tolerance` of the current one, as in the article's TrainingMonitor, and
-    the loss is still at least `min_level` x its first value.
+    the loss is still at least `min_level` x where the run started (its first
+    value, or the train loss's initial level if higher).
     """
     s = data.get("val_loss")
     k = p.evaluations
@@ -86,7 +94,13 @@ def val_stagnation(data, p: StagnationParams, since=None):
     with np.errstate(invalid="ignore"):
         close = np.all(np.abs(wins[:, :-1] - cur) < p.tolerance, axis=1)
         if p.min_level > 0:
-            close &= ~(s.values[i0:] < p.min_level * s.values[0])
+            start = np.full(len(s) - i0, s.values[0])
+            train = data.get("train_loss")
+            if train is not None and len(train):
+                # The train loss's initial level, once known, as of its point at or before each evaluation.
+                known, init = known_level_at(train, 1, s.steps[i0:])
+                start = np.where((known == known) & (init > start), init, start)
+            close &= ~(s.values[i0:] < p.min_level * start)
     idx = np.flatnonzero(close) + i0
     if idx.size:
         yield Hits("val_loss", idx)

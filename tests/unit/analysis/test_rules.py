@@ -404,6 +404,23 @@ def test_grad_norm_spike_fires_on_one_outlier_only():
     assert "CS102" not in codes(analyze(grad_norm=healthy_grad(600)))
 
 
+def test_a_grad_norm_spike_under_a_loss_learnt_two_decades_down_is_left_to_the_loss():
+    # An easy task: the loss falls from 1.4 to ~1e-4 and the grad norm with it; one batch's gradient
+    # then jumps 20x without moving the loss. Under a loss still at a fifth of its start the same
+    # spike is one; scan and the monitor alike, and with `learnt` 0 both fire.
+    t = np.arange(600)
+    rng = np.random.default_rng(0)
+    g = healthy_grad(600) * (np.exp(-t / 30) + 0.01)
+    g[450] *= 20
+    near_zero = 1.4 * np.exp(-t / 50) * (1 + 0.05 * rng.standard_normal(600)) + 1e-4
+    learning = 1.4 * (0.2 + 0.8 * np.exp(-t / 50)) * (1 + 0.05 * rng.standard_normal(600))
+    assert starts_both("CS102", grad_norm=g, train_loss=near_zero) == ([], [])
+    assert starts_both("CS102", grad_norm=g, train_loss=learning) == ([450], [450])
+    assert starts_both("CS102", grad_norm=g) == ([450], [450])  # no loss to read
+    off = Config(params={"CS102": dataclasses.replace(RULES["CS102"].default_params(), learnt=0.0)})
+    assert starts_both("CS102", off, grad_norm=g, train_loss=near_zero) == ([450], [450])
+
+
 def test_loss_jump_compares_with_the_previous_value_when_selected():
     loss = np.full(50, 1.0)
     loss[30] = 3.5
@@ -1572,6 +1589,19 @@ def test_val_stagnation_is_the_article_rule():
     assert [e.start_step for e in article] == [30]
 
 
+def test_val_stagnation_reads_where_the_run_started_from_the_train_loss_too():
+    # A first evaluation after much learning (0.05, the train loss started at 1.4), then a validation
+    # loss converged near zero, within 0.0005 for 10 evaluations: under 5 % of where the run started,
+    # no stagnation. Without a train loss the first evaluation is the start, and 0.004 is not under 5 %
+    # of it; scan and the monitor alike.
+    val = np.concatenate([np.geomspace(0.05, 0.004, 15), np.full(15, 0.004)])
+    train = np.geomspace(1.4, 1e-3, 30)
+    assert starts_both("CS302", train_loss=train, val_loss=val) == ([], [])
+    assert starts_both("CS302", val_loss=val) == ([24], [24])
+    # A validation loss stuck well above that level still stagnates.
+    assert starts_both("CS302", train_loss=train, val_loss=val * 100) == ([24], [24])
+
+
 def test_overfitting_is_the_article_rule_when_selected():
     train = np.linspace(1.0, 0.01, 30)
     val = np.full(30, 0.4)
@@ -1600,6 +1630,20 @@ def test_val_divergence_flags_the_onset_within_a_few_evaluations():
     assert 1 <= evaluations_late <= 3
     healthy = analyze(train_loss=train, val_loss=series(np.linspace(1.0, 0.4, 30), steps))
     assert "CS402" not in codes(healthy)
+
+
+def test_a_validation_loss_near_zero_wandering_up_is_no_overfitting():
+    # An easy task: the train loss falls from 1.4 to 1e-5, the validation loss to 4e-5, then rises 4x
+    # to 1.6e-4 (0.01 % of the run's start) while the train loss falls on. Risen 10 % of that start
+    # it is overfitting; scan and the monitor alike, and with `min_rise_start` 0 both fire.
+    train = np.geomspace(1.4, 1e-5, 60)
+    val = np.concatenate([np.geomspace(0.5, 4e-5, 30), np.geomspace(4e-5, 1.6e-4, 30)])
+    assert starts_both("CS402", train_loss=train, val_loss=val) == ([], [])
+    batch, online = starts_both("CS402", train_loss=train, val_loss=val + np.maximum(np.arange(60) - 29, 0) * 0.02)
+    assert batch == online and batch and batch[0] <= 33
+    off = Config(params={"CS402": dataclasses.replace(RULES["CS402"].default_params(), min_rise_start=0.0)})
+    batch, online = starts_both("CS402", off, train_loss=train, val_loss=val)
+    assert batch == online and batch
 
 
 def test_a_validation_loss_that_jumps_is_told_as_a_jump_not_overfitting():
