@@ -35,8 +35,8 @@ _SPIKES = ("CS102", "CS111", "CS112")
 _JUMPS = ("CS114", "CS115")  # a crash in one point: a spike, once the run came back from it
 _OVERFLOW = ("CS003", "CS004")
 # Rules whose incident gives their own advice: a validation loss NaN while the train loss is finite is no
-# crash to resume from.
-_OWN_ADVICE = ("CS005",)
+# crash to resume from; one that never learnt points at the data, not at regularisation.
+_OWN_ADVICE = ("CS005", "CS404")
 _OPTIMIZER_HIGH = ("CS501", "CS512", "CS513", "CS514")  # the learning rate / updates too large
 # The learning rate at zero or below, or updates too small to learn: the weights barely move (or climb
 # the gradient), so a climb the run came back from meanwhile is their symptom, not a divergence.
@@ -44,7 +44,11 @@ _OPTIMIZER_LOW = ("CS502", "CS511")
 _LR_RAISED = ("CS512", "CS513", "CS514")  # events that cause a crash, where CS501 is a state
 _PLATEAU = ("CS301", "CS303")
 _STAGNATION = ("CS302",)
-_OVERFIT = ("CS401", "CS402", "CS403")
+_OVERFIT = ("CS401", "CS402", "CS403", "CS404")
+_UNLEARNT = "CS404"  # the validation loss never learnt
+# What heads an overfit incident that holds it, before its first alarm (a rise): a training set learnt
+# by heart, else a validation loss that never learnt, tell why it does not generalise.
+_OVERFIT_CAUSES = ("CS403", _UNLEARNT)
 _HERALDS = _SPIKES + _OVERFLOW + _OPTIMIZER_HIGH  # warnings that can come before a crash
 _CONSEQUENCES = _PLATEAU + _STAGNATION + _SPIKES  # what a loss that climbed does meanwhile
 
@@ -241,6 +245,10 @@ def build_incidents(episodes: list[Episode], run_steps: int = 0) -> list[Inciden
         if kind == "plateau":  # a stuck validation loss during or after a plateau is the same story
             members += [i for i in order if i not in taken and episodes[i].code in _STAGNATION
                         and any(episodes[i].end_step >= episodes[j].start_step for j in members)]
+            # ... and so is one that never learnt while the train loss stalls (a warning, not a slow start)
+            members += [i for i in order if i not in taken and episodes[i].code == _UNLEARNT
+                        and any(episodes[j].severity != "info" and episodes[i].end_step >= episodes[j].start_step
+                                for j in members)]
         if members:
             taken.update(members)
             groups.append((kind, sorted(members)))
@@ -287,6 +295,12 @@ def _incident(kind: str, members: list[int], episodes: list[Episode]) -> Inciden
         causes = [e for e in eps if e.family == "optimizer" and e.severity == severity]
         if causes:
             alarm = min(causes, key=lambda e: (e.start_step, e.code))
+    if kind == "overfit":
+        for code in _OVERFIT_CAUSES:
+            causes = [e for e in eps if e.code == code and e.severity == severity]
+            if causes:
+                alarm = min(causes, key=lambda e: e.start_step)
+                break
     # A note over before the first alarm (a rise the validation loss came back from, a slow start
     # the run learnt past) is an occurrence that passed, not where the alarm's story starts; one
     # still going on at it (a loss that levelled off, then a plateau warning) is.
@@ -437,6 +451,8 @@ def _headline(kind, eps, alarm: Episode, crash: Episode | None, lead, start, fit
         return alarm.message + "; the train loss stopped improving too"
     if kind == "plateau" and any(e.code in _STAGNATION for e in eps):
         return alarm.message + "; the validation loss is stuck too"
+    if kind == "plateau" and any(e.code == _UNLEARNT for e in eps):
+        return alarm.message + "; the validation loss learnt nothing either"
     if kind == "optimizer":
         if alarm.code in _OPTIMIZER_LOW and any(came_back(e) for e in eps):
             return alarm.message + "; the train loss wandered above its best meanwhile, and came back"

@@ -143,6 +143,42 @@ def train_easy_classifier(logdir, seed: int, steps: int, every_eval: int = 100) 
                     w.add_scalar("Loss/val", nn.functional.cross_entropy(model(xv), yv).item(), step)
 
 
+def train_classifier_on_labels(logdir, seed: int, steps: int, shuffled: bool, every_eval: int = 100) -> None:
+    """A ReLU MLP (one hidden layer of 128) classifying 32 standard-normal inputs into 6 classes (the
+    argmax of a random projection plus noise, `noisy_classes`) with Adam (1e-3) in batches of 64, on
+    2 000 samples whose labels are `shuffled` among them or not, logged every step (`Loss/train`,
+    `Grad/norm`, `LR`) and on 1 000 held-out samples with their true labels every `every_eval` steps
+    (`Loss/val`). Shuffled, the train loss slowly learns the training set by heart while the
+    validation loss stays at chance (ln 6) and creeps up."""
+    import torch
+    from torch.utils.tensorboard import SummaryWriter
+
+    torch.manual_seed(seed)
+    torch.set_num_threads(1)
+    weights = torch.randn(32, 6)
+    x, y = noisy_classes(weights, 2000)
+    xv, yv = noisy_classes(weights, 1000)
+    if shuffled:
+        y = y[torch.randperm(y.shape[0])]
+    nn = torch.nn
+    model = nn.Sequential(nn.Linear(32, 128), nn.ReLU(), nn.Linear(128, 6))
+    opt = torch.optim.Adam(model.parameters(), 1e-3)
+    with SummaryWriter(str(logdir)) as w:
+        for step in range(steps):
+            idx = torch.randint(0, x.shape[0], (64,))
+            loss = nn.functional.cross_entropy(model(x[idx]), y[idx])
+            opt.zero_grad()
+            loss.backward()
+            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), math.inf)
+            opt.step()
+            w.add_scalar("Loss/train", loss.item(), step)
+            w.add_scalar("Grad/norm", grad_norm.item(), step)
+            w.add_scalar("LR", 1e-3, step)
+            if step % every_eval == every_eval - 1:
+                with torch.no_grad():
+                    w.add_scalar("Loss/val", nn.functional.cross_entropy(model(xv), yv).item(), step)
+
+
 def train_gan(logdir, seed: int, steps: int, lr: float, least_squares: bool = False,
               tags=("Loss/D", "Loss/G")) -> int | None:
     """A GAN (two-layer MLPs) learning a ring of 8 Gaussians in the plane, minibatches of 64,

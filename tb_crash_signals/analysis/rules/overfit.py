@@ -1,4 +1,4 @@
-"""CS401, CS402, CS403: the model stops generalising (validation vs training)."""
+"""CS401-CS404: the model stops generalising, or never did (validation vs training)."""
 
 from __future__ import annotations
 
@@ -428,3 +428,101 @@ def memorised(data, p: MemorisedParams, since=None):
     idx = np.flatnonzero(hit) + i0
     if idx.size:
         yield Hits("val_loss", idx, note=lambda i: _memorised_note(float(at[i - i0]), init))
+
+
+@dataclasses.dataclass(frozen=True)
+class UnlearntParams:
+    smooth: int = param(9, "trailing points whose median is the train loss's level", at_least=1)
+    learnt: float = param(
+        0.9, "the train loss's level must be at most this share of its initial level (the median of its first "
+        "10 points): it learnt something", above=0.0,
+    )
+    unlearnt: float = param(
+        0.95, "... while the validation loss's best so far is at least this share of where training started "
+        "(its first evaluation, or the train loss's initial level if higher): it learnt nothing. A classifier "
+        "on shuffled labels learns its training set slowly while its validation loss stays at chance (1.79 "
+        "over 6 classes, its train loss 0.9x its start after 2 000 steps); a first evaluation after an epoch "
+        "of learning is measured against the train loss's start, so a run that learnt fast is not caught", above=0.0,
+    )
+    min_evaluations: int = param(5, "evaluations needed before the rule can fire", at_least=1)
+    cooldown: int = param(10, "evaluations after which a new episode starts")
+
+
+def _describe_unlearnt(ep, p):
+    return f"validation loss has learnt nothing: {ep.note} (step {ep.start_step})"
+
+
+def _unlearnt_note(best, start, level, init) -> str:
+    return (f"its best {fmt(best)} is still where training started ({fmt(start)}), while the train loss fell to "
+            f"{fmt(level)} ({fmt(level / init)}x its start)")
+
+
+class UnlearntStream(Stream):
+    """val-unlearnt, at each validation point (the train loss's level read from its channel)."""
+
+    hits = ("val_loss",)
+
+    def __init__(self, p, signal, channels):
+        train = channels["train_loss"]  # updated before the validation channel at a step
+        self.level = shared_level(train, p.smooth)
+        self.initial = train.initial
+        self.p = p
+        self.first = math.nan
+        self.best = math.inf  # the lowest finite validation loss so far
+
+    def check(self, i, step, v):
+        if i == 0:
+            self.first = v
+        if v - v == 0.0 and v < self.best:
+            self.best = v
+        p = self.p
+        init = self.initial.value
+        if i + 1 < p.min_evaluations or not init > 0.0 or self.best == math.inf:
+            return None
+        level = self.level.value
+        start = self.first if self.first > init else init  # a NaN first evaluation: the train loss's start
+        if level >= 0.0 and level <= p.learnt * init and self.best >= p.unlearnt * start:
+            return StreamHit(note=_unlearnt_note(self.best, start, level, init))
+        return None
+
+
+@rule(
+    code="CS404", objective=True, symbol="val-unlearnt", family="overfit", severity="warning",
+    signals=("train_loss", "val_loss"), params=UnlearntParams, describe=_describe_unlearnt,
+    stream=UnlearntStream,
+    advice="nothing the model learns carries over to the validation data: check that the labels match their "
+    "inputs (shuffled apart, a wrong label file or column, an augmentation applied to one and not the other) and "
+    "that the validation data comes from the training distribution through the same preprocessing; a training "
+    "set of a few batches is learnt by heart (more data, regularisation)",
+)
+def val_unlearnt(data, p: UnlearntParams, since=None):
+    """The train loss learnt while the validation loss learnt nothing.
+
+    At each validation point from the `min_evaluations`-th: the train loss's
+    level (the trailing median of `smooth` points at its last point at or
+    before the step) is at most `learnt` x its initial level (the median of
+    its first 10 points), while the lowest finite validation loss so far is
+    at least `unlearnt` x where training started (the first evaluation, or
+    the train loss's initial level if higher). Labels shuffled apart from
+    their inputs give a validation loss at chance while the train loss
+    slowly learns the training set: a rise too small for CS402, a train loss
+    nowhere near CS403's three decades.
+    """
+    train, val = data.get("train_loss"), data.get("val_loss")
+    if train is None or val is None or len(train) == 0 or len(val) < p.min_evaluations:
+        return
+    i0 = since_index(val, since)
+    at, init = known_level_at(train, p.smooth, val.steps[i0:])
+    if not init > 0.0:
+        return
+    v = val.values
+    best = np.minimum.accumulate(np.where(np.isfinite(v), v, np.inf))[i0:]
+    first = float(v[0])
+    start = first if first > init else init
+    idx = np.arange(i0, len(v))
+    with np.errstate(invalid="ignore"):
+        hit = ((idx + 1 >= p.min_evaluations) & (at >= 0.0) & (at <= p.learnt * init) & np.isfinite(best)
+               & (best >= p.unlearnt * start))
+    out = np.flatnonzero(hit) + i0
+    if out.size:
+        yield Hits("val_loss", out, note=lambda i: _unlearnt_note(float(best[i - i0]), start, float(at[i - i0]), init))

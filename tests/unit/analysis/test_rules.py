@@ -1881,6 +1881,57 @@ def test_a_training_set_learnt_by_heart_is_told_whether_or_not_the_validation_lo
     assert incident.headline.endswith("the model learnt its training set by heart")
 
 
+def test_a_validation_loss_that_never_learnt_while_the_train_loss_did_is_told():
+    # Labels shuffled apart from their inputs: the train loss learns the training set slowly (1.8 ->
+    # 1.4, logged every step) while the validation loss, evaluated every 20 steps, stays at chance and
+    # creeps up: CS404 from the first evaluation after the train loss's 9-point level reached 0.9x its
+    # start (and from the 5th evaluation), scan and the monitor alike. A first evaluation after much
+    # learning (0.3, the train loss started at 1.8) that then stays is measured against the train
+    # loss's start: no story. A validation loss that learns with the train loss: none either.
+    t = np.arange(400)
+    train = 1.8 - 0.4 * t / 400
+    evals = np.arange(0, 400, 20)
+    level = np.array([np.median(train[max(0, i - 8):i + 1]) for i in t])
+    first = int(evals[np.flatnonzero((level[evals] <= 0.9 * np.median(train[:10])) & (np.arange(evals.size) >= 4))[0]])
+    cases = ((1.8 + 0.002 * evals, [first]), (np.full(evals.size, 0.3), []), (1.8 * np.exp(-evals / 200.0), []))
+    for val, told in cases:
+        data = {"train_loss": train, "val_loss": series(val, steps=evals)}
+        assert [e.start_step for e in episodes_of(analyze(**data), "CS404")] == told
+        m = Monitor()
+        for i in t:
+            m.update(int(i), train_loss=float(train[i]), **({"val_loss": float(val[i // 20])} if i % 20 == 0 else {}))
+        assert [e.start_step for e in m.episodes() if e.code == "CS404"] == told
+    result = analyze(train_loss=train, val_loss=series(1.8 + 0.002 * evals, steps=evals))
+    (incident,) = [i for i in result.incidents if i.kind == "overfit"]
+    assert incident.headline.startswith("validation loss has learnt nothing: its best 1.8 is still where training")
+    assert incident.advice == RULES["CS404"].advice
+    # Only the validation loss, or its first evaluation NaN: nothing to compare with, or the train loss's start.
+    assert starts_both("CS404", val_loss=np.full(30, 1.8)) == ([], [])
+    nan_first = np.concatenate([[np.nan], np.full(29, 1.8)])
+    batch, online = starts_both("CS404", train_loss=np.linspace(1.8, 1.4, 30), val_loss=nan_first)
+    assert batch == online and batch
+
+
+def test_a_validation_loss_that_never_learnt_heads_the_overfit_story_or_joins_a_stall():
+    from tb_crash_signals.analysis.episodes import Episode
+    from tb_crash_signals.analysis.incidents import build_incidents
+
+    def ep(code, family, start, end, message, severity="warning", signal="val_loss"):
+        return Episode(code=code, rule=code, family=family, severity=severity, signal=signal, start_step=start,
+                       end_step=end, peak_step=start, peak_value=1.0, open=False, message=message, advice=code)
+
+    rise = ep("CS402", "overfit", 300, 900, "validation loss rose")
+    never = ep("CS404", "overfit", 500, 900, "validation loss has learnt nothing")
+    (overfit,) = build_incidents([rise, never], 1000)
+    assert overfit.headline == "validation loss has learnt nothing" and overfit.advice == "CS404"
+    assert overfit.first_alarm_step == 300  # the first alarm is still the rise's
+    stall = ep("CS301", "plateau", 100, 900, "train loss has not improved, near where it started", signal="train_loss")
+    (plateau,) = build_incidents([stall, never], 1000)
+    assert plateau.kind == "plateau" and plateau.headline.endswith("; the validation loss learnt nothing either")
+    note = ep("CS301", "plateau", 100, 200, "a slow start", severity="info", signal="train_loss")
+    assert sorted(i.kind for i in build_incidents([note, never], 1000)) == ["overfit", "plateau"]
+
+
 # A 3-class classifier's per-batch loss at chance (ln 3) for its first steps, smooth to within a few
 # per cent, under a linear warm-up of Adam's rate (a real run of bench/detection/torch_runs.py
 # `overshoots`, which learnt to 0.2 over the next 30 steps and diverged 200 steps later).
