@@ -72,10 +72,11 @@ LOST_ADVICE = ("the loss lost the ground it had: something undoes the training (
                "this stage, a warm-up or one-cycle peak, weight decay of the wrong sign, a gradient-accumulation "
                "bug); lower the learning rate and resume from the checkpoint at its best step")
 # A loss stuck near its start after updates far too large (CS301's `large_updates`): a learning rate too
-# high, not too low.
+# high, not too low (or a weight decay: AdamW at 3e-3 with a decay of 20 shrinks the weights 6 % a step).
 LARGE_UPDATES_ADVICE = ("the updates were far too large for the weights, and the model stopped learning (dead or "
-                        "saturated units): lower the learning rate 10x or more, or add a warm-up, and restart from "
-                        "scratch: these weights are spoilt")
+                        "saturated units): lower the learning rate 10x or more (and a large weight decay, which "
+                        "shrinks every weight at each step), or add a warm-up, and restart from scratch: these "
+                        "weights are spoilt")
 # A loss stuck near its start under a learning rate that did not decay (CS301's STUCK_NOTE, no update
 # ratio telling the updates too large): a rate far too high stalls a model as surely as one too low (a
 # transformer under Adam at 1e-2 sits at its unigram level), and the steps alone do not tell which.
