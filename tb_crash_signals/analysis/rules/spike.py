@@ -215,6 +215,7 @@ class _SpikeStream(Stream):
         self.median = tail_median(ch, p.window)  # of the points before
         # The best level, pushed by the monitor at every point (so the screen may skip this stream).
         self.best = shared_level(ch, LOSS_BEST_SMOOTH, best=True) if p.min_undo > 0 else None
+        self.loss_level = self.loss_initial = None  # the train loss's, read by the grad norm's (`learnt`)
 
     def quiet(self):
         # Not a candidate (x >= envelope x the window's max >= envelope x the last point), or
@@ -241,6 +242,8 @@ class _SpikeStream(Stream):
         best = math.nan if self.best is None else self.best.low
         if not is_spike(v, med, top, self.channel.initial.value, math.nan, p, best):
             return None
+        if self.loss_level is not None and loss_learnt(self.loss_level.value, self.loss_initial.value, p.learnt):
+            return None
         values = self.channel.values  # the raw recent points, this one last
         before = list(islice(values, max(len(values) - 1 - p.noise_window, 0), len(values) - 1))
         if noise_decades(before) >= p.max_noise:
@@ -257,18 +260,11 @@ class GradSpikeStream(_SpikeStream):
 
     def __init__(self, p, signal, channels):
         super().__init__(p, signal, channels)
-        self.learnt = p.learnt
-        loss = channels["train_loss"]  # taken before the grad norm at a step (ORDER)
-        # Its `value` is the level (the best level's window, shared with CS112 and CS113).
-        self.loss_level = shared_level(loss, LOSS_BEST_SMOOTH, best=True) if p.learnt > 0 else None
-        self.loss_initial = loss.initial
-
-    def check(self, i, step, v):
-        hit = super().check(i, step, v)
-        if hit is not None and self.loss_level is not None and loss_learnt(
-                self.loss_level.value, self.loss_initial.value, self.learnt):
-            return None
-        return hit
+        if p.learnt > 0:
+            loss = channels["train_loss"]  # taken before the grad norm at a step (ORDER)
+            # Its `value` is the level (the best level's window, shared with CS112 and CS113).
+            self.loss_level = shared_level(loss, LOSS_BEST_SMOOTH, best=True)
+            self.loss_initial = loss.initial
 
 
 @rule(
