@@ -117,7 +117,6 @@ def train_easy_classifier(logdir, seed: int, steps: int, every_eval: int = 100) 
     early size, where one batch holding a hard example moves the gradient 10x and the loss not at
     all; its validation loss converges near zero and wanders there. A healthy run."""
     import torch
-    from torch.utils.tensorboard import SummaryWriter
 
     torch.manual_seed(seed)
     torch.set_num_threads(1)
@@ -126,21 +125,7 @@ def train_easy_classifier(logdir, seed: int, steps: int, every_eval: int = 100) 
     xv, yv = mostly_easy_classes(weights, 500)
     nn = torch.nn
     model = nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 4))
-    opt = torch.optim.Adam(model.parameters(), 3e-3)
-    with SummaryWriter(str(logdir)) as w:
-        for step in range(steps):
-            idx = torch.randint(0, x.shape[0], (64,))
-            loss = nn.functional.cross_entropy(model(x[idx]), y[idx])
-            opt.zero_grad()
-            loss.backward()
-            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), math.inf)
-            opt.step()
-            w.add_scalar("Loss/train", loss.item(), step)
-            w.add_scalar("Grad/norm", grad_norm.item(), step)
-            w.add_scalar("LR", 3e-3, step)
-            if step % every_eval == every_eval - 1:
-                with torch.no_grad():
-                    w.add_scalar("Loss/val", nn.functional.cross_entropy(model(xv), yv).item(), step)
+    _train_adam(logdir, model, 3e-3, steps, *_classification_losses(model, x, y, xv, yv), every_eval)
 
 
 def train_classifier_on_labels(logdir, seed: int, steps: int, shuffled: bool, every_eval: int = 100) -> None:
@@ -151,7 +136,6 @@ def train_classifier_on_labels(logdir, seed: int, steps: int, shuffled: bool, ev
     (`Loss/val`). Shuffled, the train loss slowly learns the training set by heart while the
     validation loss stays at chance (ln 6) and creeps up."""
     import torch
-    from torch.utils.tensorboard import SummaryWriter
 
     torch.manual_seed(seed)
     torch.set_num_threads(1)
@@ -162,21 +146,19 @@ def train_classifier_on_labels(logdir, seed: int, steps: int, shuffled: bool, ev
         y = y[torch.randperm(y.shape[0])]
     nn = torch.nn
     model = nn.Sequential(nn.Linear(32, 128), nn.ReLU(), nn.Linear(128, 6))
-    opt = torch.optim.Adam(model.parameters(), 1e-3)
-    with SummaryWriter(str(logdir)) as w:
-        for step in range(steps):
-            idx = torch.randint(0, x.shape[0], (64,))
-            loss = nn.functional.cross_entropy(model(x[idx]), y[idx])
-            opt.zero_grad()
-            loss.backward()
-            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), math.inf)
-            opt.step()
-            w.add_scalar("Loss/train", loss.item(), step)
-            w.add_scalar("Grad/norm", grad_norm.item(), step)
-            w.add_scalar("LR", 1e-3, step)
-            if step % every_eval == every_eval - 1:
-                with torch.no_grad():
-                    w.add_scalar("Loss/val", nn.functional.cross_entropy(model(xv), yv).item(), step)
+    _train_adam(logdir, model, 1e-3, steps, *_classification_losses(model, x, y, xv, yv), every_eval)
+
+
+def _classification_losses(model, x, y, xv, yv, batch: int = 64):
+    """`_train_adam`'s batch_loss (the cross-entropy of `batch` samples of (x, y) drawn at random) and
+    held_out_loss (that of all of (xv, yv)) for a classifier."""
+    import torch
+
+    def batch_loss():
+        idx = torch.randint(0, x.shape[0], (batch,))
+        return torch.nn.functional.cross_entropy(model(x[idx]), y[idx])
+
+    return batch_loss, lambda: torch.nn.functional.cross_entropy(model(xv), yv)
 
 
 def train_gan(logdir, seed: int, steps: int, lr: float, least_squares: bool = False,

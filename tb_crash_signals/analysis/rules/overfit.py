@@ -375,8 +375,9 @@ def _memorised_note(level, init) -> str:
     return f"{fmt(level)}, {fmt(level / init)}x where it started ({fmt(init)}),"
 
 
-class MemorisedStream(Stream):
-    """memorised, at each validation point (the train loss's level read from its channel)."""
+class _TrainLevelAtVal(Stream):
+    """A check at each validation point that reads the train loss's level (`p.smooth` points) and
+    initial level from its channel."""
 
     hits = ("val_loss",)
 
@@ -384,6 +385,13 @@ class MemorisedStream(Stream):
         train = channels["train_loss"]  # updated before the validation channel at a step
         self.level = shared_level(train, p.smooth)
         self.initial = train.initial
+
+
+class MemorisedStream(_TrainLevelAtVal):
+    """memorised, at each validation point."""
+
+    def __init__(self, p, signal, channels):
+        super().__init__(p, signal, channels)
         self.learnt, self.unlearnt = p.learnt, p.unlearnt
 
     def check(self, i, step, v):
@@ -457,15 +465,11 @@ def _unlearnt_note(best, start, level, init) -> str:
             f"{fmt(level)} ({fmt(level / init)}x its start)")
 
 
-class UnlearntStream(Stream):
-    """val-unlearnt, at each validation point (the train loss's level read from its channel)."""
-
-    hits = ("val_loss",)
+class UnlearntStream(_TrainLevelAtVal):
+    """val-unlearnt, at each validation point."""
 
     def __init__(self, p, signal, channels):
-        train = channels["train_loss"]  # updated before the validation channel at a step
-        self.level = shared_level(train, p.smooth)
-        self.initial = train.initial
+        super().__init__(p, signal, channels)
         self.p = p
         self.first = math.nan
         self.best = math.inf  # the lowest finite validation loss so far
