@@ -447,10 +447,12 @@ class UnlearntParams:
     )
     unlearnt: float = param(
         0.95, "... while the validation loss's best so far is at least this share of where training started "
-        "(its first evaluation, or the train loss's initial level if higher): it learnt nothing. A classifier "
-        "on shuffled labels learns its training set slowly while its validation loss stays at chance (1.79 "
-        "over 6 classes, its train loss 0.9x its start after 2 000 steps); a first evaluation after an epoch "
-        "of learning is measured against the train loss's start, so a run that learnt fast is not caught", above=0.0,
+        "(the highest of its first evaluation, the train loss's first point and its initial level): it learnt "
+        "nothing. A classifier on shuffled labels learns its training set slowly while its validation loss "
+        "stays at chance (1.79 over 6 classes, its train loss 0.9x its start after 2 000 steps). A first "
+        "evaluation after an epoch of learning is measured against the train loss's start: its first point "
+        "(on epoch means, the first epoch's, above the median of the first ten), so a run that learnt in its "
+        "first epoch and then stalled is not caught", above=0.0,
     )
     min_evaluations: int = param(5, "evaluations needed before the rule can fire", at_least=1)
     cooldown: int = param(10, "evaluations after which a new episode starts")
@@ -484,10 +486,17 @@ class UnlearntStream(_TrainLevelAtVal):
         if i + 1 < p.min_evaluations or not init > 0.0 or self.best == math.inf:
             return None
         level = self.level.value
-        start = self.first if self.first > init else init  # a NaN first evaluation: the train loss's start
+        start = _start(self.first, self.initial.head[0], init)
         if level >= 0.0 and level <= p.learnt * init and self.best >= p.unlearnt * start:
             return StreamHit(note=_unlearnt_note(self.best, start, level, init))
         return None
+
+
+def _start(first_val: float, first_train: float, init: float) -> float:
+    """Where training started, for CS404: the highest of the first evaluation (NaN: left out), the
+    train loss's first finite point and its initial level."""
+    start = first_train if first_train > init else init
+    return first_val if first_val > start else start
 
 
 @rule(
@@ -521,8 +530,8 @@ def val_unlearnt(data, p: UnlearntParams, since=None):
         return
     v = val.values
     best = np.minimum.accumulate(np.where(np.isfinite(v), v, np.inf))[i0:]
-    first = float(v[0])
-    start = first if first > init else init
+    t = train.values
+    start = _start(float(v[0]), float(t[np.isfinite(t)][0]), init)
     idx = np.arange(i0, len(v))
     with np.errstate(invalid="ignore"):
         hit = ((idx + 1 >= p.min_evaluations) & (at >= 0.0) & (at <= p.learnt * init) & np.isfinite(best)

@@ -1905,6 +1905,14 @@ def test_a_validation_loss_that_never_learnt_while_the_train_loss_did_is_told():
     (incident,) = [i for i in result.incidents if i.kind == "overfit"]
     assert incident.headline.startswith("validation loss has learnt nothing: its best 1.8 is still where training")
     assert incident.advice == RULES["CS404"].advice
+    # Epoch means (Keras): the first epoch learnt most of the task (its mean 0.6, the validation loss 0.30
+    # after it), the train loss then falls on while the validation loss stays near 0.29: overfitting from
+    # the second epoch, not a validation loss that never learnt; the train loss's first point is where
+    # training started (the median of its first ten epochs, 0.255, already learnt).
+    epochs = np.arange(30)
+    train_means = np.concatenate([[0.6, 0.35], 0.3 * 0.96 ** np.arange(28)])
+    val_flat = 0.29 + 0.01 * (epochs % 2)
+    assert starts_both("CS404", train_loss=train_means, val_loss=val_flat) == ([], [])
     # Only the validation loss, or its first evaluation NaN: nothing to compare with, or the train loss's start.
     assert starts_both("CS404", val_loss=np.full(30, 1.8)) == ([], [])
     nan_first = np.concatenate([[np.nan], np.full(29, 1.8)])
