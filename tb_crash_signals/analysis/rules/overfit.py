@@ -515,8 +515,8 @@ def val_unlearnt(data, p: UnlearntParams, since=None):
     level (the trailing median of `smooth` points at its last point at or
     before the step) is at most `learnt` x its initial level (the median of
     its first 10 points), while the lowest finite validation loss so far is
-    at least `unlearnt` x where training started (the first evaluation, or
-    the train loss's initial level if higher). Labels shuffled apart from
+    at least `unlearnt` x where training started (the highest of the first
+    evaluation, the train loss's first point and its initial level). Labels shuffled apart from
     their inputs give a validation loss at chance while the train loss
     slowly learns the training set: a rise too small for CS402, a train loss
     nowhere near CS403's three decades.
