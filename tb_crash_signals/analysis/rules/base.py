@@ -27,6 +27,7 @@ from typing import Callable, Iterable
 
 import numpy as np
 
+from tb_crash_signals.analysis.stats import smoothed_level, value_at_or_before
 from tb_crash_signals.analysis.streaming import small_median
 from tb_crash_signals.ingest.series import Series
 
@@ -205,6 +206,30 @@ class Hits:
 
 # func(data, params, since=None) -> the hits (at steps >= since, if given).
 RuleFunc = Callable[..., Iterable[Hits]]
+
+
+# The rules that read where a run started for its validation loss from the train loss's initial level
+# (CS302, CS402, CS404) read it only while the two losses are on one scale: a train loss whose level
+# (the median of its last TRAIN_LEVEL_POINTS points) stands over SCALE_APART x the validation loss
+# is on another (summed over the batch where the validation loss is averaged); overfitting, dropout
+# and augmentation keep it under or near the validation loss.
+TRAIN_LEVEL_POINTS = 9
+SCALE_APART = 3.0
+
+
+def on_another_scale(train_level: float, val: float) -> bool:
+    """Whether a train loss at `train_level` is on another scale than a validation loss at `val`."""
+    return train_level > SCALE_APART * val
+
+
+def train_levels_at(data, steps) -> np.ndarray:
+    """The train loss's level (TRAIN_LEVEL_POINTS points) at its last point at or before each of
+    `steps` (NaN without a train loss, or before its first point), as a stream reads it from the
+    channel's shared level at a later signal's point of the same step."""
+    train = data.get("train_loss")
+    if train is None or not len(train):
+        return np.full(np.shape(steps), np.nan)
+    return value_at_or_before(train.steps, smoothed_level(train.values, TRAIN_LEVEL_POINTS), steps)
 
 
 def since_index(series: Series, since: int | None) -> int:

@@ -8,7 +8,17 @@ from itertools import islice
 
 import numpy as np
 
-from tb_crash_signals.analysis.rules.base import Hits, fmt, param, rule, since_index
+from tb_crash_signals.analysis.rules.base import (
+    SCALE_APART,
+    TRAIN_LEVEL_POINTS,
+    Hits,
+    fmt,
+    on_another_scale,
+    param,
+    rule,
+    since_index,
+    train_levels_at,
+)
 from tb_crash_signals.analysis.rules.plateau import LR_FELL, lr_course
 from tb_crash_signals.analysis.stats import (
     known_level_at,
@@ -142,7 +152,8 @@ class ValDivergenceParams:
         "its first 10 points; the validation loss's first evaluation often comes after much learning): "
         "a validation loss learnt down near zero (an easy or separable task) wanders by tens of percent "
         "of almost nothing (4e-5 to 3e-4 on a start of 1.4: healthy runs of the kind rose 0.01-0.5 % of "
-        "their start; the real logs' overfits 5.7 % or more at their first hit); 0: never", at_least=0.0,
+        "their start; the real logs' overfits 5.7 % or more at their first hit); not while the train loss "
+        "is on another scale (base.SCALE_APART); 0: never", at_least=0.0,
     )
     smooth: int = param(5, "trailing train points whose median is compared (noise)")
     min_evaluations: int = param(3, "evaluations needed before the rule can fire")
@@ -212,6 +223,7 @@ class ValDivergenceStream(_TrainAtVal):
         self.p = p
         self.rise = 1 + p.min_rise  # `above` is at least this multiple of the best
         self.initial = channels["train_loss"].initial  # pushed with the train point before this one
+        self.train_level = shared_level(channels["train_loss"], TRAIN_LEVEL_POINTS)
         self.best = math.inf
         self.best_i = 0
         self.best_step = None
@@ -261,7 +273,8 @@ class ValDivergenceStream(_TrainAtVal):
             and self.train_now() < self._at_best()
             and not self.train.values[-1] > self.rise * self._at_best()
             and not (self.lr.values and self.lr.values[-1] > self.lr_bar)
-            and not self.initial.value * p.min_rise_start > v - self.best  # NaN (not known yet): no floor
+            and not (self.initial.value * p.min_rise_start > v - self.best  # NaN (not known yet): no floor
+                     and not on_another_scale(self.train_level.value, v))
         ):
             return StreamHit(note=valdiv_note(self.best, self.best_step, self.jumped, p))
         return None
@@ -330,7 +343,8 @@ def val_divergence(data, p: ValDivergenceParams, since=None):
         # (its 10th point), as of the train point at or before each evaluation.
         known, init = known_level_at(data["train_loss"], 1, val.steps)
         with np.errstate(invalid="ignore"):
-            hit &= ~((known == known) & (init * p.min_rise_start > v - best))
+            apart = train_levels_at(data, val.steps) > SCALE_APART * v
+            hit &= ~((known == known) & (init * p.min_rise_start > v - best) & ~apart)
     if hit.any():
         # The schedule climbed back since the best: its larger steps, not overfitting.
         at, peak, _ = lr_course(data, val.steps, LR_FELL)
@@ -385,6 +399,7 @@ class _TrainLevelAtVal(Stream):
         train = channels["train_loss"]  # updated before the validation channel at a step
         self.level = shared_level(train, p.smooth)
         self.initial = train.initial
+        self.train_level = shared_level(train, TRAIN_LEVEL_POINTS)  # its scale's (on_another_scale)
 
 
 class MemorisedStream(_TrainLevelAtVal):
@@ -454,7 +469,10 @@ class UnlearntParams:
         "(on epoch means, the first epoch's, above the median of the first ten), so a run that learnt in its "
         "first epoch and then stalled is not caught", above=0.0,
     )
-    min_evaluations: int = param(5, "evaluations needed before the rule can fire", at_least=1)
+    min_evaluations: int = param(
+        5, "evaluations needed before the rule can fire (and none while the train loss is on another scale, "
+        "base.SCALE_APART)", at_least=1,
+    )
     cooldown: int = param(10, "evaluations after which a new episode starts")
 
 
@@ -487,6 +505,8 @@ class UnlearntStream(_TrainLevelAtVal):
             return None
         level = self.level.value
         start = _start(self.first, self.initial.head[0], init)
+        if on_another_scale(self.train_level.value, v):
+            return None
         if level >= 0.0 and level <= p.learnt * init and self.best >= p.unlearnt * start:
             return StreamHit(note=_unlearnt_note(self.best, start, level, init))
         return None
@@ -535,7 +555,7 @@ def val_unlearnt(data, p: UnlearntParams, since=None):
     idx = np.arange(i0, len(v))
     with np.errstate(invalid="ignore"):
         hit = ((idx + 1 >= p.min_evaluations) & (at >= 0.0) & (at <= p.learnt * init) & np.isfinite(best)
-               & (best >= p.unlearnt * start))
+               & (best >= p.unlearnt * start) & ~(train_levels_at(data, val.steps[i0:]) > SCALE_APART * v[i0:]))
     out = np.flatnonzero(hit) + i0
     if out.size:
         yield Hits("val_loss", out, note=lambda i: _unlearnt_note(float(best[i - i0]), start, float(at[i - i0]), init))

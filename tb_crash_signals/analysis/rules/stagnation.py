@@ -8,9 +8,19 @@ import dataclasses
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from tb_crash_signals.analysis.rules.base import Hits, fmt, param, rule, since_index
+from tb_crash_signals.analysis.rules.base import (
+    SCALE_APART,
+    TRAIN_LEVEL_POINTS,
+    Hits,
+    fmt,
+    on_another_scale,
+    param,
+    rule,
+    since_index,
+    train_levels_at,
+)
 from tb_crash_signals.analysis.stats import known_level_at
-from tb_crash_signals.analysis.streaming import HIT, Stream
+from tb_crash_signals.analysis.streaming import HIT, Stream, shared_level
 
 
 @dataclasses.dataclass(frozen=True)
@@ -23,8 +33,9 @@ class StagnationParams:
     min_level: float = param(
         0.05, "and the validation loss must still be at least this share of where the run started (its "
         "first value, or the train loss's initial level, the median of its first 10 points, if higher: "
-        "a first evaluation after an epoch or a hundred steps has already learnt most of an easy task): "
-        "a loss that converged to ~0 moves less than the absolute tolerance (the `article` preset sets 0)"
+        "a first evaluation after an epoch or a hundred steps has already learnt most of an easy task; not "
+        "while the train loss is on another scale, base.SCALE_APART): a loss that converged to ~0 moves less "
+        "than the absolute tolerance (the `article` preset sets 0)"
     )
     cooldown: int = param(10, "evaluations after which a new episode starts")
 
@@ -44,6 +55,7 @@ class ValStagnationStream(Stream):
         self.values = collections.deque(maxlen=p.evaluations)
         self.first = None
         self.initial = channels["train_loss"].initial  # taken before the validation loss at a step
+        self.train_level = shared_level(channels["train_loss"], TRAIN_LEVEL_POINTS)
 
     def check(self, i, step, v):
         p = self.p
@@ -59,7 +71,8 @@ class ValStagnationStream(Stream):
                     break
             else:
                 start = self.first
-                if self.initial.value > start:  # NaN (not known, no train loss): the first value
+                # NaN (not known, no train loss): the first value
+                if self.initial.value > start and not on_another_scale(self.train_level.value, v):
                     start = self.initial.value
                 if not (p.min_level > 0 and v < p.min_level * start):
                     hit = HIT
@@ -99,7 +112,8 @@ def val_stagnation(data, p: StagnationParams, since=None):
             if train is not None and len(train):
                 # The train loss's initial level, once known, as of its point at or before each evaluation.
                 known, init = known_level_at(train, 1, s.steps[i0:])
-                start = np.where((known == known) & (init > start), init, start)
+                apart = train_levels_at(data, s.steps[i0:]) > SCALE_APART * s.values[i0:]
+                start = np.where((known == known) & (init > start) & ~apart, init, start)
             close &= ~(s.values[i0:] < p.min_level * start)
     idx = np.flatnonzero(close) + i0
     if idx.size:

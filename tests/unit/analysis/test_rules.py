@@ -1636,7 +1636,7 @@ def test_a_validation_loss_near_zero_wandering_up_is_no_overfitting():
     # An easy task: the train loss falls from 1.4 to 1e-5, the validation loss to 4e-5, then rises 4x
     # to 1.6e-4 (0.01 % of the run's start) while the train loss falls on. Risen 10 % of that start
     # it is overfitting; scan and the monitor alike, and with `min_rise_start` 0 both fire.
-    train = np.geomspace(1.4, 1e-5, 60)
+    train = np.concatenate([np.geomspace(1.4, 2e-5, 30), np.geomspace(2e-5, 1e-5, 30)])
     val = np.concatenate([np.geomspace(0.5, 4e-5, 30), np.geomspace(4e-5, 1.6e-4, 30)])
     assert starts_both("CS402", train_loss=train, val_loss=val) == ([], [])
     batch, online = starts_both("CS402", train_loss=train, val_loss=val + np.maximum(np.arange(60) - 29, 0) * 0.02)
@@ -1644,6 +1644,23 @@ def test_a_validation_loss_near_zero_wandering_up_is_no_overfitting():
     off = Config(params={"CS402": dataclasses.replace(RULES["CS402"].default_params(), min_rise_start=0.0)})
     batch, online = starts_both("CS402", off, train_loss=train, val_loss=val)
     assert batch == online and batch
+
+
+def test_a_train_loss_summed_over_the_batch_leaves_the_validation_rules_their_own_scale():
+    # The train loss summed over batches of 64 (64x the validation loss, averaged): where the run
+    # started is read from the validation loss alone, as before the train loss's start was read at
+    # all; overfitting and a stuck validation loss are told, scan and the monitor alike, and a
+    # validation loss that never learnt is not judged against a train loss on another scale.
+    t = np.arange(300)
+    train = 64 * (0.05 + 2.25 * np.exp(-t / 30))
+    learnt = 0.4 + 1.9 * np.exp(-t[:150] / 30)
+    rising = np.concatenate([learnt, learnt[-1] + 0.002 * np.arange(1, 151)])
+    batch, online = starts_both("CS402", train_loss=train, val_loss=rising)
+    assert batch == online and batch
+    stuck = np.concatenate([learnt, np.full(150, learnt[-1])])
+    batch, online = starts_both("CS302", train_loss=train, val_loss=stuck)
+    assert batch == online and batch
+    assert starts_both("CS404", train_loss=train, val_loss=np.full(300, 2.3)) == ([], [])
 
 
 def test_a_validation_loss_that_jumps_is_told_as_a_jump_not_overfitting():
