@@ -217,9 +217,17 @@ TRAIN_LEVEL_POINTS = 9
 SCALE_APART = 3.0
 
 
-def on_another_scale(train_level: float, val: float) -> bool:
-    """Whether a train loss at `train_level` is on another scale than a validation loss at `val`."""
+def on_another_scale(train_level, val):
+    """Whether a train loss at `train_level` is on another scale than a validation loss at `val`
+    (floats, or arrays elementwise)."""
     return train_level > SCALE_APART * val
+
+
+def learnt_to(level, init, share):
+    """Whether a loss's level stands at most `share` x its initial level (floats, or arrays
+    elementwise): a level under zero (a likelihood's) fell no decades, and a start at or under zero
+    (or unknown, NaN) has no share of it."""
+    return (init > 0.0) & (level >= 0.0) & (level <= share * init)
 
 
 def train_levels_at(data, steps) -> np.ndarray:

@@ -9,10 +9,10 @@ from itertools import islice
 import numpy as np
 
 from tb_crash_signals.analysis.rules.base import (
-    SCALE_APART,
     TRAIN_LEVEL_POINTS,
     Hits,
     fmt,
+    learnt_to,
     on_another_scale,
     param,
     rule,
@@ -343,7 +343,7 @@ def val_divergence(data, p: ValDivergenceParams, since=None):
         # (its 10th point), as of the train point at or before each evaluation.
         known, init = known_level_at(data["train_loss"], 1, val.steps)
         with np.errstate(invalid="ignore"):
-            apart = train_levels_at(data, val.steps) > SCALE_APART * v
+            apart = on_another_scale(train_levels_at(data, val.steps), v)
             hit &= ~((known == known) & (init * p.min_rise_start > v - best) & ~apart)
     if hit.any():
         # The schedule climbed back since the best: its larger steps, not overfitting.
@@ -414,7 +414,7 @@ class MemorisedStream(_TrainLevelAtVal):
         if not init > 0.0:
             return None
         level = self.level.value
-        if level >= 0.0 and level <= self.learnt * init and v >= self.unlearnt * init:
+        if learnt_to(level, init, self.learnt) and v >= self.unlearnt * init:
             return StreamHit(note=_memorised_note(level, init))
         return None
 
@@ -447,7 +447,7 @@ def memorised(data, p: MemorisedParams, since=None):
     if not init > 0.0:
         return
     with np.errstate(invalid="ignore"):
-        hit = (at >= 0.0) & (at <= p.learnt * init) & (val.values[i0:] >= p.unlearnt * init)
+        hit = learnt_to(at, init, p.learnt) & (val.values[i0:] >= p.unlearnt * init)
     idx = np.flatnonzero(hit) + i0
     if idx.size:
         yield Hits("val_loss", idx, note=lambda i: _memorised_note(float(at[i - i0]), init))
@@ -503,11 +503,11 @@ class UnlearntStream(_TrainLevelAtVal):
         init = self.initial.value
         if i + 1 < p.min_evaluations or not init > 0.0 or self.best == math.inf:
             return None
-        level = self.level.value
-        start = _start(self.first, self.initial.head[0], init)
         if on_another_scale(self.train_level.value, v):
             return None
-        if level >= 0.0 and level <= p.learnt * init and self.best >= p.unlearnt * start:
+        level = self.level.value
+        start = _start(self.first, self.initial.head[0], init)
+        if learnt_to(level, init, p.learnt) and self.best >= p.unlearnt * start:
             return StreamHit(note=_unlearnt_note(self.best, start, level, init))
         return None
 
@@ -554,8 +554,8 @@ def val_unlearnt(data, p: UnlearntParams, since=None):
     start = _start(float(v[0]), float(t[np.isfinite(t)][0]), init)
     idx = np.arange(i0, len(v))
     with np.errstate(invalid="ignore"):
-        hit = ((idx + 1 >= p.min_evaluations) & (at >= 0.0) & (at <= p.learnt * init) & np.isfinite(best)
-               & (best >= p.unlearnt * start) & ~(train_levels_at(data, val.steps[i0:]) > SCALE_APART * v[i0:]))
+        hit = ((idx + 1 >= p.min_evaluations) & learnt_to(at, init, p.learnt) & np.isfinite(best)
+               & (best >= p.unlearnt * start) & ~on_another_scale(train_levels_at(data, val.steps[i0:]), v[i0:]))
     out = np.flatnonzero(hit) + i0
     if out.size:
         yield Hits("val_loss", out, note=lambda i: _unlearnt_note(float(best[i - i0]), start, float(at[i - i0]), init))

@@ -11,6 +11,7 @@ import numpy as np
 from tb_crash_signals.analysis.rules.base import (
     Hits,
     fmt,
+    learnt_to,
     max_noise_param,
     noise_window_param,
     param,
@@ -71,12 +72,6 @@ class GradSpikeParams(SpikeParams):
         "moving the loss (healthy runs of the kind: 4-8 such spikes in 3 000 steps); a spike that "
         "matters there moves the loss, which CS112 reads; 0: never", at_least=0.0,
     )
-
-
-def loss_learnt(level: float, init: float, learnt: float) -> bool:
-    """Whether the train loss's level stands at most `learnt` x its initial level (see
-    GradSpikeParams.learnt; a level under zero, a likelihood's, fell no decades)."""
-    return init > 0 and 0.0 <= level <= learnt * init
 
 
 def is_spike(x, med, top, init, noise, p: SpikeParams, best=math.nan) -> bool:
@@ -242,7 +237,7 @@ class _SpikeStream(Stream):
         best = math.nan if self.best is None else self.best.low
         if not is_spike(v, med, top, self.channel.initial.value, math.nan, p, best):
             return None
-        if self.loss_level is not None and loss_learnt(self.loss_level.value, self.loss_initial.value, p.learnt):
+        if self.loss_level is not None and learnt_to(self.loss_level.value, self.loss_initial.value, p.learnt):
             return None
         values = self.channel.values  # the raw recent points, this one last
         before = list(islice(values, max(len(values) - 1 - p.noise_window, 0), len(values) - 1))
@@ -317,7 +312,7 @@ def grad_norm_spike(data, p: GradSpikeParams, since=None):
             def drop(steps):
                 level, init = known_level_at(train, LOSS_BEST_SMOOTH, steps)
                 with np.errstate(invalid="ignore"):
-                    return (init > 0) & (level >= 0.0) & (level <= p.learnt * init)
+                    return learnt_to(level, init, p.learnt)
         hits = _spike_hits("grad_norm", s, p, since=since, drop=drop)
         if hits is not None:
             yield hits

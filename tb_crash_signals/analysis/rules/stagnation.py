@@ -9,7 +9,6 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from tb_crash_signals.analysis.rules.base import (
-    SCALE_APART,
     TRAIN_LEVEL_POINTS,
     Hits,
     fmt,
@@ -112,7 +111,7 @@ def val_stagnation(data, p: StagnationParams, since=None):
             if train is not None and len(train):
                 # The train loss's initial level, once known, as of its point at or before each evaluation.
                 known, init = known_level_at(train, 1, s.steps[i0:])
-                apart = train_levels_at(data, s.steps[i0:]) > SCALE_APART * s.values[i0:]
+                apart = on_another_scale(train_levels_at(data, s.steps[i0:]), s.values[i0:])
                 start = np.where((known == known) & (init > start) & ~apart, init, start)
             close &= ~(s.values[i0:] < p.min_level * start)
     idx = np.flatnonzero(close) + i0

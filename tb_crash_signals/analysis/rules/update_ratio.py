@@ -6,7 +6,7 @@ import dataclasses
 
 import numpy as np
 
-from tb_crash_signals.analysis.rules.base import BandEdge, Hits, fmt, param, rule, since_index
+from tb_crash_signals.analysis.rules.base import BandEdge, Hits, fmt, learnt_to, param, rule, since_index
 from tb_crash_signals.analysis.stats import known_level_at, run_lengths
 from tb_crash_signals.analysis.streaming import HIT, Stream, shared_level
 
@@ -64,9 +64,8 @@ def _out_of_band(data, p, above: bool, since):
     if idx.size and not above and p.converged > 0 and train is not None and len(train):
         # The loss is taken before the update ratio at a step: its level at the same step counts.
         level, init = known_level_at(train, LOSS_SMOOTH, s.steps[idx])
-        if init > 0:
-            with np.errstate(invalid="ignore"):
-                idx = idx[~((level >= 0.0) & (level <= p.converged * init))]
+        with np.errstate(invalid="ignore"):
+            idx = idx[~learnt_to(level, init, p.converged)]
     if idx.size:
         yield Hits("update_ratio", idx)
 
@@ -112,9 +111,7 @@ class RatioLowStream(_RatioBand):
     def check(self, i, step, v):
         hit = super().check(i, step, v)
         if hit is not None and self.converged > 0:
-            init = self.initial.value
-            level = self.level.value
-            if init > 0 and level >= 0.0 and level <= self.converged * init:  # a loss below 0 fell no decades
+            if learnt_to(self.level.value, self.initial.value, self.converged):
                 return None
         return hit
 
