@@ -5,7 +5,9 @@ trains its head alone, then every layer. The grad norm over the parameters that 
 at the unfreezing and stays there while the loss learns faster. A line through that one step
 "doubles every few steps" and projected a crossing of the explosion threshold: a critical on a
 healthy run. One level shift is no exponential growth (CS201's `one_step`), and a grad-norm
-spike that never came back while the loss learns on is told as a note.
+spike that never came back while the loss learns on is told as a note. Layer by layer (ULMFiT) the
+grad norm steps up at each unfreezing; the dozen points after a step tilt up or down by chance, and
+only a tilt beyond their line's own standard error is a growth going on.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from __future__ import annotations
 import pytest
 
 from support.helpers import monitor_replaying
-from support.torch_training import train_unfreezing
+from support.torch_training import train_unfreezing, train_unfreezing_layerwise
 from tb_crash_signals import scan_logdir
 from tb_crash_signals.analysis.config import from_dict
 
@@ -66,3 +68,30 @@ def test_the_monitor_fed_step_by_step_tells_the_same_story(unfrozen):
         (i["severity"], i["headline"]) for i in run["incidents"]
     ]
     assert monitor.health == "ok"
+
+
+@pytest.fixture(scope="module")
+def layerwise(tmp_path_factory):
+    logdir = tmp_path_factory.mktemp("layerwise")
+    # Seeds whose grad norm, after the second unfreezing, tilted up by chance over its next points.
+    for seed in (1, 5):
+        train_unfreezing_layerwise(logdir / f"seed{seed}", seed, every=600, steps=2400)
+    return logdir
+
+
+def test_layerwise_unfreezing_is_no_growth(layerwise):
+    for run in scan_logdir(str(layerwise))["runs"]:
+        assert run["health"] == "ok", (run["run"], [i["headline"] for i in run["incidents"]])
+        assert not [e for e in run["episodes"] if e["code"] == "CS201"], run["episodes"]
+        monitor = monitor_replaying(layerwise / run["run"], {"Loss/train": "train_loss", "Grad/norm": "grad_norm",
+                                                             "LR": "lr"})
+        assert not monitor.should_stop and monitor.health == "ok", run["run"]
+
+
+def test_read_by_the_after_points_slope_alone_each_was_a_growth(layerwise, monkeypatch):
+    from tb_crash_signals.analysis.rules import growth
+
+    monkeypatch.setattr(growth, "STEP_ERRORS", 0.0)
+    for run in scan_logdir(str(layerwise))["runs"]:
+        growths = [e for e in run["episodes"] if e["code"] == "CS201"]
+        assert growths and 1200 <= growths[0]["start_step"] <= 1230, (run["run"], growths)

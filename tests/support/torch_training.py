@@ -291,6 +291,41 @@ def train_unfreezing(logdir, seed: int, unfreeze_at: int, steps: int) -> None:
             w.add_scalar("LR", lr, step)
 
 
+def train_unfreezing_layerwise(logdir, seed: int, every: int, steps: int) -> None:
+    """Gradual unfreezing layer by layer (ULMFiT): a ReLU MLP (three hidden layers of 128) classifying
+    32 inputs into 10 classes whose labels carry noise trains its head alone with AdamW (1e-3), then
+    unfreezes its top hidden layer at `every`, the next at 2 x `every`, the first at 3 x `every`;
+    minibatches of 32, logged every step under the tags of train_logged. At each unfreezing the grad
+    norm over the parameters that train steps up several-fold and stays there."""
+    import torch
+    from torch.utils.tensorboard import SummaryWriter
+
+    torch.manual_seed(seed)
+    torch.set_num_threads(1)
+    x, y = noisy_classes(torch.randn(32, 10), 5000)
+    nn = torch.nn
+    body = [nn.Sequential(nn.Linear(32, 128), nn.ReLU()), nn.Sequential(nn.Linear(128, 128), nn.ReLU()),
+            nn.Sequential(nn.Linear(128, 128), nn.ReLU())]
+    model = nn.Sequential(*body, nn.Linear(128, 10))
+    for p in model[:3].parameters():
+        p.requires_grad_(False)
+    opt = torch.optim.AdamW(model.parameters(), 1e-3)
+    with SummaryWriter(str(logdir)) as w:
+        for step in range(steps):
+            if step and step % every == 0 and step // every <= len(body):
+                for p in body[-(step // every)].parameters():
+                    p.requires_grad_(True)
+            idx = torch.randint(0, x.shape[0], (32,))
+            loss = nn.functional.cross_entropy(model(x[idx]), y[idx])
+            opt.zero_grad()
+            loss.backward()
+            gnorm = nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], math.inf)
+            opt.step()
+            w.add_scalar("Loss/train", loss.item(), step)
+            w.add_scalar("Grad/norm", gnorm.item(), step)
+            w.add_scalar("LR", 1e-3, step)
+
+
 def train_with_inputs_changed(logdir, seed: int, change_at: int, steps: int, every_eval: int = 50) -> None:
     """A ReLU MLP with BatchNorm classifying 20 inputs into 5 classes whose labels carry noise (Adam 1e-3,
     minibatches of 64), its train loss logged every step and its validation loss (in eval mode, on

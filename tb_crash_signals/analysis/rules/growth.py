@@ -513,18 +513,24 @@ def fit_window(steps: np.ndarray, logv: np.ndarray, base: float, p: GrowthParams
 def _one_step(steps, logv, base, span, b, p: GrowthParams) -> bool:
     """Whether one level shift is all the window's growth: with it taken out, the window neither
     grows `min_growth`x nor ends `min_excess`x above the run's normal level, and the points after it
-    (STEP_AFTER at least) do not keep rising (their own line under STEP_SLOPE x the fit's slope b):
-    the first steps of an exponential growth, a bend rather than a step, go on rising."""
+    (STEP_AFTER at least) do not keep rising (their own line, less STEP_ERRORS of its standard
+    errors, under STEP_SLOPE x the fit's slope b): the first steps of an exponential growth, a bend
+    rather than a step, go on rising."""
     flat, k = without_step(logv)
     if (linear_fit(steps, flat)[1] * span >= math.log(p.min_growth)
             or float(np.median(flat[-3:])) - base >= math.log(p.min_excess)
             or logv.shape[0] - k < STEP_AFTER):
         return False
-    return linear_fit(steps[k:], logv[k:])[1] < STEP_SLOPE * b
+    _, after, r2 = linear_fit(steps[k:], logv[k:])
+    n = logv.shape[0] - k
+    # The slope's standard error, from its r2: a dozen noisy points after a shift tilt by chance.
+    error = abs(after) * math.sqrt(max(1.0 - r2, 0.0) / (r2 * (n - 2))) if n > 2 and r2 > 0.0 else math.inf
+    return after - STEP_ERRORS * error < STEP_SLOPE * b
 
 
 STEP_AFTER = 3  # points after a level shift that tell whether it goes on rising
-STEP_SLOPE = 0.25  # ... it does when their line is at least this share of the fit's slope
+STEP_SLOPE = 0.25  # ... it does when their line is at least this share of the fit's slope,
+STEP_ERRORS = 2.0  # ... this many of its standard errors under their slope
 
 
 def without_step(y: np.ndarray) -> tuple[np.ndarray, int]:
