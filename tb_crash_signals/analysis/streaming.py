@@ -373,6 +373,20 @@ def small_median(values):
     return xs[mid] if n % 2 else (xs[mid - 1] + xs[mid]) / 2.0
 
 
+class Calls:
+    """Several calls with no argument made as one, in order (picklable, unlike a lambda: a
+    Monitor's state is)."""
+
+    __slots__ = ("calls",)
+
+    def __init__(self, *calls):
+        self.calls = calls
+
+    def __call__(self):
+        for call in self.calls:
+            call()
+
+
 class Level:
     """A trailing median of k forward-filled points, pushed point by point (stats.smoothed_level),
     with its running minimum (fmin: the "best level").
@@ -399,6 +413,10 @@ class Level:
         self.history = None  # its last values (see keep), if a stream reads them
         self.low_from = 1  # a best level's: stats.best_levels (see shared_level)
         self.on_low = None  # called with no argument each time `low` falls, if set (by a stream)
+
+    def also_on_low(self, call):
+        """Adds a call (no argument) made each time `low` falls, after those added before."""
+        self.on_low = call if self.on_low is None else Calls(self.on_low, call)
 
     def keep(self, size):
         """Keeps at least its last `size` levels in `history` (the last is that at the last

@@ -28,6 +28,7 @@ from tb_crash_signals.analysis.rules.base import (
 from tb_crash_signals.analysis.signals import SIGNAL_LABELS
 from tb_crash_signals.analysis.stats import (
     best_levels,
+    ffill_nonfinite,
     initial_level,
     jitter_at,
     jitter_decades,
@@ -69,6 +70,14 @@ class DivergenceParams:
         at_least=0.0,
     )
     spread_window: int = spread_window_param()
+    above_best: int = param(
+        2, "... and, from `min_points` on, above the `above_best`-th highest finite point of the "
+        "`best_smooth` points whose median last lowered the best level, or at the initial level: a loss "
+        "whose batches fall into two populations (mixup's mixed and clean batches, 3-4x apart) has "
+        "medians that flip between them by chance, its best level a lucky stretch of mostly clean "
+        "batches whose few mixed ones stand where the level flips to; a divergence lifts the level over "
+        "nearly all the points of its best, or back to where it started; 0 never asks", at_least=0,
+    )
     consecutive: int = param(5, "points in a row at that level before the rule fires", at_least=1)
     back: float = param(
         1.5, "once fired, the divergence lasts until the level is back under this multiple of the best: "
@@ -119,6 +128,28 @@ def out_of_noise(level, best, spread, p: DivergenceParams) -> bool:
     level at or under zero (a loss that goes negative) stands no ratio above a positive best."""
     ratio = level / best
     return not spread > 0.0 or (ratio > 0.0 and math.log(ratio) > p.z * level_noise(spread, max(1, p.smooth)))
+
+
+def best_top(ordered, p: DivergenceParams) -> float:
+    """The `above_best`-th highest of `ordered` (the sorted finite values of the window whose median
+    set the best level): the bar of `above_best`; -inf when it holds fewer (no bar)."""
+    return ordered[-p.above_best] if len(ordered) >= p.above_best else -math.inf
+
+
+def best_tops_at(v, best, where, p: DivergenceParams) -> np.ndarray:
+    """best_top at each of `where`: of the forward-filled `best_smooth` points (as the best level's
+    median reads them) up to the last point at or before it where the best levels `best` fell (or
+    first became known)."""
+    filled = ffill_nonfinite(v)
+    points = np.arange(best.shape[0])
+    with np.errstate(invalid="ignore"):
+        fell = np.isfinite(best) & ~(best >= np.r_[np.nan, best[:-1]])
+    last = np.maximum.accumulate(np.where(fell, points, -1))[where]
+    tops = []
+    for j in last.tolist():
+        window = filled[max(j - p.best_smooth + 1, 0) : j + 1] if j >= 0 else filled[:0]
+        tops.append(best_top(np.sort(window[np.isfinite(window)]), p))
+    return np.array(tops)
 
 
 def learnt_beyond_noise(level, best, init, spread, p: DivergenceParams) -> bool:
@@ -259,6 +290,16 @@ class LossDivergenceStream(Stream):
         self.start = min(p.min_points, p.early_points)
         self.run = 0
         self.inside = False  # fired, and the level not yet back under `back` x the best
+        # `above_best`'s bar, read where the best level falls (the Level calls it, at points where
+        # the rule may rest too) from the window its median was taken of: the Level's own sorted
+        # list once full, the shared one of every point so far before.
+        self.top = -math.inf
+        self.levels = channels["train_loss"].levels
+        if p.above_best > 0:
+            self.best_level.also_on_low(self._note_best)
+
+    def _note_best(self):
+        self.top = best_top(self.best_level.sorted or self.levels.head, self.p)
 
     def rest(self):
         # Under `rest_factor` x the best nothing is elevated (see check); nothing must be counted
@@ -297,6 +338,8 @@ class LossDivergenceStream(Stream):
             spread = self.spread.log_spread()
             up = ((p.z <= 0.0 or out_of_noise(level, best, spread, p))
                   and learnt_beyond_noise(level, best, init, spread, p))
+        if up and i >= p.min_points and not (level > self.top or level >= init):
+            up = False
         if up and gate_noise(i, self._noise_at, self.values, p) >= p.max_noise:
             up = far_gone(level, best, init, self._recent, p)
         for own in self.own:
@@ -335,7 +378,9 @@ def loss_divergence(data, p: DivergenceParams, since=None):
     noisy loss's lowest median lies under its first points by noise alone),
     `z` noise units above that best (the loss's robust log spread), for
     `consecutive` points in a row, on a loss that is not pure noise (tiny
-    batches). A spike that comes back does
+    batches), and from `min_points` on above all but `above_best` - 1 of the
+    points whose median set the best level, or at the initial level (a
+    loss of two populations, mixup's, flips its median). A spike that comes back does
     not fire; a jump that stays, or a slow climb, does. Once fired, every finite
     point is part of the divergence until the level is back under `back` x
     the best. Before `min_points`, from `early_points` on, a smooth loss (see
@@ -363,6 +408,11 @@ def loss_divergence(data, p: DivergenceParams, since=None):
         spread = log_spread_at(v, where, p.spread_window)
         up[where] = ((out_of_noise_at(level[where], best[where], spread, p) if p.z > 0.0 else True)
                      & learnt_beyond_noise_at(level[where], best[where], inits[where], spread, p))
+        where = np.flatnonzero(up)
+    late = where[where >= p.min_points]
+    if late.size and p.above_best > 0:
+        tops = best_tops_at(v, best_levels(v, p.best_smooth), late, p)
+        up[late] = (level[late] > tops) | (level[late] >= inits[late])
         where = np.flatnonzero(up)
     late = where[where >= p.min_points]
     gates = lift_trend_gates(v, late, noise_gate_at(v, late, p.noise_window, p.max_noise), p)

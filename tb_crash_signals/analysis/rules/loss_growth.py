@@ -677,7 +677,7 @@ class LossGrowthStream(Stream):
         # it falls: at points where the rule may rest.
         self.lr_at_best = self.lr_rise_at_best = math.nan  # ... and its rise a point then (_channel_rise)
         if p.lr_since_best > 0:
-            self.best_level.on_low = self._note_best
+            self.best_level.also_on_low(self._note_best)
         self.values = ch.values
         self.start = min(p.min_points, p.early_points)
         self.noise = recent_logs(ch, p.noise_window, np.log10)  # of the points before

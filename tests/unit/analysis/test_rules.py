@@ -522,10 +522,43 @@ def test_a_level_within_the_noise_of_a_small_batch_loss_has_lost_nothing():
     batch, monitor = starts_both("CS113", train_loss=loss)
     assert batch == monitor == []
     # Blind to the noise (neither the level's distance from the best nor the fall the run made is
-    # asked to stand out of it), the rule fires.
-    blind = Config(params={"CS113": dataclasses.replace(RULES["CS113"].default_params(), z=0.0, learnt_z=0.0)})
+    # asked to stand out of it, nor the level above the points of its best), the rule fires.
+    blind = Config(params={"CS113": dataclasses.replace(RULES["CS113"].default_params(), z=0.0, learnt_z=0.0,
+                                                         above_best=0)})
     batch, monitor = starts_both("CS113", blind, train_loss=loss)
     assert batch == monitor and batch, (batch, monitor)
+
+
+def mixup_losses(n=3000, seed=0, jump_at=None):
+    """A per-step loss under mixup: each batch's inputs mixed by a weight drawn from Beta(0.4, 0.4),
+    most near 0 or 1 (a clean batch) and a third near the middle, which costs up to 1.3 more once
+    the network has learnt (at chance, 2.3, mixing costs nothing). With `jump_at`, every batch
+    costs 5x from there on."""
+    rng = np.random.default_rng(seed)
+    learnt = 1.0 - np.exp(-np.arange(n) / 300)
+    clean = (2.3 - 2.0 * learnt) * np.exp(0.15 * rng.standard_normal(n))
+    mix = rng.beta(0.4, 0.4, n)
+    loss = clean + 1.3 * 4 * mix * (1 - mix) * learnt
+    if jump_at is not None:
+        loss[jump_at:] *= 5.0
+    return loss
+
+
+def test_mixups_two_populations_of_batches_have_lost_nothing():
+    # The median of 9 flips to the mixed batches by chance, 2-3x a best level set by a stretch of
+    # mostly clean ones; the level stands among the mixed batches of that stretch, not above them.
+    off = Config(params={"CS113": dataclasses.replace(RULES["CS113"].default_params(), above_best=0)})
+    flagged = 0
+    for seed in range(4):
+        loss = mixup_losses(seed=seed)
+        assert starts_both("CS113", train_loss=loss) == ([], []), seed
+        batch, monitor = starts_both("CS113", off, train_loss=loss)
+        assert batch == monitor
+        flagged += bool(batch)
+    assert flagged >= 3
+    # Every batch 5x from step 2000 on: the level stands above all the points of its best.
+    batch, monitor = starts_both("CS113", train_loss=mixup_losses(seed=0, jump_at=2000))
+    assert batch == monitor and batch and 2000 <= batch[0] <= 2010, batch
 
 
 def test_a_short_run_that_jumps_back_to_chance_and_stays_has_diverged():
@@ -2224,13 +2257,16 @@ def test_a_flat_noisy_loss_learnt_nothing_its_lowest_median_is_noise():
     # first batches a little worse. The lowest of its many 31-point medians sits ~30 % under the
     # median of its first 10 points by noise alone: no fall the run made, nothing it could lose.
     # (What is left is the 9-point median at 2x that lowest median, which such batches reach.)
-    asked_nothing = Config(params={"CS113": dataclasses.replace(RULES["CS113"].default_params(), learnt_z=0.0)})
+    # `above_best` off in both: it quiets most such climbs too, and this is `learnt_z`'s part.
+    plain = dataclasses.replace(RULES["CS113"].default_params(), above_best=0)
+    asked = Config(params={"CS113": plain})
+    asked_nothing = Config(params={"CS113": dataclasses.replace(plain, learnt_z=0.0)})
     told = {"default": 0, "learnt_z 0": 0}
     for seed in range(5):
         rng = np.random.default_rng(seed)
         loss = 0.25 * np.exp(0.45 * rng.standard_normal(3000))
         loss[:10] *= 1.35
-        told["default"] += len(episodes_of(analyze(train_loss=loss), "CS113"))
+        told["default"] += len(episodes_of(analyze(asked, train_loss=loss), "CS113"))
         told["learnt_z 0"] += len(episodes_of(analyze(asked_nothing, train_loss=loss), "CS113"))
     assert told["learnt_z 0"] >= 50 and told["default"] <= told["learnt_z 0"] / 10, told
 
@@ -2240,12 +2276,14 @@ def test_a_noisy_loss_s_level_must_clear_the_noise_of_its_lowest_median_too():
     # 0.6 (minibatches of one or two samples). Its best level is the lowest of ~90 31-point medians,
     # biased low by their own noise; its 9-point median reaches 2x that best by noise alone. `z` 3 counts
     # the best's noise with the level's: fewer such climbs than the 2 noise units of the level alone.
-    loose = Config(params={"CS113": dataclasses.replace(RULES["CS113"].default_params(), z=2.0)})
+    # `above_best` off in both: this is `z`'s part.
+    plain = dataclasses.replace(RULES["CS113"].default_params(), above_best=0)
+    asked, loose = Config(params={"CS113": plain}), Config(params={"CS113": dataclasses.replace(plain, z=2.0)})
     told = {"default": 0, "z 2": 0}
     for seed in range(5):
         rng = np.random.default_rng(seed)
         t = np.arange(3000)
         loss = np.where(t < 300, 1.6 - 0.8 * t / 300, 0.8) * np.exp(0.6 * rng.standard_normal(t.size))
-        told["default"] += len(episodes_of(analyze(train_loss=loss), "CS113"))
+        told["default"] += len(episodes_of(analyze(asked, train_loss=loss), "CS113"))
         told["z 2"] += len(episodes_of(analyze(loose, train_loss=loss), "CS113"))
     assert told["default"] <= 0.6 * told["z 2"], told

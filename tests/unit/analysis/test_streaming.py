@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import pickle
 
 import numpy as np
 from hypothesis import given, settings
@@ -159,3 +160,34 @@ def test_jitter_under_a_bar_is_the_jitter_under_it_however_rarely_computed(x, si
                 want = stats.jitter(np.asarray(values[max(i - size, 0) : i], dtype=np.float64))
                 got = recent.jitter_under(bar)
                 assert got == (want if want < bar else None), (i, got, want)
+
+
+class _Falls:
+    def __init__(self, name, seen):
+        self.name, self.seen = name, seen
+
+    def fell(self):
+        self.seen.append(self.name)
+
+
+def test_a_best_levels_calls_each_run_in_order_where_it_falls_and_survive_a_pickle():
+    # Two rules read where the shared best level falls (CS113 and CS202): one's call adds to the other's.
+    seen = []
+    x = np.array([5.0, 4.0, 3.0, 3.5, 4.0, 2.0, 6.0, 1.0])
+    level = Level(3)
+    level.also_on_low(_Falls("first", seen).fell)
+    level.also_on_low(_Falls("second", seen).fell)
+    falls = []
+    for i, v in enumerate(x.tolist()):
+        before = len(seen)
+        level.push(v)
+        if len(seen) > before:
+            falls.append(i)
+            assert seen[before:] == ["first", "second"]
+    lows = np.fmin.accumulate(stats.smoothed_level(x, 3))
+    assert falls == [i for i in range(len(x)) if lows[i] == lows[i] and not lows[i] >= (lows[i - 1] if i else np.nan)]
+    assert len(falls) >= 3
+    copy = pickle.loads(pickle.dumps(level))
+    copy.push(0.5)
+    copy.push(0.5)
+    assert copy.low == 0.5 and len(seen) == 2 * len(falls)  # the copy calls copies of the readers
