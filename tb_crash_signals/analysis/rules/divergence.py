@@ -71,8 +71,9 @@ class DivergenceParams:
     )
     spread_window: int = spread_window_param()
     above_best: int = param(
-        2, "... and, from `min_points` on, above the `above_best`-th highest finite point of the "
-        "`best_smooth` points whose median last lowered the best level, or at the initial level: a loss "
+        2, "... and, from `min_points` on, above the `above_best`-th highest of the `best_smooth` points "
+        "whose median last lowered the best level (forward-filled, as the median reads them), or at the "
+        "initial level: a loss "
         "whose batches fall into two populations (mixup's mixed and clean batches, 3-4x apart) has "
         "medians that flip between them by chance, its best level a lucky stretch of mostly clean "
         "batches whose few mixed ones stand where the level flips to; a divergence lifts the level over "
