@@ -253,6 +253,20 @@ def train_resumed_jobs(first_dir, second_dir, seed: int, crash_at: int, checkpoi
     writer.close()
 
 
+def _step_and_log(w, step: int, model, opt, loss, lr: float) -> None:
+    """One optimizer step on `loss`, logged under the tags of train_logged: the loss, the global
+    grad norm of the parameters that train, the learning rate."""
+    import torch
+
+    opt.zero_grad()
+    loss.backward()
+    gnorm = torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], math.inf)
+    opt.step()
+    w.add_scalar("Loss/train", loss.item(), step)
+    w.add_scalar("Grad/norm", gnorm.item(), step)
+    w.add_scalar("LR", lr, step)
+
+
 def train_unfreezing(logdir, seed: int, unfreeze_at: int, steps: int) -> None:
     """Transfer learning's gradual unfreezing: a ReLU MLP (two hidden layers of 64) classifying 20
     inputs into 5 classes whose labels carry noise trains its head alone with Adam (3e-3) until
@@ -281,14 +295,7 @@ def train_unfreezing(logdir, seed: int, unfreeze_at: int, steps: int) -> None:
                 lr = 5e-4
                 opt = torch.optim.Adam(model.parameters(), lr)
             idx = torch.randint(0, x.shape[0], (64,))
-            loss = nn.functional.cross_entropy(model(x[idx]), y[idx])
-            opt.zero_grad()
-            loss.backward()
-            gnorm = nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], math.inf)
-            opt.step()
-            w.add_scalar("Loss/train", loss.item(), step)
-            w.add_scalar("Grad/norm", gnorm.item(), step)
-            w.add_scalar("LR", lr, step)
+            _step_and_log(w, step, model, opt, nn.functional.cross_entropy(model(x[idx]), y[idx]), lr)
 
 
 def train_unfreezing_layerwise(logdir, seed: int, every: int, steps: int) -> None:
@@ -316,14 +323,7 @@ def train_unfreezing_layerwise(logdir, seed: int, every: int, steps: int) -> Non
                 for p in body[-(step // every)].parameters():
                     p.requires_grad_(True)
             idx = torch.randint(0, x.shape[0], (32,))
-            loss = nn.functional.cross_entropy(model(x[idx]), y[idx])
-            opt.zero_grad()
-            loss.backward()
-            gnorm = nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], math.inf)
-            opt.step()
-            w.add_scalar("Loss/train", loss.item(), step)
-            w.add_scalar("Grad/norm", gnorm.item(), step)
-            w.add_scalar("LR", 1e-3, step)
+            _step_and_log(w, step, model, opt, nn.functional.cross_entropy(model(x[idx]), y[idx]), 1e-3)
 
 
 def train_mixup(logdir, seed: int, steps: int, alpha: float = 0.4) -> None:
@@ -351,13 +351,7 @@ def train_mixup(logdir, seed: int, steps: int, alpha: float = 0.4) -> None:
             mix = float(beta.sample())
             out = model(mix * x[a] + (1 - mix) * x[b])
             loss = mix * nn.functional.cross_entropy(out, y[a]) + (1 - mix) * nn.functional.cross_entropy(out, y[b])
-            opt.zero_grad()
-            loss.backward()
-            gnorm = nn.utils.clip_grad_norm_(model.parameters(), math.inf)
-            opt.step()
-            w.add_scalar("Loss/train", loss.item(), step)
-            w.add_scalar("Grad/norm", gnorm.item(), step)
-            w.add_scalar("LR", 0.05, step)
+            _step_and_log(w, step, model, opt, loss, 0.05)
 
 
 def train_with_inputs_changed(logdir, seed: int, change_at: int, steps: int, every_eval: int = 50) -> None:
