@@ -146,11 +146,13 @@ def best_tops_at(v, best, where, p: DivergenceParams) -> np.ndarray:
     with np.errstate(invalid="ignore"):
         fell = np.isfinite(best) & ~(best >= np.r_[np.nan, best[:-1]])
     last = np.maximum.accumulate(np.where(fell, points, -1))[where]
+    # One bar per best level: a run that stays diverged reads the same one at every point.
+    falls, at = np.unique(last, return_inverse=True)
     tops = []
-    for j in last.tolist():
+    for j in falls.tolist():
         window = filled[max(j - p.best_smooth + 1, 0) : j + 1] if j >= 0 else filled[:0]
         tops.append(best_top(np.sort(window[np.isfinite(window)]), p))
-    return np.array(tops)
+    return np.asarray(tops, dtype=np.float64)[at.reshape(-1)]
 
 
 def learnt_beyond_noise(level, best, init, spread, p: DivergenceParams) -> bool:
@@ -415,7 +417,7 @@ def loss_divergence(data, p: DivergenceParams, since=None):
         tops = best_tops_at(v, best_levels(v, p.best_smooth), late, p)
         up[late] = (level[late] > tops) | (level[late] >= inits[late])
         where = np.flatnonzero(up)
-    late = where[where >= p.min_points]
+        late = where[where >= p.min_points]
     gates = lift_trend_gates(v, late, noise_gate_at(v, late, p.noise_window, p.max_noise), p)
     noise = dict(zip(late.tolist(), gates.tolist()))
     for i in where.tolist():
