@@ -7,6 +7,10 @@ a lucky stretch of mostly clean batches set: read by the level alone, "the run l
 learnt", critical while it lasts (a callback stops training), a handful of times a run. The level
 stands among the mixed batches of the stretch that set the best, not above them (CS113's
 `above_best`), as a divergence's does.
+
+Logged every 50 steps (Lightning's default), each point is one batch: two mixed batches in a row
+make a 3-point median 2-4x the lowest 5-point median, where a fifth of the run's own points since
+it learnt already stood (CS118's `within`); a divergence climbs over all of them.
 """
 
 from __future__ import annotations
@@ -52,3 +56,35 @@ def test_read_by_its_level_alone_mixup_was_a_divergence(mixed):
     for run in scan_logdir(str(mixed), config=config)["runs"]:
         assert [e for e in run["episodes"] if e["code"] == "CS113"], run["run"]
         assert monitor_replaying(mixed / run["run"], TAGS, config=config).should_stop, run["run"]
+
+
+@pytest.fixture(scope="module")
+def sampled(tmp_path_factory):
+    logdir = tmp_path_factory.mktemp("mixup-every-50")
+    # Seeds 1-6 logged every 50 steps, read without `within`: 1, 2, 1, 2, 1 and 1 coarse climbs,
+    # critical on 1, 3, 4, 5 and 6; with it, 1, 1, 0, 2, 0 and 0, critical on 4 alone (two mixed
+    # batches over the four points before them: too few to tell its populations).
+    for seed in (3, 5):
+        train_mixup(logdir / f"seed{seed}", seed, steps=3000, every=50)
+    return logdir
+
+
+def test_mixup_logged_every_50_steps_is_no_divergence(sampled):
+    runs = scan_logdir(str(sampled))["runs"]
+    assert len(runs) == 2
+    for run in runs:
+        assert run["points"]["train_loss"] == 60
+        assert not [e for e in run["episodes"] if e["code"] == "CS118"], run["episodes"]
+        assert not [i for i in run["incidents"] if i["kind"] == "divergence"], run["incidents"]
+        monitor = monitor_replaying(sampled / run["run"], TAGS)
+        assert not monitor.should_stop, run["run"]
+        assert [(i.severity, i.headline) for i in monitor.incidents()] == [
+            (i["severity"], i["headline"]) for i in run["incidents"]
+        ]
+
+
+def test_read_without_its_points_since_it_learnt_sampled_mixup_was_a_divergence(sampled):
+    config = from_dict({"rules": {"CS118": {"within": 1.0}}})
+    for run in scan_logdir(str(sampled), config=config)["runs"]:
+        assert [e for e in run["episodes"] if e["code"] == "CS118"], run["run"]
+        assert monitor_replaying(sampled / run["run"], TAGS, config=config).should_stop, run["run"]

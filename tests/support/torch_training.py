@@ -253,15 +253,17 @@ def train_resumed_jobs(first_dir, second_dir, seed: int, crash_at: int, checkpoi
     writer.close()
 
 
-def _step_and_log(w, step: int, model, opt, loss, lr: float) -> None:
-    """One optimizer step on `loss`, logged under the tags of train_logged: the loss, the global
-    grad norm of the parameters that train, the learning rate."""
+def _step_and_log(w, step: int, model, opt, loss, lr: float, log: bool = True) -> None:
+    """One optimizer step on `loss`, logged (if `log`) under the tags of train_logged: the loss, the
+    global grad norm of the parameters that train, the learning rate."""
     import torch
 
     opt.zero_grad()
     loss.backward()
     gnorm = torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], math.inf)
     opt.step()
+    if not log:
+        return
     w.add_scalar("Loss/train", loss.item(), step)
     w.add_scalar("Grad/norm", gnorm.item(), step)
     w.add_scalar("LR", lr, step)
@@ -326,11 +328,12 @@ def train_unfreezing_layerwise(logdir, seed: int, every: int, steps: int) -> Non
             _step_and_log(w, step, model, opt, nn.functional.cross_entropy(model(x[idx]), y[idx]), 1e-3)
 
 
-def train_mixup(logdir, seed: int, steps: int, alpha: float = 0.4) -> None:
+def train_mixup(logdir, seed: int, steps: int, alpha: float = 0.4, every: int = 1) -> None:
     """Mixup (Zhang et al., 2018): a ReLU MLP (one hidden layer of 256) classifying 32 inputs into 10
     classes whose labels carry noise trains with SGD (0.05, momentum 0.9) on minibatches of 64 whose
     inputs are mixed two by two with a weight drawn from Beta(alpha, alpha) each step, the loss mixed
-    alike; logged every step under the tags of train_logged. Most weights fall near 0 or 1 (a clean
+    alike; logged every `every` steps (at the step ending each stretch, as Lightning's
+    `log_every_n_steps`: that step's batch alone) under the tags of train_logged. Most weights fall near 0 or 1 (a clean
     batch); a batch mixed near half and half costs 3-4x a clean one, so the per-step loss falls into
     two populations."""
     import torch
@@ -351,7 +354,7 @@ def train_mixup(logdir, seed: int, steps: int, alpha: float = 0.4) -> None:
             mix = float(beta.sample())
             out = model(mix * x[a] + (1 - mix) * x[b])
             loss = mix * nn.functional.cross_entropy(out, y[a]) + (1 - mix) * nn.functional.cross_entropy(out, y[b])
-            _step_and_log(w, step, model, opt, loss, 0.05)
+            _step_and_log(w, step, model, opt, loss, 0.05, log=(step + 1) % every == 0)
 
 
 def train_with_inputs_changed(logdir, seed: int, change_at: int, steps: int, every_eval: int = 50) -> None:

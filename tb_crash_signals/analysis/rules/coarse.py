@@ -91,6 +91,15 @@ class CoarseParams:
         "hold the run's fall, a decade learnt in its first twenty points, not its batches' noise; "
         "0: the quartiles alone", at_least=0.0,
     )
+    within: float = param(
+        0.05, "no alarm on a sparse loss while more than this share of the points before the level's "
+        "window, from the first under the level's bar on (what the run had learnt, up to `noise_points` "
+        "of them), stand at or above the level: a loss of two populations (mixup's mixed and clean "
+        "batches, each point one batch) reaches 2-4x its lowest 5-point median whenever two mixed "
+        "batches follow each other, a level a fifth of its own points already stood at; a divergence "
+        "climbs over all of them. Not on a smooth loss (an epoch's mean), whose points carry no "
+        "batch's draw; 1: never", above=0.0,
+    )
     smooth_jitter: float = param(
         0.05, "the rule also reads a loss logged at every step whose points are smooth means (Keras "
         "logs `epoch_loss` at step = epoch; a full-batch loss): the jitter of its first 12 points "
@@ -116,14 +125,18 @@ _NOISE_MIN = 4
 SMOOTH_POINTS = 12
 
 
-def quiet(level, best, before, p: CoarseParams, smooth: bool = False) -> bool:
+def quiet(level, best, before, p: CoarseParams, smooth: bool = False, bar: float = -math.inf) -> bool:
     """Whether the level stands no divergence over the best for the points before its window
     (`before`): too few of them to tell, pure noise at the loss's scale (tiny batches: quartiles
-    `max_noise` decades apart, unless their jitter around the trend spans under `trend_noise`), not
-    smooth on a loss read for its smooth points (`smooth`: their jitter `smooth_jitter` or more), or
-    the level within `z` noise units of the best (their robust log spread, as CS113's)."""
+    `max_noise` decades apart, unless their jitter around the trend spans under `trend_noise`), on a
+    sparse loss more than `within` of them from the first under `bar` (the least elevated level) on
+    at or above the level, not smooth on a loss read for its smooth points (`smooth`: their jitter
+    `smooth_jitter` or more), or the level within `z` noise units of the best (their robust log
+    spread, as CS113's)."""
     logs = sorted(math.log10(x) for x in before if 0.0 < x < math.inf)
     if len(logs) < _NOISE_MIN:
+        return True
+    if not smooth and _among_learnt(level, before, bar, p.within):
         return True
     jitter = None  # of those points (second differences of their logs): read once, where a gate needs it
     if percentile_sorted(logs, 0.75) - percentile_sorted(logs, 0.25) >= p.max_noise:
@@ -144,6 +157,14 @@ def quiet(level, best, before, p: CoarseParams, smooth: bool = False) -> bool:
         return False
     spread = MAD_TO_SIGMA * mad_sorted(logs) * LN10  # in natural-log units
     return not (level > 0.0 and math.log(level / best) > p.z * level_noise(spread, p.points))
+
+
+def _among_learnt(level, before, bar, within) -> bool:
+    """Whether more than `within` of the points of `before` from the first under `bar` on stand at
+    or above the level (none under it: no)."""
+    first = next((j for j, x in enumerate(before) if x < bar), len(before))
+    learnt = len(before) - first
+    return learnt > 0 and sum(1 for x in before[first:] if x >= level) > within * learnt
 
 
 def _bar(best, init, p: CoarseParams) -> float:
@@ -266,7 +287,7 @@ class CoarseDivergenceStream(Stream):
                 if ((judged >= p.factor * best or best <= p.learnt * init)
                         and not (init > best and judged - best < p.lost * (init - best))):
                     hi = max(len(values) - m, 0)
-                    up = not quiet(judged, best, values[max(hi - p.noise_points, 0):hi], p, self.smooth)
+                    up = not quiet(judged, best, values[max(hi - p.noise_points, 0):hi], p, self.smooth, bar)
         if self.inside and level != level:
             level = self._level()
         self.run = self.run + 1 if up else 0
@@ -347,7 +368,10 @@ def coarse_divergence(data, p: CoarseParams, since=None):
     level's window are pure noise (tiny batches: their quartiles `max_noise`
     decades apart or more, unless their jitter around the loss's trend spans
     under `trend_noise`: a run that learnt a decade in its first points) or
-    fewer than 4, nor while the learning rate
+    fewer than 4, nor, on a sparse loss, while more than `within` (5 %) of
+    them from the first under the level's bar on stand at or above the level
+    (a loss of two populations, as mixup's: its level stands where its own
+    points already stood), nor while the learning rate
     stands at zero or below (the weights do not move: the loss's climb is
     its batches' noise; CS511 tells the rate), nor, on a loss read for its
     smooth points, while the points before the level's window jitter
@@ -396,7 +420,7 @@ def coarse_divergence(data, p: CoarseParams, since=None):
             up &= ~(value_at_or_before(lr.steps, lr.values, s.steps) <= 0.0)
     for i in np.flatnonzero(up).tolist():
         hi = max(i + 1 - m, 0)
-        if quiet(judged[i], best[i], v[max(hi - p.noise_points, 0):hi].tolist(), p, smooth):
+        if quiet(judged[i], best[i], v[max(hi - p.noise_points, 0):hi].tolist(), p, smooth, _bar(best[i], init, p)):
             up[i] = False
     # A best level at 0 or under (the loss reached 0 since it fired) ends the divergence, whatever
     # the level (NaN while a NaN is among its points): no ratio stands over it.

@@ -561,6 +561,29 @@ def test_mixups_two_populations_of_batches_have_lost_nothing():
     assert batch == monitor and batch and 2000 <= batch[0] <= 2010, batch
 
 
+def test_mixup_logged_every_50_steps_stands_among_its_own_points():
+    # Each point one batch (Lightning's default cadence): two mixed batches in a row make a 3-point
+    # median 2-4x the lowest 5-point median, a level a fifth of the points since the run learnt
+    # already stood at. Back at chance from step 2000 on, the level climbs over all of them.
+    steps = np.arange(49, 3000, 50)
+    off = Config(params={"CS118": dataclasses.replace(RULES["CS118"].default_params(), within=1.0)})
+    flagged = {True: 0, False: 0}
+    for seed in range(12):
+        data = {"train_loss": series(mixup_losses(seed=seed)[49::50], steps)}
+        for gated, config in ((True, None), (False, off)):
+            batch, monitor = starts_both_at("CS118", data, config)
+            assert batch == monitor, seed
+            flagged[gated] += bool(batch)
+    assert flagged[True] <= 3 and flagged[False] >= 10, flagged
+    # (Seed 0's synthetic batches spread half a decade between quartiles: the noise gate holds it;
+    # seed 3's climbed at 1899, an episode the divergence continues.)
+    for seed in (1, 2, 4, 5, 6, 7):
+        loss = mixup_losses(seed=seed)
+        loss[2000:] = 2.3 * np.exp(0.05 * np.random.default_rng(100 + seed).standard_normal(1000))
+        batch, monitor = starts_both_at("CS118", {"train_loss": series(loss[49::50], steps)})
+        assert batch == monitor and [s for s in batch if 2000 <= s <= 2149], (seed, batch)
+
+
 def test_a_short_run_that_jumps_back_to_chance_and_stays_has_diverged():
     # 40 epoch means: the loss learns from 2.1 to 0.6, then jumps back to 2.3 (its chance level,
     # 3.8x its best) and stays. Past `min_points` the quartiles of the last points span the fall and
@@ -2122,12 +2145,15 @@ def test_a_best_level_at_zero_ends_the_coarse_divergence():
     # Found by the fuzzer: a loss logged every 50 steps that fired over a best of 1e-300, whose
     # best 5-point median then fell to 0 or under (-0.0, 0.0, -1.8e308 among its points): the
     # Monitor divided by that best for the episode's note. No ratio stands over it: the episode ends.
+    # (`within` 1: these points stand among their own, the gate that reads them is not under test.)
     loss = [0.001, 1e-300, 5e-324, math.inf, 1e-300, 0.0, 0.001, 5e-324, 1e-300, math.nan, 1e-300,
             -1.7976931348623157e308, 1e-300, 0.001, -math.inf, 1e300, math.inf, -0.0, 0.0]
     steps = (np.arange(len(loss)) + 1) * 50 - 1
+    config = Config(params={"CS118": dataclasses.replace(RULES["CS118"].default_params(), within=1.0)})
     with np.errstate(all="ignore"):
-        batch = [(e.start_step, e.end_step) for e in episodes_of(analyze(train_loss=series(loss, steps)), "CS118")]
-    m = Monitor()
+        told = episodes_of(analyze(config, train_loss=series(loss, steps)), "CS118")
+    batch = [(e.start_step, e.end_step) for e in told]
+    m = Monitor(config)
     for s, v in zip(steps.tolist(), loss):
         m.update(s, train_loss=v)
     assert batch == [(e.start_step, e.end_step) for e in m.episodes() if e.code == "CS118"] == [(799, 899)]
@@ -2239,10 +2265,10 @@ def test_a_validation_rise_while_the_train_loss_climbs_back_is_no_overfitting():
     assert batch == online and batch
 
 
-def starts_both_at(code, data):
+def starts_both_at(code, data, config=None):
     """Where `code`'s episodes start, from the batch rules and a Monitor fed the series' own steps."""
-    batch = [e.start_step for e in episodes_of(analyze(**data), code)]
-    m = Monitor()
+    batch = [e.start_step for e in episodes_of(analyze(config, **data), code)]
+    m = Monitor(config)
     by_step = {}
     for sig, s in data.items():
         for step, v in zip(s.steps.tolist(), s.values.tolist()):
