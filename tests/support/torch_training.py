@@ -357,6 +357,31 @@ def train_mixup(logdir, seed: int, steps: int, alpha: float = 0.4, every: int = 
             _step_and_log(w, step, model, opt, loss, 0.05, log=(step + 1) % every == 0)
 
 
+def train_contrastive(logdir, seed: int, steps: int) -> None:
+    """SimCLR-style contrastive learning: a ReLU MLP (32 -> 128 -> 32) embeds two noisy views of
+    each of 64 inputs (Adam 1e-3); the NT-Xent loss (temperature 0.2) asks each view to find its
+    pair among the other 127. It starts near 2, halves within ~30 steps as the views' pairs become
+    easy, then creeps down to ~0.9; logged every step under the tags of train_logged."""
+    import torch
+    from torch.utils.tensorboard import SummaryWriter
+
+    torch.manual_seed(seed)
+    torch.set_num_threads(1)
+    base = torch.randn(6000, 32) @ torch.randn(32, 32)
+    nn = torch.nn
+    model = nn.Sequential(nn.Linear(32, 128), nn.ReLU(), nn.Linear(128, 32))
+    opt = torch.optim.Adam(model.parameters(), 1e-3)
+    pairs = torch.cat([torch.arange(64, 128), torch.arange(0, 64)])
+    itself = torch.eye(128, dtype=torch.bool)
+    with SummaryWriter(str(logdir)) as w:
+        for step in range(steps):
+            i = torch.randint(0, 6000, (64,))
+            views = torch.cat([model(base[i] + 0.5 * torch.randn(64, 32)), model(base[i] + 0.5 * torch.randn(64, 32))])
+            z = nn.functional.normalize(views, dim=1)
+            loss = nn.functional.cross_entropy((z @ z.T / 0.2).masked_fill(itself, -1e9), pairs)
+            _step_and_log(w, step, model, opt, loss, 1e-3)
+
+
 def train_with_inputs_changed(logdir, seed: int, change_at: int, steps: int, every_eval: int = 50) -> None:
     """A ReLU MLP with BatchNorm classifying 20 inputs into 5 classes whose labels carry noise (Adam 1e-3,
     minibatches of 64), its train loss logged every step and its validation loss (in eval mode, on

@@ -80,16 +80,20 @@ class PlateauParams:
         "exponential schedule, a range test) is a schedule gone wrong, not a warm-up"
     )
     stuck: float = param(
-        0.75, "a stall counts only while the smoothed loss is at least this share of the initial level "
-        "(the median of the first 10 points, or the first point when those blew up from it, 3x: the run "
-        "is stuck near where it started, or back there; a loss at two thirds of its start has learnt what "
-        "it can when most of it cannot be learnt: a diffusion model's noise-prediction MSE) ..."
+        0.75, "a stall counts only while the smoothed loss is at least this share of the level it started "
+        "at (see `start_points`; the first point when the first 10 blew up from it, 3x: the run is stuck "
+        "near where it started; a loss at two thirds of its start has learnt what it can when most of it "
+        "cannot be learnt: a diffusion model's noise-prediction MSE), or of the initial level (the "
+        "median of the first 10 points) once the loss had learnt under that share and came back there, "
+        "1.1x its best and 3 noise units of its level above it (lost ground) ..."
     )
     start_points: int = param(
-        3, "... where, once the learning rate has fallen (see `lr_fell`), the initial level is at least "
-        "the median of the first this many points (1-10): a loss that fell fast in its first points and "
-        "stalls while its schedule decays has learnt and is converging, not stuck where it started", at_least=1,
-        at_most=10,
+        3, "... where the level it started at is the median of the first this many points (1-10) if "
+        "higher than the initial level (not where those blew up from the first point, unless the "
+        "learning rate has fallen: see `lr_fell`): a loss that fell fast in its first points (a "
+        "contrastive loss halved in 30 steps, a regression at its floor by its 10th point) has learnt "
+        "that fall, the median of its first 10 is part-way down, and the median of 3 is no one "
+        "batch's; 10: the initial level alone", at_least=1, at_most=10,
     )
     learnt_drop: float = param(
         0.2, "... and never once the smoothed loss is at most this share of the level `start_points` "
@@ -150,6 +154,15 @@ def _describe_plateau(ep, p):
     )
 
 
+def lost_ground_at(level, best, best_of_first, learnt, noise) -> bool:
+    """Whether a stall's smoothed loss is back near its start after it had learnt (see
+    plateau_note): `level` and `best` over the initial level, `best_of_first` the best over the
+    level the loss learnt from; the best under `learnt` x either, the level at least BACK x the
+    best and BACK_Z x its `noise` above it."""
+    return bool(best > 0.0 and (best < learnt or best_of_first < learnt) and level >= BACK * best
+                and not math.log(level / best) < BACK_Z * noise)
+
+
 def plateau_note(patience, lr_fraction, lr_climb=math.nan, level=math.nan, best=math.nan, learnt=math.nan,
                  updates=math.nan, updates_high=0.0, best_of_first=math.nan, noise=math.nan) -> str:
     """How long the loss stood still, and why it is a plateau: the learning rate gone (its share
@@ -167,8 +180,7 @@ def plateau_note(patience, lr_fraction, lr_climb=math.nan, level=math.nan, best=
         why = f", while the learning rate climbed back to {fmt(lr_climb)}x its earlier peak"
     elif level >= ABOVE:
         why = f", {ABOVE_NOTE} ({fmt(level)}x its initial level)"
-    elif (best > 0.0 and (best < learnt or best_of_first < learnt) and level >= BACK * best
-          and not math.log(level / best) < BACK_Z * noise):
+    elif lost_ground_at(level, best, best_of_first, learnt, noise):
         why = f", {BACK_NOTE} ({fmt(level / best)}x its best level)"
     elif updates_high > 0 and updates >= updates_high:
         why = f", {STUCK_NOTE} {LARGE_UPDATES_NOTE} (update ratio up to {fmt(updates)})"
@@ -522,7 +534,7 @@ class PlateauStream(Stream):
                 self.own.append(v)
             return None
         # Not before min_patience points, under the least patience (see _check's first test).
-        hit = self._check(i, v, init) if i >= self.patience.least else None
+        hit = self._check(i, v, init, fallen) if i >= self.patience.least else None
         if hit is not None and self.noise.noise_decades() >= self.max_noise:
             hit = None
         if self.own is not None:
@@ -597,7 +609,7 @@ class PlateauStream(Stream):
             raw.clear()
         return self.head_logs
 
-    def _check(self, i, v, init):
+    def _check(self, i, v, init, fallen):
         finite = v - v == 0.0
         best = self.level.low
         patience = self.patience.at(i)
@@ -610,11 +622,19 @@ class PlateauStream(Stream):
             climb = self._climb(i - patience)
             climbed = climb >= self.lr_climb
             level = self.level.value
-            stuck = level >= self.stuck * init and (
-                self.head_logs is None or not self._early(i - patience)
-                or self._head_jitter() < self.early_jitter) and not (
-                level <= self.learnt_drop * self._learnt_from())
+            # Stuck near where it started: against start_level (see the batch rule) unless the start
+            # blew up from the first point; else back near the initial level after it had learnt.
+            stuck_at = init if fallen or not init >= self.initial.value else self._start_level(init)
+            learnt = level <= self.learnt_drop * self._learnt_from()
+            stuck = level >= self.stuck * stuck_at and not learnt
+            if (not stuck and not learnt and not fallen and init > 0.0 and level >= self.stuck * init
+                    and lost_ground_at(level / init, best / init, self._of_first(best), self.stuck,
+                                       self._noise())):
+                stuck, stuck_at = True, init
+            stuck = stuck and (self.head_logs is None or not self._early(i - patience)
+                               or self._head_jitter() < self.early_jitter)
             if gone or climbed or stuck:
+                init = stuck_at
                 positive = init > 0.0
                 return NoteLater(self._note, patience, self.lr_peak.fraction() if gone else math.nan,
                                  climb if climbed and not gone else math.nan,
@@ -630,9 +650,13 @@ class PlateauStream(Stream):
 
     def _note(self, *args):
         """plateau_note, with the level's noise as of this point (read at the hit that opens an
-        episode, whose point the channel's values end at)."""
+        episode)."""
+        return plateau_note(*args, self._noise())
+
+    def _noise(self):
+        """level_noise_at this point (the channel's values end at it during the checks)."""
         recent = list(islice(self.values, max(len(self.values) - NOISE_POINTS, 0), None))
-        return plateau_note(*args, level_noise_at(recent, len(recent) - 1, self.smooth))
+        return level_noise_at(recent, len(recent) - 1, self.smooth)
 
     def _climb(self, start):
         """The learning rate now over its peak as of point `start`, if it had fallen by then (NaN
@@ -741,10 +765,13 @@ def loss_plateau(data, p: PlateauParams, since=None):
     max_patience, the rule
     fires when the best smoothed loss so far is not `rel_improvement` below
     the best as of P points earlier -- while the run is stuck near where it
-    started (its best still `stuck` x the initial level, or, once its
-    learning rate has fallen, x the median of its first `start_points` points
-    if higher, and x its first point if higher on a loss whose first 10
-    points span `early_steps` steps or more; on a smooth loss only, its jitter under `early_jitter`, if the
+    started (its smoothed loss still `stuck` x the initial level, the median
+    of its first 10 points, or x the median of its first `start_points`
+    points if higher (not where its first points blew up from the first),
+    and x its first point if higher on a loss whose first 10
+    points span `early_steps` steps or more; or back at `stuck` x the
+    initial level after it had learnt, out of its level's noise: lost
+    ground; on a smooth loss only, its jitter under `early_jitter`, if the
     stall began within the 10 points that set that level or the first
     `early_points` and `early_steps`), its learning rate
     has decayed to ~0 (`lr_floor` x its peak), or its learning rate, after it
@@ -774,12 +801,16 @@ def loss_plateau(data, p: PlateauParams, since=None):
     hit, best = hit[kept], best[kept]
     if hit.size:
         # Only a run stuck near where it started, or whose learning rate is gone, is on a plateau.
-        init0, known_after = initial_level(s.values)
-        init0 = sparse_start(s.values, s.steps, init0, known_after, p.early_steps)
+        raw0, known_after = initial_level(s.values)
+        init0 = sparse_start(s.values, s.steps, raw0, known_after, p.early_steps)
         # The learning rate as the hits see it: gone, fallen (against start_level), or climbed back.
         at, peak, fell = lr_course(data, s.steps[: hit[-1] + 1], p.lr_fell)
         first = start_level(s.values, init0, known_after, p.start_points)
-        init = np.where(fell[hit], first, init0)
+        # Stuck near where it started: against start_level (the first points' level: a loss that
+        # fell fast within its first 10 points learnt that fall), but against the first point
+        # where the start blew up from it (blown_up_start); a schedule that decayed reads
+        # start_level in any case. Lost ground back near the 10 points' level is read below.
+        init = np.where(fell[hit], first, first if not init0 < raw0 else init0)
         # A loss `learnt_drop` x its first point, or the level of its first points, has learnt.
         if first == first:  # the initial level known: its 10 finite points end at known_after
             head = s.values[: known_after + 1]
@@ -790,7 +821,16 @@ def loss_plateau(data, p: PlateauParams, since=None):
         # span starts), not one per hit: a run stuck after a divergence stalls at every point.
         now = smoothed_loss(s.values, max(1, p.smooth), int(hit[0]), int(hit[-1]) + 1)[hit - hit[0]]
         with np.errstate(invalid="ignore"):
-            stuck = (hit > known_after) & (now >= p.stuck * init) & ~(now <= p.learnt_drop * learnt_from)
+            learnt = now <= p.learnt_drop * learnt_from
+            stuck = (hit > known_after) & (now >= p.stuck * init) & ~learnt
+            # Back near the initial level after it had learnt, out of the level's noise: lost ground.
+            lost = (hit > known_after) & ~fell[hit] & ~stuck & ~learnt & (now >= p.stuck * init0) & (init0 > 0.0)
+        for j in np.flatnonzero(lost).tolist():
+            of_first = float(best[j]) / learnt_from if learnt_from > 0.0 else math.nan
+            lost[j] = lost_ground_at(float(now[j]) / init0, float(best[j]) / init0, of_first, p.stuck,
+                                     level_noise_at(s.values, int(hit[j]), p.smooth))
+        init = np.where(lost, init0, init)
+        stuck |= lost
         # A stall that began before the initial level was known, or within the first `early_points`,
         # counts only on a smooth loss.
         start = hit - plateau_patience(hit, p)  # the stall's start, >= 0: the stall needs its patience
