@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from support.helpers import monitor_replaying
+from support.helpers import incidents_scanned, incidents_told, monitor_replaying
 from support.torch_training import train_with_an_empty_evaluation
 from tb_crash_signals import scan_logdir
 from tb_crash_signals.analysis.rules import RULES
@@ -43,6 +43,4 @@ def test_the_monitor_fed_step_by_step_does_not_stop_the_run(logdir):
     (run,) = scan_logdir(str(logdir))["runs"]
     monitor = monitor_replaying(logdir / "run", {"Loss/train": "train_loss", "Loss/val": "val_loss"})
     assert not monitor.should_stop  # once set, it stays
-    assert [(i.severity, i.headline) for i in monitor.incidents()] == [
-        (i["severity"], i["headline"]) for i in run["incidents"]
-    ]
+    assert incidents_told(monitor) == incidents_scanned(run)

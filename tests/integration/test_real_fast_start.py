@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from support.helpers import monitor_replaying
+from support.helpers import incidents_scanned, incidents_told, monitor_replaying, trained_seeds
 from support.torch_training import train_contrastive
 from tb_crash_signals import scan_logdir
 from tb_crash_signals.analysis.config import from_dict
@@ -25,11 +25,8 @@ TAGS = {"Loss/train": "train_loss", "Grad/norm": "grad_norm", "LR": "lr"}
 
 @pytest.fixture(scope="module")
 def contrastive(tmp_path_factory):
-    logdir = tmp_path_factory.mktemp("contrastive")
     # Seeds 1-4 read against the median of their first 10 points: a plateau warning on 1 and 2.
-    for seed in (1, 2):
-        train_contrastive(logdir / f"seed{seed}", seed, steps=800)
-    return logdir
+    return trained_seeds(tmp_path_factory, "contrastive", train_contrastive, (1, 2), steps=800)
 
 
 def test_a_loss_that_halved_in_its_first_steps_then_levelled_off_converged(contrastive):
@@ -40,9 +37,7 @@ def test_a_loss_that_halved_in_its_first_steps_then_levelled_off_converged(contr
         assert [e for e in run["episodes"] if e["code"] == "CS303"], run["episodes"]
         assert run["health"] == "ok", run["incidents"]
         monitor = monitor_replaying(contrastive / run["run"], TAGS)
-        assert [(i.severity, i.headline) for i in monitor.incidents()] == [
-            (i["severity"], i["headline"]) for i in run["incidents"]
-        ]
+        assert incidents_told(monitor) == incidents_scanned(run)
 
 
 def test_read_against_its_first_ten_points_the_fast_start_was_a_plateau(contrastive):

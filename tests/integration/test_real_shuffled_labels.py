@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import pytest
 
-from support.helpers import monitor_replaying
+from support.helpers import incidents_scanned, incidents_told, monitor_replaying
 from support.torch_training import train_classifier_on_labels
 from tb_crash_signals import scan_logdir
 
 torch = pytest.importorskip("torch")  # installed by scripts/test_all.sh; never skipped in CI
 
+KIND = ("kind", "headline")
 TAGS = {"Loss/train": "train_loss", "Grad/norm": "grad_norm", "LR": "lr", "Loss/val": "val_loss"}
 
 
@@ -43,5 +44,5 @@ def test_the_monitor_fed_step_by_step_tells_the_same_story(tmp_path):
     train_classifier_on_labels(tmp_path / "run", 1, steps=1000, shuffled=True)
     (run,) = scan_logdir(str(tmp_path))["runs"]
     monitor = monitor_replaying(tmp_path / "run", TAGS)
-    assert [(i.kind, i.headline) for i in monitor.incidents()] == [(i["kind"], i["headline"]) for i in run["incidents"]]
+    assert incidents_told(monitor, KIND) == incidents_scanned(run, KIND)
     assert monitor.incidents()[0].headline.startswith("validation loss has learnt nothing")

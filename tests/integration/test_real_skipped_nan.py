@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from support.helpers import monitor_replaying
+from support.helpers import incidents_scanned, incidents_told, monitor_replaying
 from support.torch_training import train_skipping_a_nan_batch
 from tb_crash_signals import scan_logdir
 from tb_crash_signals.analysis.recovery import WENT_ON_ADVICE
@@ -22,6 +22,7 @@ torch = pytest.importorskip("torch")  # installed by scripts/test_all.sh; never 
 pytestmark = pytest.mark.slow
 
 NAN_AT = 500
+ADVICE = ("severity", "headline", "advice")
 
 
 @pytest.fixture(scope="module")
@@ -43,6 +44,4 @@ def test_the_monitor_raised_the_alarm_at_the_nan_and_tells_the_same_story_after(
     (run,) = scan_logdir(str(logdir))["runs"]
     monitor = monitor_replaying(logdir / "run", {"Loss/train": "train_loss", "Grad/norm": "grad_norm"})
     assert monitor.should_stop  # at the NaN, nothing told it apart from a crash
-    assert [(i.severity, i.headline, i.advice) for i in monitor.incidents()] == [
-        (i["severity"], i["headline"], i["advice"]) for i in run["incidents"]
-    ]
+    assert incidents_told(monitor, ADVICE) == incidents_scanned(run, ADVICE)

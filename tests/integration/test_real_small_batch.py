@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from support.helpers import monitor_replaying
+from support.helpers import incidents_scanned, incidents_told, monitor_replaying
 from support.torch_training import train_classifier
 from tb_crash_signals import scan_logdir
 
@@ -43,7 +43,5 @@ def test_the_monitor_fed_step_by_step_tells_the_same_recovered_climb(tmp_path):
     train_classifier(tmp_path / "run", 0, batch=4, lr=0.01, steps=1500)
     (run,) = scan_logdir(str(tmp_path))["runs"]
     monitor = monitor_replaying(tmp_path / "run", {"Loss/train": "train_loss", "Grad/norm": "grad_norm", "LR": "lr"})
-    assert [(i.severity, i.headline) for i in monitor.incidents()] == [
-        (i["severity"], i["headline"]) for i in run["incidents"]
-    ]
+    assert incidents_told(monitor) == incidents_scanned(run)
     assert monitor.health == run["health"] == "warning"

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import pytest
 
-from support.helpers import monitor_replaying
+from support.helpers import incidents_scanned, incidents_told, monitor_replaying, trained_seeds
 from support.torch_training import train_unfreezing, train_unfreezing_layerwise
 from tb_crash_signals import scan_logdir
 from tb_crash_signals.analysis.config import from_dict
@@ -64,19 +64,14 @@ def test_the_monitor_fed_step_by_step_tells_the_same_story(unfrozen):
     (run, _) = sorted(scan_logdir(str(unfrozen))["runs"], key=lambda r: r["run"])
     monitor = monitor_replaying(unfrozen / run["run"], {"Loss/train": "train_loss", "Grad/norm": "grad_norm",
                                                         "LR": "lr"})
-    assert [(i.severity, i.headline) for i in monitor.incidents()] == [
-        (i["severity"], i["headline"]) for i in run["incidents"]
-    ]
+    assert incidents_told(monitor) == incidents_scanned(run)
     assert monitor.health == "ok"
 
 
 @pytest.fixture(scope="module")
 def layerwise(tmp_path_factory):
-    logdir = tmp_path_factory.mktemp("layerwise")
     # Seeds whose grad norm, after the second unfreezing, tilted up by chance over its next points.
-    for seed in (1, 5):
-        train_unfreezing_layerwise(logdir / f"seed{seed}", seed, every=600, steps=2400)
-    return logdir
+    return trained_seeds(tmp_path_factory, "layerwise", train_unfreezing_layerwise, (1, 5), every=600, steps=2400)
 
 
 def test_layerwise_unfreezing_is_no_growth(layerwise):

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 
-from support.helpers import monitor_replaying
+from support.helpers import incidents_scanned, incidents_told, monitor_replaying
 from support.torch_training import train_with_inputs_changed
 from tb_crash_signals import scan_logdir
 from tb_crash_signals.analysis.incidents import VAL_JUMP_ADVICE
@@ -23,6 +23,7 @@ torch = pytest.importorskip("torch")  # installed by scripts/test_all.sh; never 
 pytestmark = pytest.mark.slow
 
 CHANGE_AT = 600
+ADVICE = ("severity", "headline", "advice")
 
 
 @pytest.fixture(scope="module")
@@ -48,6 +49,4 @@ def test_the_jump_is_told_with_advice_about_the_evaluation(logdir):
 def test_the_monitor_fed_step_by_step_tells_the_same_jump(logdir):
     (run,) = [r for r in scan_logdir(str(logdir))["runs"] if r["run"] == "changed0"]
     monitor = monitor_replaying(logdir / "changed0", {"Loss/train": "train_loss", "Loss/val": "val_loss"})
-    assert [(i.severity, i.headline, i.advice) for i in monitor.incidents()] == [
-        (i["severity"], i["headline"], i["advice"]) for i in run["incidents"]
-    ]
+    assert incidents_told(monitor, ADVICE) == incidents_scanned(run, ADVICE)

@@ -78,6 +78,25 @@ def logged_scalars(logdir, tags) -> dict:
     return steps
 
 
+def trained_seeds(tmp_path_factory, name: str, train, seeds, **options):
+    """A fresh folder `name` holding one run per seed, `seed<N>`, each trained by
+    `train(logdir, seed, **options)`."""
+    logdir = tmp_path_factory.mktemp(name)
+    for seed in seeds:
+        train(logdir / f"seed{seed}", seed, **options)
+    return logdir
+
+
+def incidents_told(monitor, fields=("severity", "headline")) -> list[tuple]:
+    """A Monitor's incidents as tuples of `fields`, to compare with incidents_scanned."""
+    return [tuple(getattr(i, f) for f in fields) for i in monitor.incidents()]
+
+
+def incidents_scanned(run: dict, fields=("severity", "headline")) -> list[tuple]:
+    """A scanned run's incidents (its report entry) as tuples of `fields`."""
+    return [tuple(i[f] for f in fields) for i in run["incidents"]]
+
+
 def monitor_replaying(logdir, tags: dict, **options):
     """A Monitor fed, step by step, the scalars of the event files in `logdir` (logged_scalars):
     `tags` maps each tag to the Monitor's signal name."""
