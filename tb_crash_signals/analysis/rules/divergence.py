@@ -398,7 +398,8 @@ def loss_divergence(data, p: DivergenceParams, since=None):
         return
     v = s.values
     level = smoothed_level(v, p.smooth)
-    best = early_bests(best_levels(v, p.best_smooth), level, p.min_points)
+    lowest = best_levels(v, p.best_smooth)
+    best = early_bests(lowest, level, p.min_points)
     init, known_after = initial_level(v)
     # The initial level is known from the point after its 10th.
     inits = np.where(np.arange(len(v)) > known_after, init, np.nan)
@@ -414,7 +415,7 @@ def loss_divergence(data, p: DivergenceParams, since=None):
         where = np.flatnonzero(up)
     late = where[where >= p.min_points]
     if late.size and p.above_best > 0:
-        tops = best_tops_at(v, best_levels(v, p.best_smooth), late, p)
+        tops = best_tops_at(v, lowest, late, p)
         up[late] = (level[late] > tops) | (level[late] >= inits[late])
         where = np.flatnonzero(up)
         late = where[where >= p.min_points]
