@@ -24,9 +24,17 @@ from tb_crash_signals.analysis.rules.plateau import (
     plateau_patience,
     smoothed_loss,
     stalls,
+    start_level,
 )
 from tb_crash_signals.analysis.stats import initial_level, noisy_at
-from tb_crash_signals.analysis.streaming import Stream, StreamHit, recent_logs, shared_level
+from tb_crash_signals.analysis.streaming import (
+    Level,
+    Stream,
+    StreamHit,
+    recent_logs,
+    shared_level,
+    small_median,
+)
 
 _inf = math.inf
 
@@ -50,6 +58,22 @@ class ConvergedParams:
         0.75, "only once the smoothed loss is under this share of the initial level (the median of the "
         "first 10 points): a stall above it is stuck near where it started, CS301's warning (CS301's "
         "`stuck`, the same share)"
+    )
+    coarse_every: float = param(
+        25.0, "a loss whose first `coarse_points` points lie this many steps apart or more on average "
+        "(Lightning logs every 50 steps) is read over `coarse_smooth`-point medians with a patience of "
+        "`coarse_patience` points: a run of 1 200 steps logged every 50 holds 24 points, fewer than "
+        "`min_patience`; 0: never", at_least=0.0,
+    )
+    coarse_points: int = param(6, "... points that tell the cadence (nothing is told before them)", at_least=2)
+    coarse_smooth: int = param(5, "... the smoothed loss of such a loss: the median of this many points", at_least=1)
+    coarse_patience: int = param(
+        8, "... and the least patience, in points (each 25 steps or more of training)", at_least=6,
+    )
+    start_points: int = param(
+        3, "... and learnt is read there against the median of the first this many points, or the first "
+        "point, when higher than the initial level: logged every 50 steps, a loss fell most of its fall "
+        "before its second point, and the median of its first 10 is a level it learnt", at_least=1, at_most=10,
     )
     noise_window: int = noise_window_param()
     max_noise: float = max_noise_param("note")
@@ -76,13 +100,22 @@ class ConvergedStream(Stream):
         loss = channels["train_loss"]
         self.p = p
         self.level = shared_level(loss, p.smooth)
+        self.own_level = False  # True once the level is the stream's own (a coarse loss's)
         self.initial = loss.initial  # pushed after the checks: as of the points before
+        self.learnt_at = math.nan  # learnt x learnt_from, once the initial level is known
+        self.coarse = False
+        # The points that tell the cadence (coarse_cadence): until the last of them, the first
+        # step and the values.
+        self.decide_at = p.coarse_points - 1 if p.coarse_every > 0 else -1
+        self.head = []
+        self.first_step = None
         self.noise = recent_logs(loss, p.noise_window, np.log10)  # of the points before
         self.own = getattr(self.noise, "values", None)  # kept by the stream itself, if at all
         self.lr = channels["lr"]  # updated before the loss
         self.rel, self.learnt = p.rel_improvement, p.learnt
         self.patience = Patience(p)
-        self.least = self.patience.least  # at most the patience at any point
+        # At most the patience at any point, and not before the cadence is told.
+        self.least = max(self.patience.least, self.decide_at)
         # The best smoothed loss, and the learning rate's peak (-inf before any), as of each of the
         # last `cap` points: both monotone.
         self.bests = AsOf(self.patience.cap)
@@ -90,8 +123,13 @@ class ConvergedStream(Stream):
         self.best = self.peak = math.nan  # the last values pushed to them (NaN: none yet)
 
     def check(self, i, step, v):
+        if i <= self.decide_at:
+            self._head(i, step, v)
+        level = self.level
+        if self.own_level:
+            level.push(v)
         # AsOf.push's own test first, without its call: both change at few points.
-        best = self.level.low
+        best = level.low
         if not best == self.best:  # a change (its last is the last pushed)
             self.best = best
             self.bests.changed(i, best)
@@ -100,13 +138,51 @@ class ConvergedStream(Stream):
             self.peak = peak
             self.peaks.changed(i, peak)
         hit = None
-        # Learnt (NaN until the initial level is known): the cheapest of its conditions first.
-        # Not before min_patience points, under the least patience (see _check's first test).
-        if i >= self.least and v - v == 0.0 and self.level.value < self.learnt * self.initial.value:
-            hit = self._check(i, best, peak)
+        # Not before the least patience (see _check's first test), and only once learnt (NaN until
+        # the initial level is known).
+        if i >= self.least and v - v == 0.0:
+            at = self.learnt_at
+            if at != at:
+                at = self._learnt_at()
+            if level.value < at:
+                hit = self._check(i, best, peak)
         if self.own is not None:
             self.own.append(v)
         return hit
+
+    def _head(self, i, step, v):
+        """Keeps the points that tell the cadence; at the last of them, a coarse loss's level
+        becomes the stream's own, its medians and bests taken over those points."""
+        if i == 0:
+            self.first_step = step
+        self.head.append(v)
+        if i < self.decide_at:
+            return
+        p = self.p
+        if step - self.first_step >= p.coarse_every * i:  # coarse_cadence, as the batch rule reads it
+            self.coarse = True
+            self.level, self.own_level = Level(p.coarse_smooth), True
+            self.patience = Patience(dataclasses.replace(p, min_patience=p.coarse_patience))
+            self.least = max(self.patience.least, self.decide_at)
+            self.bests = AsOf(self.patience.cap)
+            self.best = math.nan
+            for j, x in enumerate(self.head[:-1]):  # the point being checked is pushed by check
+                self.level.push(x)
+                if not self.level.low == self.best:
+                    self.best = self.level.low
+                    self.bests.changed(j, self.best)
+        self.head = None
+
+    def _learnt_at(self):
+        """learnt x learnt_from, once the initial level is known (NaN before)."""
+        initial = self.initial
+        if initial.value == initial.value:
+            ref = initial.value
+            if self.coarse:
+                head = initial.head
+                ref = max(ref, small_median(head[: self.p.start_points]), head[0])
+            self.learnt_at = self.learnt * ref
+        return self.learnt_at
 
     def _check(self, i, best, peak):
         patience = self.patience.at(i)
@@ -122,6 +198,21 @@ class ConvergedStream(Stream):
         if self.noise.noise_decades() >= self.p.max_noise:
             return None
         return StreamHit(note=_note(patience))
+
+
+def coarse_cadence(steps, p) -> bool:
+    """Whether a loss is read coarsely: its first `coarse_points` points lie `coarse_every` steps
+    apart or more on average."""
+    k = p.coarse_points - 1
+    return p.coarse_every > 0 and len(steps) > k and int(steps[k]) - int(steps[0]) >= p.coarse_every * k
+
+
+def learnt_from(values, init, known_after, p, coarse) -> float:
+    """The level a loss has learnt from: the initial level `init`, or on a loss read coarsely
+    start_level of `start_points` or its first finite point, if higher."""
+    if not coarse or init != init:
+        return init
+    return max(start_level(values, init, known_after, p.start_points), float(values[np.isfinite(values)][0]))
 
 
 @rule(
@@ -144,8 +235,19 @@ def loss_converged(data, p: ConvergedParams, since=None):
     warm-up has not had its chance yet), and not on a series too noisy to
     tell (`max_noise`). The labelled plateaus of the detection corpus are
     mostly such runs: a loss flat for the last 40 % of its points.
+
+    A loss whose first `coarse_points` points lie `coarse_every` (25) steps
+    apart or more on average (Lightning logs every 50 steps) is read
+    coarsely: `coarse_smooth`-point medians, a least patience of
+    `coarse_patience` points, and learnt against the median of its first
+    `start_points` points or its first point where higher than the initial
+    level (it fell most of its fall before its second point). Nothing is
+    told before the cadence is known.
     """
     s = data.get("train_loss")
+    coarse = s is not None and coarse_cadence(s.steps, p)
+    if coarse:
+        p = dataclasses.replace(p, smooth=p.coarse_smooth, min_patience=p.coarse_patience)
     if s is None or len(s) <= p.min_patience:
         return
     n = len(s)
@@ -153,8 +255,11 @@ def loss_converged(data, p: ConvergedParams, since=None):
     if i0 >= n:
         return
     hit = stalls(s.values, i0, p)
+    if p.coarse_every > 0:
+        hit = hit[hit >= p.coarse_points - 1]  # nothing is told before the cadence is
     if hit.size:
         init, known_after = initial_level(s.values)
+        init = learnt_from(s.values, init, known_after, p, coarse)
         now = smoothed_loss(s.values, max(1, p.smooth), int(hit[0]), int(hit[-1]) + 1)[hit - hit[0]]
         _, peak, _ = lr_course(data, s.steps[: hit[-1] + 1], LR_FELL)
         start = hit - plateau_patience(hit, p)

@@ -1489,6 +1489,32 @@ def test_a_loss_that_learnt_then_levelled_off_is_a_note_not_a_warning():
     assert starts_both("CS303", train_loss=stuck, lr=lr) == ([], [])
 
 
+def test_a_loss_logged_every_50_steps_that_levelled_off_is_told_within_its_few_points():
+    # Lightning's default cadence: 24 points over 1 200 steps, each one batch's loss (10 % noise).
+    # The loss fell 3x before its second point and hovers from step ~300: the median of its first 10
+    # points is that floor, and 24 points are fewer than the 30 the per-step patience waits for.
+    # Read coarsely (5-point medians, a patience of 8 points), against its first points' level, it
+    # learnt and levelled off: the note, batch and Monitor alike. Still falling to the end, or
+    # hovering where it started, it is no note; nor with the coarse reading off (`coarse_every` 0).
+    steps = np.arange(49, 1200, 50)
+    t = np.arange(steps.shape[0])
+    off = Config(params={"CS303": dataclasses.replace(RULES["CS303"].default_params(), coarse_every=0.0)})
+    told = 0
+    for seed in range(6):
+        noise = 1 + 0.1 * np.random.default_rng(seed).standard_normal(t.shape[0])
+        data = {"train_loss": series((0.3 + 0.9 * np.exp(-t / 1.5)) * noise, steps)}
+        batch, monitor = starts_both_at("CS303", data)
+        assert batch == monitor, seed
+        told += bool(batch) and batch[0] >= 300
+        assert starts_both_at("CS303", data, off) == ([], []), seed
+        for other in ((1.2 - 0.035 * t) * noise, 1.2 * noise):
+            assert starts_both_at("CS303", {"train_loss": series(other, steps)}) == ([], []), seed
+    assert told >= 5, told
+    # The same loss logged at every step for 24 steps: too few points to tell anything.
+    dense = {"train_loss": series((0.3 + 0.9 * np.exp(-t / 1.5)) * noise, np.arange(24))}
+    assert starts_both_at("CS303", dense) == ([], [])
+
+
 def test_a_loss_creeping_down_under_two_percent_a_patience_has_levelled_off():
     # After its fall, a floor that keeps creeping down a straight 4.3 % over the run: about 1.5 %
     # over a patience window (35 % of the points so far) - a loss that has levelled off, as a
