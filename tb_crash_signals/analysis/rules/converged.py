@@ -19,7 +19,9 @@ from tb_crash_signals.analysis.rules.base import (
 from tb_crash_signals.analysis.rules.plateau import (
     LR_FELL,
     AsOf,
+    CoarseHead,
     Patience,
+    coarse_cadence,
     lr_course,
     plateau_patience,
     smoothed_loss,
@@ -28,7 +30,6 @@ from tb_crash_signals.analysis.rules.plateau import (
 )
 from tb_crash_signals.analysis.stats import initial_level, noisy_at
 from tb_crash_signals.analysis.streaming import (
-    Level,
     Stream,
     StreamHit,
     recent_logs,
@@ -104,11 +105,8 @@ class ConvergedStream(Stream):
         self.initial = loss.initial  # pushed after the checks: as of the points before
         self.learnt_at = math.nan  # learnt x learnt_from, once the initial level is known
         self.coarse = False
-        # The points that tell the cadence (coarse_cadence): until the last of them, the first
-        # step and the values.
-        self.decide_at = p.coarse_points - 1 if p.coarse_every > 0 else -1
-        self.head = []
-        self.first_step = None
+        self.head = CoarseHead(p)  # until the cadence is told, then None
+        self.decide_at = self.head.last
         self.noise = recent_logs(loss, p.noise_window, np.log10)  # of the points before
         self.own = getattr(self.noise, "values", None)  # kept by the stream itself, if at all
         self.lr = channels["lr"]  # updated before the loss
@@ -151,27 +149,17 @@ class ConvergedStream(Stream):
         return hit
 
     def _head(self, i, step, v):
-        """Keeps the points that tell the cadence; at the last of them, a coarse loss's level
-        becomes the stream's own, its medians and bests taken over those points."""
-        if i == 0:
-            self.first_step = step
-        self.head.append(v)
-        if i < self.decide_at:
-            return
-        p = self.p
-        if step - self.first_step >= p.coarse_every * i:  # coarse_cadence, as the batch rule reads it
+        """At the point that tells the cadence, a coarse loss's level becomes the stream's own."""
+        head = self.head
+        if head.coarse(i, step, v):
+            p = self.p
             self.coarse = True
-            self.level, self.own_level = Level(p.coarse_smooth), True
+            self.own_level = True
             self.patience = Patience(dataclasses.replace(p, min_patience=p.coarse_patience))
             self.least = max(self.patience.least, self.decide_at)
-            self.bests = AsOf(self.patience.cap)
-            self.best = math.nan
-            for j, x in enumerate(self.head[:-1]):  # the point being checked is pushed by check
-                self.level.push(x)
-                if not self.level.low == self.best:
-                    self.best = self.level.low
-                    self.bests.changed(j, self.best)
-        self.head = None
+            self.level, self.bests, self.best = head.reading(p.coarse_smooth, self.patience.cap)
+        if i == self.decide_at:
+            self.head = None
 
     def _learnt_at(self):
         """learnt x learnt_from, once the initial level is known (NaN before)."""
@@ -198,13 +186,6 @@ class ConvergedStream(Stream):
         if self.noise.noise_decades() >= self.p.max_noise:
             return None
         return StreamHit(note=_note(patience))
-
-
-def coarse_cadence(steps, p) -> bool:
-    """Whether a loss is read coarsely: its first `coarse_points` points lie `coarse_every` steps
-    apart or more on average."""
-    k = p.coarse_points - 1
-    return p.coarse_every > 0 and len(steps) > k and int(steps[k]) - int(steps[0]) >= p.coarse_every * k
 
 
 def learnt_from(values, init, known_after, p, coarse) -> float:

@@ -30,7 +30,14 @@ from tb_crash_signals.analysis.stats import (
     noisy_at,
     trailing_median_inclusive,
 )
-from tb_crash_signals.analysis.streaming import NoteLater, Stream, recent_logs, shared_level, small_median
+from tb_crash_signals.analysis.streaming import (
+    Level,
+    NoteLater,
+    Stream,
+    recent_logs,
+    shared_level,
+    small_median,
+)
 
 # What the note says of a stall while the loss is stuck near its start; above it (at least ABOVE
 # times its initial level); or back near it after it had learnt (its best level under `stuck` x the
@@ -696,6 +703,43 @@ class Patience:
             else:
                 lo = mid + 1
         return lo
+
+
+def coarse_cadence(steps, p) -> bool:
+    """Whether a loss is read coarsely (CS303's `coarse_every`): its first `coarse_points` points lie
+    `coarse_every` steps apart or more on average."""
+    k = p.coarse_points - 1
+    return p.coarse_every > 0 and len(steps) > k and int(steps[k]) - int(steps[0]) >= p.coarse_every * k
+
+
+class CoarseHead:
+    """A stream's first `coarse_points` points, until they tell the cadence (coarse_cadence)."""
+
+    __slots__ = ("last", "first_step", "values", "every")
+
+    def __init__(self, p):
+        self.last = p.coarse_points - 1 if p.coarse_every > 0 else -1  # the point that tells it
+        self.first_step = None
+        self.values = []
+        self.every = p.coarse_every
+
+    def coarse(self, i, step, v) -> bool:
+        """Takes point i; whether the cadence is now told coarse (at the last of the points only)."""
+        if i == 0:
+            self.first_step = step
+        self.values.append(v)
+        return i == self.last and step - self.first_step >= self.every * i
+
+    def reading(self, k: int, cap: int):
+        """A coarse loss's own level of `k` points over the points before the one being told (its
+        check pushes that one), with its bests as of each (an AsOf of `cap`) and the last of them."""
+        level, bests, best = Level(k), AsOf(cap), math.nan
+        for j, x in enumerate(self.values[:-1]):
+            level.push(x)
+            if not level.low == best:
+                best = level.low
+                bests.changed(j, best)
+        return level, bests, best
 
 
 class AsOf:
