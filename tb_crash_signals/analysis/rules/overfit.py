@@ -408,13 +408,17 @@ class MemorisedStream(_TrainLevelAtVal):
     def __init__(self, p, signal, channels):
         super().__init__(p, signal, channels)
         self.learnt, self.unlearnt = p.learnt, p.unlearnt
+        self.low = math.inf  # the validation loss's lowest so far (np.fmin.accumulate's)
 
     def check(self, i, step, v):
+        if v < self.low:
+            self.low = v
         init = self.initial.value
         if not init > 0.0:
             return None
         level = self.level.value
-        if learnt_to(level, init, self.learnt) and v >= self.unlearnt * init:
+        bar = self.unlearnt * init
+        if learnt_to(level, init, self.learnt) and v >= bar and self.low >= bar:
             return StreamHit(note=_memorised_note(level, init))
         return None
 
@@ -432,8 +436,9 @@ def memorised(data, p: MemorisedParams, since=None):
     At each validation point: the train loss's level (the trailing median of
     `smooth` points at its last point at or before the step) is at most
     `learnt` x its initial level (the median of its first 10 points), and the
-    validation loss is at least `unlearnt` x that initial level. The
-    article's overfitting rule (CS401) on the run's own scale: a train loss
+    validation loss is at least `unlearnt` x that initial level, as it has
+    been at every evaluation so far (one that once learnt under it and rose
+    since is overfitting, CS402's story). The article's overfitting rule (CS401) on the run's own scale: a train loss
     under 0.1 with a validation loss 5x it is any classifier on an easy
     task; a train loss a thousandth of where it started with a validation
     loss still where training started is a training set learnt by heart,
@@ -446,8 +451,10 @@ def memorised(data, p: MemorisedParams, since=None):
     at, init = known_level_at(train, p.smooth, val.steps[i0:])
     if not init > 0.0:
         return
+    bar = p.unlearnt * init
+    low = np.fmin.accumulate(val.values)[i0:]  # the lowest so far: one that learnt once is overfitting (CS402)
     with np.errstate(invalid="ignore"):
-        hit = learnt_to(at, init, p.learnt) & (val.values[i0:] >= p.unlearnt * init)
+        hit = learnt_to(at, init, p.learnt) & (val.values[i0:] >= bar) & (low >= bar)
     idx = np.flatnonzero(hit) + i0
     if idx.size:
         yield Hits("val_loss", idx, note=lambda i: _memorised_note(float(at[i - i0]), init))

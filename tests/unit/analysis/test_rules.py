@@ -1983,6 +1983,12 @@ def test_a_training_set_learnt_by_heart_is_told_whether_or_not_the_validation_lo
     stuck = analyze(train_loss=train, val_loss=series(np.full(evals.size, 2.0), steps=evals))
     (incident,) = [i for i in stuck.incidents if i.kind == "overfit"]
     assert incident.headline.endswith("the model learnt its training set by heart")
+    # A validation loss that learnt to 0.3x the train loss's start, then rose back to 0.6x: it learnt,
+    # then overfit (CS402's story), though it now stands over CS403's bar.
+    rose = np.concatenate([np.linspace(1.5, 0.7, 5), np.linspace(0.75, 1.4, evals.size - 5)])
+    data = {"train_loss": series(train), "val_loss": series(rose, steps=evals)}
+    assert starts_both_at("CS403", data) == ([], [])
+    assert episodes_of(analyze(**data), "CS402")
 
 
 def test_a_validation_loss_that_never_learnt_while_the_train_loss_did_is_told():
