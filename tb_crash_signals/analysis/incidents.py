@@ -51,6 +51,7 @@ _UNLEARNT = "CS404"  # the validation loss never learnt
 _OVERFIT_CAUSES = ("CS403", _UNLEARNT)
 _HERALDS = _SPIKES + _OVERFLOW + _OPTIMIZER_HIGH  # warnings that can come before a crash
 _CONSEQUENCES = _PLATEAU + _STAGNATION + _SPIKES  # what a loss that climbed does meanwhile
+_RECOVERY = re.compile(r"recovery in (\d+) steps?")  # a spike's note (rules.spike)
 
 ADVICE = {
     "divergence": "lower the learning rate (or stop its ramp), enable gradient clipping, and {resume}",
@@ -211,6 +212,7 @@ def build_incidents(episodes: list[Episode], run_steps: int = 0) -> list[Inciden
             i for i in order if i not in taken and i not in recovered and episodes[i].code in _CONSEQUENCES
             and any(episodes[j].start_step <= episodes[i].start_step <= episodes[j].end_step
                     or (_overlap(episodes[i], episodes[j]) and lost_ground(episodes[i].message))
+                    or _onset(episodes[i], episodes[j])
                     for j in recovered)
         ]
         taken.update(recovered)
@@ -260,6 +262,19 @@ def build_incidents(episodes: list[Episode], run_steps: int = 0) -> list[Inciden
     incidents = [_incident(kind, members, episodes) for kind, members in groups]
     incidents.sort(key=_importance)
     return incidents
+
+
+def _onset(spike: Episode, climb: Episode) -> bool:
+    """Whether a spike is a climb's first point: it began before the climb and had not come back when
+    the climb began (a task switch, a pruning step: the loss jumps, then the climb's rule sees it)."""
+    took = _recovery_steps(spike)
+    return spike.code in _SPIKES and took is not None and spike.start_step < climb.start_step <= spike.start_step + took
+
+
+def _recovery_steps(e: Episode) -> int | None:
+    """The steps a spike took to come back, from its note (None while it has not)."""
+    m = _RECOVERY.search(e.message)
+    return int(m.group(1)) if m else None
 
 
 def _overlap(a: Episode, b: Episode) -> bool:
@@ -340,6 +355,11 @@ def _incident(kind: str, members: list[int], episodes: list[Episode]) -> Inciden
     if recovered:
         first = alarm = min(climbs, key=lambda e: (e.start_step, e.code))  # the climb, not what it shook
         start = _story_start(climbs)
+        # ... first seen as the spike that was its first point, if one was
+        onsets = [e for e in eps if any(_onset(e, c) for c in climbs)]
+        if onsets:
+            first = min(onsets, key=lambda e: (e.start_step, e.code))
+            start = min(start, first.start_step)
         headline = _recovered_headline(climbs, start)
         occurrences = _events(climbs)
     # A story from the first logged step has no checkpoint before it to go back to.
@@ -430,7 +450,7 @@ def _headline(kind, eps, alarm: Episode, crash: Episode | None, lead, start, fit
     if kind == "spikes":
         spikes = [e for e in eps if e.code in _SPIKES]
         n = _occurrences("spikes", eps)
-        recovered = [int(m.group(1)) for e in spikes for m in [re.search(r"recovery in (\d+) steps?", e.message)] if m]
+        recovered = [took for e in spikes for took in (_recovery_steps(e),) if took is not None]
         unrecovered = any("not recovered" in e.message for e in spikes)
         if n == 1:
             return alarm.message

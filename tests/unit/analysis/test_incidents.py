@@ -220,3 +220,24 @@ def test_a_stall_is_back_near_its_start_only_above_a_positive_best_and_out_of_it
     # a best at or under zero (a log-likelihood) has no multiple: stuck, and no error
     for best in (0.0, -0.4):
         assert back not in plateau_note(10, math.nan, level=0.9, best=best, learnt=0.75, noise=0.01)
+
+
+def test_a_spike_not_back_when_a_climb_the_run_came_back_from_began_is_its_first_point():
+    # A task switch (continual learning): the loss jumps 55x at step 600 and takes 18 steps to come
+    # down; CS113 sees a climb from 608 that the run came back from. One event, told once, from 600.
+    def spike(start, took):
+        return dataclasses.replace(episode("CS112", start), message=f"train loss spike at step {start}: 55.6x "
+                                   f"its recent median 0.204; slow recovery in {took} steps")
+
+    def climb(start, end):
+        e = episode("CS113", start, end)
+        return dataclasses.replace(e, severity="warning", message=e.message + CAME_BACK)
+
+    eps = [spike(600, 18), climb(608, 1020), spike(1200, 22), climb(1208, 1560)]
+    (incident,) = build_incidents(eps, run_steps=3000)
+    assert incident.kind == "divergence" and incident.episodes == (0, 1, 2, 3)
+    assert incident.start_step == incident.first_alarm_step == 600
+    assert incident.headline == "train loss climbed away from its best 2 times from step 600, recovering each time"
+    # A spike back down before the climb began is a spike of its own.
+    incidents = build_incidents([spike(600, 5), climb(608, 1020)], run_steps=3000)
+    assert kinds(incidents) == [("divergence", [1]), ("spikes", [0])]
