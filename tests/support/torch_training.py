@@ -788,3 +788,27 @@ def train_memorising_classifier(logdir, seed: int, samples: int, steps: int) -> 
     model = nn.Sequential(nn.Linear(32, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 10))
     losses = _classification_losses(model, x[:samples], y[:samples], x[samples:], y[samples:])
     _train_adam(logdir, model, 1e-3, steps, *losses, every_eval=50)
+
+
+def train_continual(logdir, seed: int, tasks: int, steps_per_task: int) -> None:
+    """Continual learning: a ReLU MLP (two hidden layers of 256) trained on `tasks` classification tasks
+    in turn, `steps_per_task` steps each (Adam 1e-3, minibatches of 64), each task new inputs labelled
+    by a new projection of them into 10 classes, logged every step under the tags of train_logged: at
+    each switch the loss jumps 30-60x (the net's confident answers are wrong), then learns again."""
+    import torch
+    from torch.utils.tensorboard import SummaryWriter
+
+    torch.manual_seed(seed)
+    torch.set_num_threads(1)
+    data = []
+    for _ in range(tasks):
+        x = torch.randn(5000, 32)
+        data.append((x, (x @ torch.randn(32, 10) + torch.randn(5000, 10)).argmax(1)))
+    nn = torch.nn
+    model = nn.Sequential(nn.Linear(32, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 10))
+    opt = torch.optim.Adam(model.parameters(), 1e-3)
+    with SummaryWriter(str(logdir)) as w:
+        for step in range(tasks * steps_per_task):
+            x, y = data[step // steps_per_task]
+            idx = torch.randint(0, 5000, (64,))
+            _step_and_log(w, step, model, opt, nn.functional.cross_entropy(model(x[idx]), y[idx]), 1e-3)
