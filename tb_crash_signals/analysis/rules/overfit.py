@@ -438,7 +438,8 @@ def memorised(data, p: MemorisedParams, since=None):
     `learnt` x its initial level (the median of its first 10 points), and the
     validation loss is at least `unlearnt` x that initial level, as it has
     been at every evaluation so far (one that once learnt under it and rose
-    since is overfitting, CS402's story). The article's overfitting rule (CS401) on the run's own scale: a train loss
+    since is overfitting, CS402's story). The article's overfitting rule
+    (CS401) on the run's own scale: a train loss
     under 0.1 with a validation loss 5x it is any classifier on an easy
     task; a train loss a thousandth of where it started with a validation
     loss still where training started is a training set learnt by heart,
