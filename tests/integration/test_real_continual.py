@@ -11,14 +11,12 @@ from __future__ import annotations
 import pytest
 
 from support.helpers import incidents_scanned, incidents_told, monitor_replaying, trained_seeds
-from support.torch_training import train_continual
+from support.torch_training import TAGS, train_continual
 from tb_crash_signals import scan_logdir
 
 torch = pytest.importorskip("torch")  # installed by scripts/test_all.sh; never skipped in CI
 
 pytestmark = pytest.mark.slow
-
-TAGS = {"Loss/train": "train_loss", "Grad/norm": "grad_norm", "LR": "lr"}
 
 
 @pytest.fixture(scope="module")

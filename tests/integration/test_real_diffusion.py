@@ -14,7 +14,7 @@ from __future__ import annotations
 import pytest
 
 from support.helpers import monitor_replaying
-from support.torch_training import train_diffusion
+from support.torch_training import TAGS_WITH_VAL, train_diffusion
 from tb_crash_signals import scan_logdir
 from tb_crash_signals.analysis.config import from_dict
 
@@ -22,7 +22,6 @@ torch = pytest.importorskip("torch")  # installed by scripts/test_all.sh; never 
 
 pytestmark = pytest.mark.slow
 
-TAGS = {"Loss/train": "train_loss", "Grad/norm": "grad_norm", "LR": "lr", "Loss/val": "val_loss"}
 RUNS = (("lr1e-3", 1, 1e-3), ("lr3e-4", 2, 3e-4))
 
 
@@ -54,6 +53,6 @@ def test_at_two_thirds_of_its_start_it_was_stuck_near_where_it_started(trained):
 
 def test_the_monitor_fed_step_by_step_reports_no_warning(trained):
     for name, _, _ in RUNS:
-        monitor = monitor_replaying(trained / name, TAGS)
+        monitor = monitor_replaying(trained / name, TAGS_WITH_VAL)
         assert not monitor.should_stop
         assert [i.headline for i in monitor.incidents() if i.severity != "info"] == [], name

@@ -14,12 +14,10 @@ from __future__ import annotations
 import pytest
 
 from support.helpers import monitor_replaying
-from support.torch_training import train_easy_classifier
+from support.torch_training import TAGS_WITH_VAL, train_easy_classifier
 from tb_crash_signals import scan_logdir
 
 torch = pytest.importorskip("torch")  # installed by scripts/test_all.sh; never skipped in CI
-
-TAGS = {"Loss/train": "train_loss", "Grad/norm": "grad_norm", "LR": "lr", "Loss/val": "val_loss"}
 
 
 @pytest.mark.slow
@@ -38,7 +36,7 @@ def test_a_classifier_that_learnt_an_easy_task_near_zero_raises_no_warning(tmp_p
 def test_the_monitor_fed_step_by_step_stays_as_quiet(tmp_path):
     train_easy_classifier(tmp_path / "run", 5, steps=3000)
     (run,) = scan_logdir(str(tmp_path))["runs"]
-    monitor = monitor_replaying(tmp_path / "run", TAGS)
+    monitor = monitor_replaying(tmp_path / "run", TAGS_WITH_VAL)
     assert [(e.code, e.start_step) for e in monitor.episodes()] == [
         (e["code"], e["start_step"]) for e in run["episodes"]]
     assert monitor.health == run["health"] == "ok"

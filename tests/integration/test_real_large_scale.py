@@ -14,14 +14,12 @@ from __future__ import annotations
 import pytest
 
 from support.helpers import monitor_replaying
-from support.torch_training import noisy_classes, train_logged
+from support.torch_training import TAGS, noisy_classes, train_logged
 from tb_crash_signals import scan_logdir
 
 torch = pytest.importorskip("torch")  # installed by scripts/test_all.sh; never skipped in CI
 
 pytestmark = pytest.mark.slow
-
-TAGS = {"Loss/train": "train_loss", "Grad/norm": "grad_norm", "LR": "lr"}
 
 
 def _mlp(inputs: int, outputs: int):

@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 
 from support.helpers import monitor_replaying
-from support.torch_training import train_flow, train_gaussian_likelihood
+from support.torch_training import TAGS_WITH_VAL, train_flow, train_gaussian_likelihood
 from tb_crash_signals import scan_logdir
 from tb_crash_signals.analysis.config import article_config
 
@@ -33,7 +33,6 @@ torch = pytest.importorskip("torch")  # installed by scripts/test_all.sh; never 
 
 pytestmark = pytest.mark.slow
 
-TAGS = {"Loss/train": "train_loss", "Grad/norm": "grad_norm", "LR": "lr", "Loss/val": "val_loss"}
 GAUSSIAN = (("gaussian-s3", 3), ("gaussian-s4", 4), ("gaussian-s5", 5))
 FLOWS = (("flow-s1", 1), ("flow-s3", 3))
 HOT_FLOW = "flow-hot-s6"
@@ -87,14 +86,14 @@ def test_no_critical_on_a_likelihood_or_a_heavy_tailed_grad_norm(trained):
 
 def test_the_monitor_fed_step_by_step_stops_none(trained):
     for name, _ in GAUSSIAN + FLOWS:
-        monitor = monitor_replaying(trained / name, TAGS)
+        monitor = monitor_replaying(trained / name, TAGS_WITH_VAL)
         assert not monitor.should_stop, (name, [i.headline for i in monitor.incidents()])
 
 
 def test_a_grad_norm_growth_the_run_came_back_from_is_a_scare_after_the_fact(trained):
     grad = _scalars(trained / HOT_FLOW, "Grad/norm")
     assert np.median(grad[50:70]) > 4 * np.median(grad[15:35])  # it grew while it lasted
-    monitor = monitor_replaying(trained / HOT_FLOW, TAGS)
+    monitor = monitor_replaying(trained / HOT_FLOW, TAGS_WITH_VAL)
     assert monitor.should_stop  # live, a precursor
     (run,) = [r for r in scan_logdir(str(trained))["runs"] if r["run"] == HOT_FLOW]
     growth = [i for i in run["incidents"] if any(run["episodes"][k]["code"] == "CS201" for k in i["episodes"])]

@@ -15,7 +15,7 @@ from __future__ import annotations
 import pytest
 
 from support.helpers import monitor_replaying
-from support.torch_training import train_rnn_that_cannot_learn
+from support.torch_training import TAGS, train_rnn_that_cannot_learn
 from tb_crash_signals import scan_logdir
 from tb_crash_signals.analysis.config import from_dict
 
@@ -23,7 +23,6 @@ torch = pytest.importorskip("torch")  # installed by scripts/test_all.sh; never 
 
 pytestmark = pytest.mark.slow
 
-TAGS = {"Loss/train": "train_loss", "Grad/norm": "grad_norm", "LR": "lr"}
 SEEDS = (1, 5)
 
 

@@ -18,14 +18,12 @@ from support.helpers import (
     monitor_replaying,
     trained_seeds,
 )
-from support.torch_training import train_memorising_classifier
+from support.torch_training import TAGS_WITH_VAL, train_memorising_classifier
 from tb_crash_signals import scan_logdir
 
 torch = pytest.importorskip("torch")  # installed by scripts/test_all.sh; never skipped in CI
 
 pytestmark = pytest.mark.slow
-
-TAGS = {"Loss/train": "train_loss", "Grad/norm": "grad_norm", "LR": "lr", "Loss/val": "val_loss"}
 
 
 @pytest.fixture(scope="module")
@@ -43,10 +41,10 @@ def test_a_validation_loss_that_learnt_then_rose_is_overfitting_not_unlearnt(mem
         assert "rose to" in overfit[0]["headline"], overfit
         # The run is the case: its train loss fell three decades, and its validation loss learnt
         # under half the train loss's start, then rose past it (where CS403 fired before).
-        logged = sorted(logged_scalars(memorised / run["run"], TAGS).items())
+        logged = sorted(logged_scalars(memorised / run["run"], TAGS_WITH_VAL).items())
         train = [v["Loss/train"] for _, v in logged if "Loss/train" in v]
         val = [v["Loss/val"] for _, v in logged if "Loss/val" in v]
         assert min(train) <= 1e-3 * train[0]
         assert min(val) < 0.5 * train[0] < val[-1]
-        monitor = monitor_replaying(memorised / run["run"], TAGS)
+        monitor = monitor_replaying(memorised / run["run"], TAGS_WITH_VAL)
         assert incidents_told(monitor) == incidents_scanned(run)

@@ -14,13 +14,12 @@ from __future__ import annotations
 import pytest
 
 from support.helpers import incidents_scanned, incidents_told, monitor_replaying
-from support.torch_training import train_classifier_on_labels
+from support.torch_training import TAGS_WITH_VAL, train_classifier_on_labels
 from tb_crash_signals import scan_logdir
 
 torch = pytest.importorskip("torch")  # installed by scripts/test_all.sh; never skipped in CI
 
 KIND = ("kind", "headline")
-TAGS = {"Loss/train": "train_loss", "Grad/norm": "grad_norm", "LR": "lr", "Loss/val": "val_loss"}
 
 
 @pytest.mark.slow
@@ -43,6 +42,6 @@ def test_shuffled_labels_are_told_as_a_validation_loss_that_learnt_nothing(tmp_p
 def test_the_monitor_fed_step_by_step_tells_the_same_story(tmp_path):
     train_classifier_on_labels(tmp_path / "run", 1, steps=1000, shuffled=True)
     (run,) = scan_logdir(str(tmp_path))["runs"]
-    monitor = monitor_replaying(tmp_path / "run", TAGS)
+    monitor = monitor_replaying(tmp_path / "run", TAGS_WITH_VAL)
     assert incidents_told(monitor, KIND) == incidents_scanned(run, KIND)
     assert monitor.incidents()[0].headline.startswith("validation loss has learnt nothing")

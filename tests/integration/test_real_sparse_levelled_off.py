@@ -14,7 +14,7 @@ import dataclasses
 import pytest
 
 from support.helpers import incidents_scanned, incidents_told, monitor_replaying, trained_seeds
-from support.torch_training import train_linear_classifier
+from support.torch_training import TAGS, train_linear_classifier
 from tb_crash_signals import scan_logdir
 from tb_crash_signals.analysis.config import Config
 from tb_crash_signals.analysis.rules import RULES
@@ -22,8 +22,6 @@ from tb_crash_signals.analysis.rules import RULES
 torch = pytest.importorskip("torch")  # installed by scripts/test_all.sh; never skipped in CI
 
 pytestmark = pytest.mark.slow
-
-TAGS = {"Loss/train": "train_loss", "Grad/norm": "grad_norm", "LR": "lr"}
 
 
 @pytest.fixture(scope="module")

@@ -12,15 +12,13 @@ from __future__ import annotations
 import pytest
 
 from support.helpers import monitor_replaying
-from support.torch_training import train_char_lm_overshoot
+from support.torch_training import TAGS, train_char_lm_overshoot
 from tb_crash_signals import scan_logdir
 from tb_crash_signals.analysis.incidents import LOST_ADVICE
 
 torch = pytest.importorskip("torch")  # installed by scripts/test_all.sh; never skipped in CI
 
 pytestmark = pytest.mark.slow
-
-TAGS = {"Loss/train": "train_loss", "Grad/norm": "grad_norm", "LR": "lr"}
 
 
 @pytest.fixture(scope="module")

@@ -5,6 +5,10 @@ from __future__ import annotations
 import math
 from typing import Callable
 
+# The tags train_logged (and the trainings here that share them) write, as the Monitor's signals.
+TAGS = {"Loss/train": "train_loss", "Grad/norm": "grad_norm", "LR": "lr"}
+TAGS_WITH_VAL = {**TAGS, "Loss/val": "val_loss"}
+
 
 def noisy_classes(weights, n: int):
     """n standard-normal inputs (as many as `weights` has rows) and their classes: the argmax of their
