@@ -19,17 +19,16 @@ from tb_crash_signals.analysis.rules.base import (
 from tb_crash_signals.analysis.rules.plateau import (
     LR_FELL,
     AsOf,
-    CoarseHead,
     Patience,
-    coarse_cadence,
+    learnt_level,
     lr_course,
     plateau_patience,
     smoothed_loss,
     stalls,
-    start_level,
 )
 from tb_crash_signals.analysis.stats import initial_level, noisy_at
 from tb_crash_signals.analysis.streaming import (
+    Level,
     Stream,
     StreamHit,
     recent_logs,
@@ -92,6 +91,43 @@ def _note(patience) -> str:
     return f"{int(patience)} points"
 
 
+def coarse_cadence(steps, p) -> bool:
+    """Whether a loss is read coarsely (`coarse_every`): its first `coarse_points` points lie
+    `coarse_every` steps apart or more on average."""
+    k = p.coarse_points - 1
+    return p.coarse_every > 0 and len(steps) > k and int(steps[k]) - int(steps[0]) >= p.coarse_every * k
+
+
+class CoarseHead:
+    """A stream's first `coarse_points` points, until they tell the cadence (coarse_cadence)."""
+
+    __slots__ = ("last", "first_step", "values", "every")
+
+    def __init__(self, p):
+        self.last = p.coarse_points - 1 if p.coarse_every > 0 else -1  # the point that tells it
+        self.first_step = None
+        self.values = []
+        self.every = p.coarse_every
+
+    def coarse(self, i, step, v) -> bool:
+        """Takes point i; whether the cadence is now told coarse (at the last of the points only)."""
+        if i == 0:
+            self.first_step = step
+        self.values.append(v)
+        return i == self.last and step - self.first_step >= self.every * i
+
+    def reading(self, k: int, cap: int):
+        """A coarse loss's own level of `k` points over the points before the one being told (its
+        check pushes that one), with its bests as of each (an AsOf of `cap`) and the last of them."""
+        level, bests, best = Level(k), AsOf(cap), math.nan
+        for j, x in enumerate(self.values[:-1]):
+            level.push(x)
+            if not level.low == best:
+                best = level.low
+                bests.changed(j, best)
+        return level, bests, best
+
+
 class ConvergedStream(Stream):
     """loss-levelled-off, point by point (the learning rate's peak read from its channel)."""
 
@@ -101,10 +137,9 @@ class ConvergedStream(Stream):
         loss = channels["train_loss"]
         self.p = p
         self.level = shared_level(loss, p.smooth)
-        self.own_level = False  # True once the level is the stream's own (a coarse loss's)
         self.initial = loss.initial  # pushed after the checks: as of the points before
         self.learnt_at = math.nan  # learnt x learnt_from, once the initial level is known
-        self.coarse = False
+        self.coarse = False  # True once the cadence is told coarse: the level is then the stream's own
         self.head = CoarseHead(p)  # until the cadence is told, then None
         self.decide_at = self.head.last
         self.noise = recent_logs(loss, p.noise_window, np.log10)  # of the points before
@@ -124,7 +159,7 @@ class ConvergedStream(Stream):
         if i <= self.decide_at:
             self._head(i, step, v)
         level = self.level
-        if self.own_level:
+        if self.coarse:
             level.push(v)
         # AsOf.push's own test first, without its call: both change at few points.
         best = level.low
@@ -154,7 +189,6 @@ class ConvergedStream(Stream):
         if head.coarse(i, step, v):
             p = self.p
             self.coarse = True
-            self.own_level = True
             self.patience = Patience(dataclasses.replace(p, min_patience=p.coarse_patience))
             self.least = max(self.patience.least, self.decide_at)
             self.level, self.bests, self.best = head.reading(p.coarse_smooth, self.patience.cap)
@@ -186,14 +220,6 @@ class ConvergedStream(Stream):
         if self.noise.noise_decades() >= self.p.max_noise:
             return None
         return StreamHit(note=_note(patience))
-
-
-def learnt_from(values, init, known_after, p, coarse) -> float:
-    """The level a loss has learnt from: the initial level `init`, or on a loss read coarsely
-    start_level of `start_points` or its first finite point, if higher."""
-    if not coarse or init != init:
-        return init
-    return max(start_level(values, init, known_after, p.start_points), float(values[np.isfinite(values)][0]))
 
 
 @rule(
@@ -240,7 +266,8 @@ def loss_converged(data, p: ConvergedParams, since=None):
         hit = hit[hit >= p.coarse_points - 1]  # nothing is told before the cadence is
     if hit.size:
         init, known_after = initial_level(s.values)
-        init = learnt_from(s.values, init, known_after, p, coarse)
+        if coarse:  # learnt against its first points' level, or its first point (see the params)
+            init = learnt_level(s.values, init, known_after, p.start_points)
         now = smoothed_loss(s.values, max(1, p.smooth), int(hit[0]), int(hit[-1]) + 1)[hit - hit[0]]
         _, peak, _ = lr_course(data, s.steps[: hit[-1] + 1], LR_FELL)
         start = hit - plateau_patience(hit, p)

@@ -30,14 +30,7 @@ from tb_crash_signals.analysis.stats import (
     noisy_at,
     trailing_median_inclusive,
 )
-from tb_crash_signals.analysis.streaming import (
-    Level,
-    NoteLater,
-    Stream,
-    recent_logs,
-    shared_level,
-    small_median,
-)
+from tb_crash_signals.analysis.streaming import NoteLater, Stream, recent_logs, shared_level, small_median
 
 # What the note says of a stall while the loss is stuck near its start; above it (at least ABOVE
 # times its initial level); or back near it after it had learnt (its best level under `stuck` x the
@@ -244,6 +237,15 @@ def start_level(values, init: float, known_after: int, points: int) -> float:
     # At most the 10 points the initial level reads (the stream keeps those only).
     head = head[np.isfinite(head)][: min(points, 10)]
     return max(init, float(np.median(head)))
+
+
+def learnt_level(values, init: float, known_after: int, points: int) -> float:
+    """The level a loss has learnt from: start_level, or its first finite point if higher (NaN while
+    the initial level `init` is unknown)."""
+    first = start_level(values, init, known_after, points)
+    if first != first:
+        return first
+    return max(first, float(values[np.isfinite(values)][0]))
 
 
 def sparse_start(values, steps, init: float, known_after: int, early_steps: int) -> float:
@@ -705,43 +707,6 @@ class Patience:
         return lo
 
 
-def coarse_cadence(steps, p) -> bool:
-    """Whether a loss is read coarsely (CS303's `coarse_every`): its first `coarse_points` points lie
-    `coarse_every` steps apart or more on average."""
-    k = p.coarse_points - 1
-    return p.coarse_every > 0 and len(steps) > k and int(steps[k]) - int(steps[0]) >= p.coarse_every * k
-
-
-class CoarseHead:
-    """A stream's first `coarse_points` points, until they tell the cadence (coarse_cadence)."""
-
-    __slots__ = ("last", "first_step", "values", "every")
-
-    def __init__(self, p):
-        self.last = p.coarse_points - 1 if p.coarse_every > 0 else -1  # the point that tells it
-        self.first_step = None
-        self.values = []
-        self.every = p.coarse_every
-
-    def coarse(self, i, step, v) -> bool:
-        """Takes point i; whether the cadence is now told coarse (at the last of the points only)."""
-        if i == 0:
-            self.first_step = step
-        self.values.append(v)
-        return i == self.last and step - self.first_step >= self.every * i
-
-    def reading(self, k: int, cap: int):
-        """A coarse loss's own level of `k` points over the points before the one being told (its
-        check pushes that one), with its bests as of each (an AsOf of `cap`) and the last of them."""
-        level, bests, best = Level(k), AsOf(cap), math.nan
-        for j, x in enumerate(self.values[:-1]):
-            level.push(x)
-            if not level.low == best:
-                best = level.low
-                bests.changed(j, best)
-        return level, bests, best
-
-
 class AsOf:
     """A value pushed at every point, as of any of the last `span` points, kept as the points where
     it changed: a monotone one (a best so far, a peak) costs memory only while it moves, not
@@ -856,11 +821,7 @@ def loss_plateau(data, p: PlateauParams, since=None):
         # start_level in any case. Lost ground back near the 10 points' level is read below.
         init = np.where(fell[hit], first, first if not init0 < raw0 else init0)
         # A loss `learnt_drop` x its first point, or the level of its first points, has learnt.
-        if first == first:  # the initial level known: its 10 finite points end at known_after
-            head = s.values[: known_after + 1]
-            learnt_from = max(first, float(head[np.isfinite(head)][0]))
-        else:
-            learnt_from = first
+        learnt_from = learnt_level(s.values, init0, known_after, p.start_points)
         # One smoothing over the hits' span (a point's smoothed value does not depend on where the
         # span starts), not one per hit: a run stuck after a divergence stalls at every point.
         now = smoothed_loss(s.values, max(1, p.smooth), int(hit[0]), int(hit[-1]) + 1)[hit - hit[0]]
