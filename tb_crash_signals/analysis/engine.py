@@ -355,15 +355,17 @@ def analyze_run(
     return result
 
 
-def _loss_levels(data) -> tuple[float, float, float, float]:
-    """The train loss's level, best level, initial level and recent jitter at its last point
-    (recovery.settled)."""
+def _loss_levels(data) -> tuple[float, float, float, float, float]:
+    """The train loss's level, best level, initial level and recent jitter at its last point, and its
+    first finite point (recovery.settled)."""
     s = data.get("train_loss")
     if s is None or not len(s):
-        return math.nan, math.nan, math.nan, math.nan
+        return math.nan, math.nan, math.nan, math.nan, math.nan
     v = s.values
+    finite = v[np.isfinite(v)]
     return (float(stats.smoothed_level(v, LEVEL_POINTS)[-1]), float(stats.best_levels(v, LEVEL_POINTS)[-1]),
-            stats.initial_level(v)[0], stats.jitter(v[-NOISE_POINTS:]))
+            stats.initial_level(v)[0], stats.jitter(v[-NOISE_POINTS:]),
+            float(finite[0]) if finite.size else math.nan)
 
 
 def _span(data) -> int:

@@ -32,7 +32,8 @@ _CRASH = ("CS001", "CS002", "CS101", "CS113", "CS114", "CS115", "CS116", "CS117"
 _GROWTH = ("CS201", "CS202")
 _PRECURSOR = _GROWTH + ("CS514",)  # and a learning rate that leapt far above anything the run trained at
 _SPIKES = ("CS102", "CS111", "CS112")
-_JUMPS = ("CS114", "CS115")  # a crash in one point: a spike, once the run came back from it
+# A crash in one point, or a grad norm's lone point over its threshold: a spike, once the run came back.
+_JUMPS = ("CS101", "CS114", "CS115")
 _OVERFLOW = ("CS003", "CS004")
 # Rules whose incident gives their own advice: a validation loss NaN while the train loss is finite is no
 # crash to resume from; one that never learnt points at the data, not at regularisation.
@@ -52,6 +53,7 @@ _OVERFIT_CAUSES = ("CS403", _UNLEARNT)
 _HERALDS = _SPIKES + _OVERFLOW + _OPTIMIZER_HIGH  # warnings that can come before a crash
 _CONSEQUENCES = _PLATEAU + _STAGNATION + _SPIKES  # what a loss that climbed does meanwhile
 _RECOVERY = re.compile(r"recovery in (\d+) steps?")  # a spike's note (rules.spike)
+_THRESHOLD = re.compile(r" > (\S+) at step")  # the bar a grad norm crossed (rules.threshold)
 
 ADVICE = {
     "divergence": "lower the learning rate (or stop its ramp), enable gradient clipping, and {resume}",
@@ -426,6 +428,9 @@ def _recovered_headline(climbs: list[Episode], start: int) -> str:
     n = _events(climbs)
     if all(e.code == "CS201" for e in climbs):  # the grad norm's growth, the loss learning on
         what, subject = "grew exponentially", "grad norm"
+    elif all(e.code == "CS101" for e in climbs):  # a heavy tail's excursions over the threshold
+        bar = _THRESHOLD.search(climbs[0].message)
+        what, subject = f"went over {bar.group(1) if bar else 'its threshold'}", "grad norm"
     else:
         what = "jumped" if all(e.code == "CS115" for e in climbs) else "climbed away from its best"
         subject = "train loss"

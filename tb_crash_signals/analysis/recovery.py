@@ -44,11 +44,12 @@ from tb_crash_signals.analysis.rules.blowup import after_lr_jump
 from tb_crash_signals.analysis.rules.plateau import STUCK_NOTE, lost_ground
 from tb_crash_signals.analysis.rules.spike import NOT_RECOVERED
 
-# The rules whose episodes a run can come back from: a climb, a level that lost what it learnt,
-# a jump with the grad norm, a loss that blew up in one point (but not right after the learning rate
+# The rules whose episodes a run can come back from: a grad norm over the threshold (a heavy tail's
+# excursion, if the loss learns on: see _crossed_back), a climb, a level that lost what it learnt, a
+# jump with the grad norm, a loss that blew up in one point (but not right after the learning rate
 # jumped: that is the jump's doing, see _CAUSES), a grad norm's exponential growth that stopped short
-# of the threshold. A NaN, an explosion past a bound or a threshold is no scare.
-RECOVERABLE = ("CS113", "CS114", "CS115", "CS118", "CS201", "CS202")
+# of the threshold. A NaN, or a loss past its absolute bound, is no scare.
+RECOVERABLE = ("CS101", "CS113", "CS114", "CS115", "CS118", "CS201", "CS202")
 # Optimizer settings too large (incidents._OPTIMIZER_HIGH): a climb while one lasts is their symptom,
 # and the run is sick however often the loss comes back.
 _CAUSES = ("CS501", "CS512", "CS513", "CS514")
@@ -130,7 +131,8 @@ def settled(episodes: list[Episode], levels: Callable[[], tuple[float, float, fl
 
     A closed critical climb (see RECOVERABLE) after which no critical episode starts, not under
     a learning rate or update size out of band, on a loss now under its initial level and within
-    BACK x its best level, is a warning the run came back from; a stall near the start (CS301)
+    BACK x its best level (a grad norm over its threshold: within NEAR x and under its first point
+    too), is a warning the run came back from; a stall near the start (CS301)
     after which no critical episode starts, on a loss now at most LEARNT x its initial level, or,
     once its episode closed, DROPPED x its value where the stall was flagged, or DROPPED_CLEARLY x
     that value out of its noise (CLEAR_Z), is a note: a slow start, as is a closed validation stall
@@ -142,9 +144,9 @@ def settled(episodes: list[Episode], levels: Callable[[], tuple[float, float, fl
     episode after it, is a warning (a skipped step). `val_best()` gives the last step at which the validation loss was
     at or under its lowest so far and that lowest (None without one; called only if such an episode
     may be settled): the rise came back once that step is later than the episode's end. `levels()`
-    gives the train loss's level now, its best level, its initial level and its jitter over its last
-    NOISE_POINTS points (NaN if unknown) as of its last point; it is called only if an episode may
-    be settled.
+    gives the train loss's level now, its best level, its initial level, its jitter over its last
+    NOISE_POINTS points and its first finite point (NaN if unknown) as of its last point; it is called
+    only if an episode may be settled.
 
     A climb still open is over too once its rule has been quiet for QUIET_POINTS points and the loss's
     level is back within NEAR x its best level: `quiet(signal, step)` says whether `signal` has at least
@@ -171,21 +173,29 @@ def settled(episodes: list[Episode], levels: Callable[[], tuple[float, float, fl
         level, best, initial = loss_levels()[:3]
         return _within(level, best, initial, NEAR)
 
+    def can_recover(e: Episode) -> bool:
+        """Whether the run can have come back from `e` (see RECOVERABLE): a grad norm over its threshold
+        only if the loss learns on (_crossed_back); otherwise it is a crash, holding what came before."""
+        if e.code == "CS101":
+            return _crossed_back(*loss_levels()[:3], loss_levels()[4])
+        return recoverable(e)
+
     # NaN/Inf train losses the run trained on after (see _skipped): steps skipped, not crashes, when the
     # loss now learns on.
     skips = any(_skipped(e) for e in episodes) and _learns_on(*loss_levels()[:3])
     # Where the last critical episode a run does not come back from (a NaN, an explosion) starts:
     # nothing before it is settled.
-    last_crash = max((e.start_step for e in episodes if e.severity == "critical" and not recoverable(e)
+    last_crash = max((e.start_step for e in episodes if e.severity == "critical" and not can_recover(e)
                       and not (skips and _skipped(e))), default=None)
 
     def crash_after(e: Episode) -> bool:
         return last_crash is not None and last_crash > e.start_step
 
-    # The last climb still going holds those before it critical. One a crash follows holds nothing the
-    # crash does not (it holds those before it too), so whether it is over is not asked.
-    last_open = max((e.start_step for e in episodes if e.severity == "critical" and recoverable(e)
-                     and not crash_after(e) and not over(e)), default=None)
+    # A climb still going holds every other critical: those before it, and those since it began (the
+    # run has not come back while it goes on). One a crash follows holds nothing the crash does not (it
+    # holds those before it too), so whether it is over is not asked.
+    climbing = any(e.severity == "critical" and can_recover(e) and not crash_after(e) and not over(e)
+                   for e in episodes)
     causes = [e for e in episodes if e.code in _CAUSES and e.severity != "info"]
     out = []
     val_read, val_low = False, None  # val_best() is called once, if at all
@@ -205,8 +215,8 @@ def settled(episodes: list[Episode], levels: Callable[[], tuple[float, float, fl
                 out.append(dataclasses.replace(e, severity="info", advice=SLOW_START_ADVICE,
                                                message=e.message + SLOW_START))
                 continue
-        climb = (e.severity == "critical" and recoverable(e)
-                 and not (last_open is not None and last_open > e.start_step)
+        climb = (e.severity == "critical" and can_recover(e)
+                 and not climbing
                  and not any(c.start_step <= e.end_step and e.start_step <= c.end_step for c in causes))
         if skips and _skipped(e) and not crash_after(e):
             out.append(dataclasses.replace(e, severity="warning", advice=WENT_ON_ADVICE, message=e.message + WENT_ON))
@@ -220,7 +230,7 @@ def settled(episodes: list[Episode], levels: Callable[[], tuple[float, float, fl
         lost = lost_ground(e.message)
         stall = e.code == "CS301" and e.severity == "warning" and (lost or STUCK_NOTE in e.message)
         if (climb or stall) and not crash_after(e) and not (climb and not over(e)):
-            level, best, initial, noise = loss_levels()
+            level, best, initial, noise = loss_levels()[:4]
             if climb and level < initial and (_within(level, best, initial, BACK) or _under_goal(level, e)):
                 e = dataclasses.replace(e, severity="warning", open=False, message=e.message + CAME_BACK,
                                         advice=CAME_BACK_ADVICE)
@@ -236,6 +246,14 @@ def _skipped(e: Episode) -> bool:
     """Whether `e` is a NaN/Inf train loss that ended (the loss finite again for its cooldown): a step
     the run skipped, if the loss learns on (_learns_on)."""
     return e.code == "CS001" and e.signal == "train_loss" and e.severity == "critical" and not e.open
+
+
+def _crossed_back(level: float, best: float, initial: float, first: float) -> bool:
+    """Whether a grad norm's crossing of its threshold (CS101) left the loss learning on: its level
+    within NEAR x its best, under its initial level and its first point. A loss that has wandered
+    around its initial level since its first steps (updates far too large, clipped) has a best level
+    as high as its level, and its first point tells it never learnt."""
+    return _learns_on(level, best, initial) and level < first
 
 
 def _learns_on(level: float, best: float, initial: float) -> bool:

@@ -660,7 +660,9 @@ class Monitor:
         def levels():
             train = st.channels["train_loss"]
             recent = list(train.values)[-NOISE_POINTS:]  # as the batch's v[-NOISE_POINTS:]
-            return st.loss_level.value, st.loss_level.low, train.initial.value, stats.jitter(recent)
+            head = train.initial.head  # its first finite points (the batch reads the first of them)
+            return (st.loss_level.value, st.loss_level.low, train.initial.value, stats.jitter(recent),
+                    head[0] if head else math.nan)
 
         return settled(eps, levels, lambda: None if st.val_best_step is None else (st.val_best_step, st.val_low),
                        lambda signal, step: quiet_since(st.channels[signal].steps, step))

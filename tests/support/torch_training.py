@@ -816,3 +816,23 @@ def train_continual(logdir, seed: int, tasks: int, steps_per_task: int) -> None:
             x, y = data[step // steps_per_task]
             idx = torch.randint(0, 5000, (64,))
             _step_and_log(w, step, model, opt, nn.functional.cross_entropy(model(x[idx]), y[idx]), 1e-3)
+
+
+def train_tiny_batch_norm(logdir, seed: int, steps: int, batch: int = 2) -> None:
+    """A ReLU MLP with batch norm (32 -> 128 -> 10) trained by plain SGD at 0.05 on minibatches of
+    `batch` (2: the batch statistics of two samples), logged every step under the tags of
+    train_logged: its grad norm is heavy-tailed, a median near 5 with lone points over 100 now and
+    then, while its loss learns slowly and never blows up."""
+    import torch
+    from torch.utils.tensorboard import SummaryWriter
+
+    torch.manual_seed(seed)
+    torch.set_num_threads(1)
+    x, y = noisy_classes(torch.randn(32, 10), 5000)
+    nn = torch.nn
+    model = nn.Sequential(nn.Linear(32, 128), nn.BatchNorm1d(128), nn.ReLU(), nn.Linear(128, 10))
+    opt = torch.optim.SGD(model.parameters(), 0.05)
+    with SummaryWriter(str(logdir)) as w:
+        for step in range(steps):
+            idx = torch.randint(0, 5000, (batch,))
+            _step_and_log(w, step, model, opt, nn.functional.cross_entropy(model(x[idx]), y[idx]), 0.05)

@@ -25,10 +25,10 @@ def stall(start, end, open=False, why="near where it started", at=None):
     return dataclasses.replace(e, start_value=at)
 
 
-def settle(eps, level=0.2, best=0.2, initial=1.0, noise=float("nan")):
-    """settled, the train loss's level now, its best level, its initial level and its recent
-    jitter as given."""
-    return settled(eps, lambda: (level, best, initial, noise))
+def settle(eps, level=0.2, best=0.2, initial=1.0, noise=float("nan"), first=None):
+    """settled, the train loss's level now, its best level, its initial level, its recent jitter
+    and its first point (by default the initial level) as given."""
+    return settled(eps, lambda: (level, best, initial, noise, initial if first is None else first))
 
 
 def severities(eps):
@@ -82,18 +82,18 @@ def test_a_climb_still_open_is_over_once_quiet_with_the_loss_back_near_its_best(
     # not run out, but its signal has been quiet for QUIET_POINTS points and the loss is back.
     going = episode("CS202", 2530, 2530, open=True)
     quiet = lambda signal, step: signal == "train_loss" and step == 2530
-    (out,) = settled([going], lambda: (0.03, 0.0217, 1.0, 0.0), quiet=quiet)
+    (out,) = settled([going], lambda: (0.03, 0.0217, 1.0, 0.0, 1.0), quiet=quiet)
     assert (out.severity, out.open) == ("warning", False)
     assert out.message.endswith("the run came back from it")
     # Not while the loss stands over NEAR x its best, nor before its signal has been quiet that long.
-    assert settled([going], lambda: (NEAR * 0.0217 * 1.01, 0.0217, 1.0, 0.0), quiet=quiet) == [going]
-    assert settled([going], lambda: (0.03, 0.0217, 1.0, 0.0), quiet=lambda signal, step: False) == [going]
-    assert settled([going], lambda: (0.03, 0.0217, 1.0, 0.0)) == [going]  # no quiet given: the cooldown alone
+    assert settled([going], lambda: (NEAR * 0.0217 * 1.01, 0.0217, 1.0, 0.0, 1.0), quiet=quiet) == [going]
+    assert settled([going], lambda: (0.03, 0.0217, 1.0, 0.0, 1.0), quiet=lambda signal, step: False) == [going]
+    assert settled([going], lambda: (0.03, 0.0217, 1.0, 0.0, 1.0)) == [going]  # no quiet given: the cooldown alone
 
 
 def test_a_quiet_climb_no_longer_holds_an_earlier_one_critical():
     eps = [episode("CS202", 100, 120), episode("CS113", 400, 500, open=True)]
-    out = settled(eps, lambda: (0.2, 0.2, 1.0, 0.0), quiet=lambda signal, step: step == 500)
+    out = settled(eps, lambda: (0.2, 0.2, 1.0, 0.0, 1.0), quiet=lambda signal, step: step == 500)
     assert [e.severity for e in out] == ["warning", "warning"]
 
 
@@ -124,9 +124,43 @@ def test_a_climb_under_a_learning_rate_out_of_band_stays_critical():
     assert severities(settle(eps))[1] == ("CS202", 100, "critical")
 
 
-@pytest.mark.parametrize("code, open", [("CS001", True), ("CS002", False), ("CS101", False), ("CS201", True)])
+@pytest.mark.parametrize("code, open", [("CS001", True), ("CS002", False), ("CS101", True), ("CS201", True)])
 def test_a_crash_or_a_growth_still_going_is_never_settled(code, open):
     assert settle([episode(code, 100, 110, open=open)])[0].severity == "critical"
+
+
+def crossing(start, peak=320):
+    return episode("CS101", start, signal="grad_norm",
+                   message=f"grad norm {peak} > 100 at step {start} (peak {peak} at step {start})")
+
+
+def test_a_grad_norm_over_its_threshold_the_loss_learnt_on_after_is_a_scare():
+    # A heavy-tailed grad norm (batch norm over batches of 2) crossed 100 for one point while the loss
+    # learnt on: near its best, under its initial level and its first point.
+    (out,) = settle([crossing(432)], level=1.82, best=1.6, initial=2.68, first=2.4)
+    assert out.severity == "warning"
+    (incident,) = build_incidents([out], run_steps=1500)
+    assert incident.headline == "grad norm went over 100 at step 432, then recovered"
+    # ... at a spike's step, it is that spike
+    spike = episode("CS102", 432, signal="grad_norm", message="grad norm spike at step 432: 60x its recent "
+                    "median 5.2; fast recovery in 1 step")
+    incidents = build_incidents(settle([crossing(432), spike], level=1.82, best=1.6, initial=2.68, first=2.4))
+    assert [(i.kind, i.severity) for i in incidents] == [("spikes", "warning")]
+
+
+@pytest.mark.parametrize("level, first", [(1.5, 1.23), (3.5, 4.0)])
+def test_a_grad_norm_over_its_threshold_is_a_crash_unless_the_loss_learns_on(level, first):
+    # Under its initial level but over its first point (updates far too large from the first step: the
+    # loss's first points blew up), or over NEAR x its best: the crossing holds the climb before it too.
+    eps = [episode("CS202", 50, 60), crossing(300)]
+    assert [e.severity for e in settle(eps, level=level, best=1.0 if level < 2 else 1.5, initial=4.1,
+                                       first=first)] == ["critical", "critical"]
+
+
+def test_a_climb_since_a_climb_still_going_began_stays_critical():
+    # The run has not come back while the loss still climbs, whatever the jumps in between did.
+    eps = [episode("CS202", 100, 500, open=True), episode("CS115", 300, 302)]
+    assert [e.severity for e in settle(eps)] == ["critical", "critical"]
 
 
 def test_a_grad_norm_growth_that_stopped_is_a_scare_the_headline_says_of_the_grad_norm():
@@ -136,7 +170,7 @@ def test_a_grad_norm_growth_that_stopped_is_a_scare_the_headline_says_of_the_gra
     assert out.severity == "warning"
     (incident,) = build_incidents([out], run_steps=1500)
     assert incident.headline == "grad norm grew exponentially at steps 26-68, then recovered"
-    crashed = settle([episode("CS201", 26, 68, signal="grad_norm"), episode("CS101", 300, signal="grad_norm")])
+    crashed = settle([episode("CS201", 26, 68, signal="grad_norm"), episode("CS002", 300)])
     assert [e.severity for e in crashed] == ["critical", "critical"]
 
 
@@ -321,14 +355,14 @@ def val_stall(start, end, at, open=False):
 
 
 def test_a_validation_stall_the_validation_loss_fell_a_fifth_under_is_a_slow_start():
-    (out,) = settled([val_stall(10, 15, 2.3)], lambda: (0.1, 0.1, 2.3, 0.0), val_best=lambda: (41, 0.046))
+    (out,) = settled([val_stall(10, 15, 2.3)], lambda: (0.1, 0.1, 2.3, 0.0, 2.3), val_best=lambda: (41, 0.046))
     assert out.severity == "info" and out.message.endswith("then it learnt: a slow start")
     assert out.advice.startswith("nothing to do")
     # Still stuck, only 10 % under, or a crash after it: as it is.
     for e, low, more in [(val_stall(10, 45, 2.3, open=True), 0.046, []), (val_stall(10, 15, 2.3), 2.07, []),
                          (val_stall(10, 15, 2.3), 0.046, [episode("CS001", 30, open=True)])]:
         eps = [e, *more]
-        assert settled(eps, lambda: (0.1, 0.1, 2.3, 0.0), val_best=lambda low=low: (41, low)) == eps
+        assert settled(eps, lambda: (0.1, 0.1, 2.3, 0.0, 2.3), val_best=lambda low=low: (41, low)) == eps
 
 
 def test_a_stall_before_a_crash_stays_a_warning():
@@ -349,19 +383,19 @@ def test_a_warning_climb_stays_as_it_is():
 
 def test_a_validation_rise_it_came_back_from_is_a_note():
     rise = episode("CS402", 1500, 1800, signal="val_loss")
-    back = settled([rise], lambda: (0.2, 0.2, 1.0, float("nan")), val_best=lambda: (2400, 0.44))
+    back = settled([rise], lambda: (0.2, 0.2, 1.0, float("nan"), 1.0), val_best=lambda: (2400, 0.44))
     assert [e.severity for e in back] == ["info"]
     assert "came back under it since (its best now at step 2400)" in back[0].message
     assert back[0].advice != RULES["CS402"].advice
     # Not back (its best last reached before the rise), still rising, or no validation loss: as it is.
-    assert settled([rise], lambda: (0.2, 0.2, 1.0, 0.0), val_best=lambda: (1400, 0.5)) == [rise]
+    assert settled([rise], lambda: (0.2, 0.2, 1.0, 0.0, 1.0), val_best=lambda: (1400, 0.5)) == [rise]
     going = episode("CS402", 1500, 2500, open=True, signal="val_loss")
-    assert settled([going], lambda: (0.2, 0.2, 1.0, 0.0), val_best=lambda: (2400, 0.44)) == [going]
+    assert settled([going], lambda: (0.2, 0.2, 1.0, 0.0, 1.0), val_best=lambda: (2400, 0.44)) == [going]
     # Back at its lowest after the last hit, within the cooldown of ten evaluations: a short run's rise is
     # over too.
-    back_soon = settled([going], lambda: (0.2, 0.2, 1.0, 0.0), val_best=lambda: (2750, 0.44))
+    back_soon = settled([going], lambda: (0.2, 0.2, 1.0, 0.0, 1.0), val_best=lambda: (2750, 0.44))
     assert [(e.severity, e.open) for e in back_soon] == [("info", False)]
-    assert settled([rise], lambda: (0.2, 0.2, 1.0, 0.0)) == [rise]
+    assert settled([rise], lambda: (0.2, 0.2, 1.0, 0.0, 1.0)) == [rise]
 
 
 def test_the_validation_loss_came_back_alike_in_the_batch_report_and_the_monitor():

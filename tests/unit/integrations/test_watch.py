@@ -265,16 +265,18 @@ def test_an_auto_cadence_with_a_floor_never_measures_more_often_than_it(monkeypa
 def test_resumed_from_its_history_the_watch_reports_only_what_came_after_and_stops_afresh():
     history = [(step, {"train_loss": loss_at(step), "grad_norm": loss_at(step) * 2}) for step in range(140)]
     lines = []
-    watch = Watch(report=lambda severity, line: lines.append(line), check_every=1)
+    watch = Watch(report=lambda severity, line: lines.append((severity, line)), check_every=1)
     # The history held the divergence's start: it is known, not told again, and stops nothing.
     watch.resume(history + [(140, {"train_loss": "not a number"})])
     assert [i.kind for i in watch.reported] == ["divergence"] and lines == []
     assert watch.stopped_step is None and not watch.monitor.should_stop
     assert watch.monitor.report()["points"]["train_loss"] == 140
-    # After a resume at a lower rate the loss goes back down, then a NaN: a new critical stops it.
+    # After a resume at a lower rate the loss goes back down (told as a run that came back from its
+    # climb, a warning), then a NaN: a new critical stops it.
     assert not any(watch.update(step, train_loss=0.5, grad_norm=1.0) for step in range(140, 200))
+    assert [severity for severity, _ in lines] == ["warning", "info"] and "then recovered" in lines[0][1]
     assert watch.update(200, train_loss=math.nan) and watch.stopped_step == 200
-    assert len(lines) == 1 and "Training stopped at step 200" in lines[0]
+    assert lines[-1][0] == "critical" and "Training stopped at step 200" in lines[-1][1] and len(lines) == 3
 
 
 def test_a_reinforcement_learners_climbing_loss_stops_nothing_its_nan_does():
