@@ -19,7 +19,14 @@ from tb_crash_signals.analysis import alignment, stats
 from tb_crash_signals.analysis.config import Config
 from tb_crash_signals.analysis.episodes import Episode, EpisodeTrack
 from tb_crash_signals.analysis.incidents import Incident, build_incidents
-from tb_crash_signals.analysis.recovery import LEVEL_POINTS, NOISE_POINTS, last_best, quiet_since, settled
+from tb_crash_signals.analysis.recovery import (
+    LEVEL_POINTS,
+    NOISE_POINTS,
+    event_window,
+    last_best,
+    quiet_since,
+    settled,
+)
 from tb_crash_signals.analysis.rules import RULES, Fit
 from tb_crash_signals.analysis.rules.base import level_noise, since_index
 from tb_crash_signals.analysis.signals import LOSS_KIND_NOTES, SIGNALS, LogicalRun, as_losses
@@ -328,7 +335,8 @@ def analyze_run(
     episodes, fits = _merged(tracks)
     val = data.get("val_loss")
     episodes = settled(episodes, lambda: levels, None if val is None else lambda: last_best(val.steps, val.values),
-                       lambda signal, step: signal in data and quiet_since(data[signal].steps, step))
+                       lambda signal, step: signal in data and quiet_since(data[signal].steps, step),
+                       event_window(_span(data)))
     grad = data.get("grad_norm")
     grad_max = None
     if grad is not None:

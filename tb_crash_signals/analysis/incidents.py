@@ -18,7 +18,7 @@ import dataclasses
 import re
 
 from tb_crash_signals.analysis.episodes import Episode
-from tb_crash_signals.analysis.recovery import came_back, went_on
+from tb_crash_signals.analysis.recovery import came_back, event_window, went_on
 from tb_crash_signals.analysis.rules.base import Fit, fmt
 from tb_crash_signals.analysis.rules.overfit import val_jumped
 from tb_crash_signals.analysis.rules.plateau import large_updates, lost_ground, lr_gone, stuck_near_start
@@ -164,10 +164,10 @@ def build_incidents(episodes: list[Episode], run_steps: int = 0) -> list[Inciden
     Args:
         episodes: the run's episodes, in report order (indices refer to it).
         run_steps: the span of steps logged, for the window of precursors folded
-            into a divergence (a tenth of it, at least 50 steps).
+            into a divergence (recovery.event_window).
     """
     order = list(range(len(episodes)))
-    window = max(50, run_steps // 10)
+    window = event_window(run_steps)
     taken: set[int] = set()
     groups: list[tuple[str, list[int]]] = []
 
@@ -392,10 +392,12 @@ def _incident(kind: str, members: list[int], episodes: list[Episode]) -> Inciden
 
 
 def _story_start(eps: list[Episode]) -> int:
-    """Where a divergence's story starts: its first episode, or the start of the growth its
-    precursors fitted, if earlier."""
+    """Where a divergence's story starts: its first episode (a note folded in, such as a loss that
+    levelled off before it climbed, is none, unless the story holds only notes), or the start of the
+    growth its precursors fitted, if earlier."""
     growth = [(e.first_fit or e.fit).start_step for e in eps if e.fit is not None and e.code in _GROWTH]
-    return min([e.start_step for e in eps] + growth)
+    told = [e for e in eps if e.severity != "info"] or eps
+    return min([e.start_step for e in told] + growth)
 
 
 def _occurrences(kind: str, eps: list[Episode]) -> int:

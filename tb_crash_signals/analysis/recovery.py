@@ -124,12 +124,14 @@ def came_back(e: Episode) -> bool:
     return e.message.endswith(CAME_BACK)
 
 
-def settled(episodes: list[Episode], levels: Callable[[], tuple[float, float, float, float]],
+def settled(episodes: list[Episode], levels: Callable[[], tuple[float, float, float, float, float]],
             val_best: Callable[[], tuple[int, float] | None] | None = None,
-            quiet: Callable[[str, int], bool] | None = None) -> list[Episode]:
+            quiet: Callable[[str, int], bool] | None = None, window: int | None = None) -> list[Episode]:
     """The episodes as the run's end tells them.
 
-    A closed critical climb (see RECOVERABLE) after which no critical episode starts, not under
+    A closed critical climb (see RECOVERABLE) that no crash follows and no climb still going holds
+    in its event (the critical episodes each within `window` steps of the last hits of those before
+    it; None: the whole run is one; see event_window), not under
     a learning rate or update size out of band, on a loss now under its initial level and within
     BACK x its best level (a grad norm over its threshold: within NEAR x and under its first point
     too), is a warning the run came back from; a stall near the start (CS301)
@@ -191,11 +193,21 @@ def settled(episodes: list[Episode], levels: Callable[[], tuple[float, float, fl
     def crash_after(e: Episode) -> bool:
         return last_crash is not None and last_crash > e.start_step
 
-    # A climb still going holds every other critical: those before it, and those since it began (the
-    # run has not come back while it goes on). One a crash follows holds nothing the crash does not (it
-    # holds those before it too), so whether it is over is not asked.
-    climbing = any(e.severity == "critical" and can_recover(e) and not crash_after(e) and not over(e)
-                   for e in episodes)
+    # A climb is held critical by a crash after it, and by a climb still going (those before it, and those
+    # since it began: the run has not come back while it goes on), of the same event only (event_of): a
+    # scare the run came back from long before a later crash was not its precursor. A climb a crash follows
+    # holds nothing the crash does not (it holds those before it too), so whether it is over is not asked.
+    criticals = [e for e in episodes if e.severity == "critical"]
+    event = event_of(criticals, window)
+    crashes = [e for e in criticals if not can_recover(e) and not (skips and _skipped(e))]
+
+    def crashes_after(e: Episode) -> bool:
+        return any(event[id(c)] == event[id(e)] and c.start_step > e.start_step for c in crashes)
+
+    going = [e for e in criticals if can_recover(e) and not crashes_after(e) and not over(e)]
+
+    def held(e: Episode) -> bool:
+        return crashes_after(e) or any(c is not e and event[id(c)] == event[id(e)] for c in going)
     causes = [e for e in episodes if e.code in _CAUSES and e.severity != "info"]
     out = []
     val_read, val_low = False, None  # val_best() is called once, if at all
@@ -215,8 +227,7 @@ def settled(episodes: list[Episode], levels: Callable[[], tuple[float, float, fl
                 out.append(dataclasses.replace(e, severity="info", advice=SLOW_START_ADVICE,
                                                message=e.message + SLOW_START))
                 continue
-        climb = (e.severity == "critical" and can_recover(e)
-                 and not climbing
+        climb = (e.severity == "critical" and can_recover(e) and not held(e)
                  and not any(c.start_step <= e.end_step and e.start_step <= c.end_step for c in causes))
         if skips and _skipped(e) and not crash_after(e):
             out.append(dataclasses.replace(e, severity="warning", advice=WENT_ON_ADVICE, message=e.message + WENT_ON))
@@ -229,7 +240,7 @@ def settled(episodes: list[Episode], levels: Callable[[], tuple[float, float, fl
                 continue
         lost = lost_ground(e.message)
         stall = e.code == "CS301" and e.severity == "warning" and (lost or STUCK_NOTE in e.message)
-        if (climb or stall) and not crash_after(e) and not (climb and not over(e)):
+        if (climb or (stall and not crash_after(e))) and not (climb and not over(e)):
             level, best, initial, noise = loss_levels()[:4]
             if climb and level < initial and (_within(level, best, initial, BACK) or _under_goal(level, e)):
                 e = dataclasses.replace(e, severity="warning", open=False, message=e.message + CAME_BACK,
@@ -240,6 +251,24 @@ def settled(episodes: list[Episode], levels: Callable[[], tuple[float, float, fl
                                         advice=LEARNT_AGAIN_ADVICE if lost else SLOW_START_ADVICE)
         out.append(e)
     return out
+
+
+def event_window(run_steps: int) -> int:
+    """The steps between critical episodes that make them one event, on a run spanning `run_steps`
+    steps: a tenth of it, at least 50 steps (and the window of what a divergence's story folds in)."""
+    return max(50, run_steps // 10)
+
+
+def event_of(criticals: list[Episode], window: int | None) -> dict[int, int]:
+    """For each critical episode (by id), the event it belongs to: a new one starts where an episode
+    starts more than `window` steps after the last hit of every episode before it (None: all are one)."""
+    event, index, reach = {}, 0, None
+    for e in sorted(criticals, key=lambda e: e.start_step):
+        if reach is not None and window is not None and e.start_step > reach + window:
+            index += 1
+        reach = e.end_step if reach is None else max(reach, e.end_step)
+        event[id(e)] = index
+    return event
 
 
 def _skipped(e: Episode) -> bool:

@@ -31,7 +31,7 @@ from tb_crash_signals.analysis.config import Config
 from tb_crash_signals.analysis.engine import headline, health_of, loss_trend
 from tb_crash_signals.analysis.episodes import Episode
 from tb_crash_signals.analysis.incidents import Incident, build_incidents
-from tb_crash_signals.analysis.recovery import LEVEL_POINTS, NOISE_POINTS, quiet_since, settled
+from tb_crash_signals.analysis.recovery import LEVEL_POINTS, NOISE_POINTS, event_window, quiet_since, settled
 from tb_crash_signals.analysis.rules import RULES
 from tb_crash_signals.analysis.rules.base import EpisodeView
 from tb_crash_signals.analysis.signals import LOSS_KINDS, SIGNALS
@@ -665,7 +665,7 @@ class Monitor:
                     head[0] if head else math.nan)
 
         return settled(eps, levels, lambda: None if st.val_best_step is None else (st.val_best_step, st.val_low),
-                       lambda signal, step: quiet_since(st.channels[signal].steps, step))
+                       lambda signal, step: quiet_since(st.channels[signal].steps, step), event_window(self._span()))
 
     @property
     def health(self) -> str:

@@ -114,6 +114,17 @@ def test_a_climb_before_another_climb_still_going_stays_critical():
     assert [e.severity for e in settle(eps)] == ["critical", "critical"]
 
 
+def test_a_scare_long_before_a_crash_is_its_own_event():
+    # A pruning step's climb the loss came back from, 500 steps before the next one's crash: not its precursor.
+    eps = [episode("CS202", 2005, 2009), episode("CS113", 2509, 2999, open=True)]
+    levels = lambda: (0.5, 0.138, 2.3, 0.0, 2.3)  # the train loss at the run's end
+    assert [e.severity for e in settled(eps, levels, window=300)] == ["warning", "critical"]
+    assert [e.severity for e in settled(eps, levels, window=600)] == ["critical", "critical"]
+    assert [e.severity for e in settled(eps, levels)] == ["critical", "critical"]  # no window: one event
+    crashed = [episode("CS202", 2005, 2009), episode("CS001", 2509, 2520, open=True)]
+    assert [e.severity for e in settled(crashed, levels, window=300)] == ["warning", "critical"]
+
+
 def test_a_climb_after_a_crash_it_followed_is_a_warning_and_the_crash_stays():
     eps = [episode("CS002", 100), episode("CS202", 300, 320)]
     assert severities(settle(eps)) == [("CS002", 100, "critical"), ("CS202", 300, "warning")]
