@@ -335,7 +335,7 @@ def analyze_run(
     episodes, fits = _merged(tracks)
     val = data.get("val_loss")
     episodes = settled(episodes, lambda: levels, None if val is None else lambda: last_best(val.steps, val.values),
-                       lambda signal, step: signal in data and quiet_since(data[signal].steps, step),
+                       lambda signal, step, points: signal in data and quiet_since(data[signal].steps, step, points),
                        event_window(_span(data)))
     grad = data.get("grad_norm")
     grad_max = None

@@ -67,6 +67,11 @@ BACK = 10.0
 # back within NEAR x its best level: a run that ends a few dozen points after a scare came back from it.
 QUIET_POINTS = 20
 NEAR = 2.0
+# ... or, for a climb told on a loss logged sparsely (CS118: every 25 steps or more), this many: its
+# level (a 3-point median by default) wholly after its last hit, and one point more. 20 points of a
+# loss logged every 50 steps (Lightning's default) are 1 000 steps, more than a short run has left
+# after a continual learner's last task switch.
+COARSE_QUIET_POINTS = 4
 # A loss whose best level is at or under zero (a negative log-likelihood) has no multiple of it to be
 # within: it is back near its best once it has lost at most this share of its progress from its
 # initial level to that best.
@@ -126,7 +131,7 @@ def came_back(e: Episode) -> bool:
 
 def settled(episodes: list[Episode], levels: Callable[[], tuple[float, float, float, float, float]],
             val_best: Callable[[], tuple[int, float] | None] | None = None,
-            quiet: Callable[[str, int], bool] | None = None, window: int | None = None) -> list[Episode]:
+            quiet: Callable[[str, int, int], bool] | None = None, window: int | None = None) -> list[Episode]:
     """The episodes as the run's end tells them.
 
     A closed critical climb (see RECOVERABLE) that no crash follows and no climb still going holds
@@ -150,9 +155,10 @@ def settled(episodes: list[Episode], levels: Callable[[], tuple[float, float, fl
     NOISE_POINTS points and its first finite point (NaN if unknown) as of its last point; it is called
     only if an episode may be settled.
 
-    A climb still open is over too once its rule has been quiet for QUIET_POINTS points and the loss's
-    level is back within NEAR x its best level: `quiet(signal, step)` says whether `signal` has at least
-    QUIET_POINTS points after `step` (None: only the cooldown closes a climb).
+    A climb still open is over too once its rule has been quiet for QUIET_POINTS points (a sparse
+    loss's CS118: COARSE_QUIET_POINTS) and the loss's
+    level is back within NEAR x its best level: `quiet(signal, step, points)` says whether `signal` has at
+    least `points` points after `step` (None: only the cooldown closes a climb).
 
     A note made here, and a climb settled here, is no longer open, whatever its rule's cooldown: what
     it told is over. A loss whose best level is at or under zero (a negative log-likelihood) is within
@@ -170,10 +176,18 @@ def settled(episodes: list[Episode], levels: Callable[[], tuple[float, float, fl
         """Whether the climb `e` is done: closed, or quiet with the loss back near its best."""
         if not e.open:
             return True
-        if quiet is None or not quiet(e.signal, e.end_step):
+        points = COARSE_QUIET_POINTS if e.code == "CS118" else QUIET_POINTS
+        if quiet is None or not quiet(e.signal, e.end_step, points):
             return False
-        level, best, initial = loss_levels()[:3]
-        return _within(level, best, initial, NEAR)
+        level, best = loss_levels()[:2]
+        return _within(level, best, started(e), NEAR)
+
+    def started(e: Episode) -> float:
+        """Where the loss started, as the rule of the climb `e` reads it: the initial level, or for a
+        sparse loss's CS118 its first point if higher (logged every 50 steps, the median of its first 10
+        points is a level it learnt)."""
+        initial, first = loss_levels()[2], loss_levels()[4]
+        return max(initial, first) if e.code == "CS118" and first == first else initial
 
     def can_recover(e: Episode) -> bool:
         """Whether the run can have come back from `e` (see RECOVERABLE): a grad norm over its threshold
@@ -242,7 +256,8 @@ def settled(episodes: list[Episode], levels: Callable[[], tuple[float, float, fl
         stall = e.code == "CS301" and e.severity == "warning" and (lost or STUCK_NOTE in e.message)
         if (climb or (stall and not crash_after(e))) and not (climb and not over(e)):
             level, best, initial, noise = loss_levels()[:4]
-            if climb and level < initial and (_within(level, best, initial, BACK) or _under_goal(level, e)):
+            start = started(e) if climb else initial
+            if climb and level < start and (_within(level, best, start, BACK) or _under_goal(level, e)):
                 e = dataclasses.replace(e, severity="warning", open=False, message=e.message + CAME_BACK,
                                         advice=CAME_BACK_ADVICE)
             elif stall and (level <= LEARNT * initial or (not e.open and _dropped(level, e.start_value, noise))):
@@ -298,10 +313,10 @@ def _within(level: float, best: float, initial: float, factor: float) -> bool:
     return level - best <= LOST_SHARE * (initial - best)
 
 
-def quiet_since(steps, step: int) -> bool:
-    """Whether a signal's steps (an array, or the monitor's recent ones) hold at least QUIET_POINTS
+def quiet_since(steps, step: int, points: int = QUIET_POINTS) -> bool:
+    """Whether a signal's steps (an array, or the monitor's recent ones) hold at least `points`
     points after `step`."""
-    return len(steps) >= QUIET_POINTS and steps[-QUIET_POINTS] > step
+    return len(steps) >= points and steps[-points] > step
 
 
 def last_best(steps, values) -> tuple[int, float] | None:

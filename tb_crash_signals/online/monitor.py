@@ -665,7 +665,8 @@ class Monitor:
                     head[0] if head else math.nan)
 
         return settled(eps, levels, lambda: None if st.val_best_step is None else (st.val_best_step, st.val_low),
-                       lambda signal, step: quiet_since(st.channels[signal].steps, step), event_window(self._span()))
+                       lambda signal, step, points: quiet_since(st.channels[signal].steps, step, points),
+                       event_window(self._span()))
 
     @property
     def health(self) -> str:

@@ -794,11 +794,12 @@ def train_memorising_classifier(logdir, seed: int, samples: int, steps: int) -> 
     _train_adam(logdir, model, 1e-3, steps, *losses, every_eval=50)
 
 
-def train_continual(logdir, seed: int, tasks: int, steps_per_task: int) -> None:
+def train_continual(logdir, seed: int, tasks: int, steps_per_task: int, every: int = 1) -> None:
     """Continual learning: a ReLU MLP (two hidden layers of 256) trained on `tasks` classification tasks
     in turn, `steps_per_task` steps each (Adam 1e-3, minibatches of 64), each task new inputs labelled
-    by a new projection of them into 10 classes, logged every step under the tags of train_logged: at
-    each switch the loss jumps 30-60x (the net's confident answers are wrong), then learns again."""
+    by a new projection of them into 10 classes, logged under the tags of train_logged at every step
+    whose number + 1 is a multiple of `every` (as Lightning's `log_every_n_steps`): at each switch the
+    loss jumps 30-60x (the net's confident answers are wrong), then learns again."""
     import torch
     from torch.utils.tensorboard import SummaryWriter
 
@@ -815,7 +816,8 @@ def train_continual(logdir, seed: int, tasks: int, steps_per_task: int) -> None:
         for step in range(tasks * steps_per_task):
             x, y = data[step // steps_per_task]
             idx = torch.randint(0, 5000, (64,))
-            _step_and_log(w, step, model, opt, nn.functional.cross_entropy(model(x[idx]), y[idx]), 1e-3)
+            _step_and_log(w, step, model, opt, nn.functional.cross_entropy(model(x[idx]), y[idx]), 1e-3,
+                          log=(step + 1) % every == 0)
 
 
 def train_tiny_batch_norm(logdir, seed: int, steps: int, batch: int = 2) -> None:

@@ -8,7 +8,7 @@ import pytest
 
 from tb_crash_signals.analysis.episodes import Episode
 from tb_crash_signals.analysis.incidents import build_incidents
-from tb_crash_signals.analysis.recovery import NEAR, QUIET_POINTS, quiet_since, settled
+from tb_crash_signals.analysis.recovery import COARSE_QUIET_POINTS, NEAR, QUIET_POINTS, quiet_since, settled
 from tb_crash_signals.analysis.rules import RULES
 
 
@@ -81,19 +81,34 @@ def test_a_climb_still_open_is_over_once_quiet_with_the_loss_back_near_its_best(
     # A run logged every 10 steps that ends 46 points after a scare: CS202's cooldown (60 points) has
     # not run out, but its signal has been quiet for QUIET_POINTS points and the loss is back.
     going = episode("CS202", 2530, 2530, open=True)
-    quiet = lambda signal, step: signal == "train_loss" and step == 2530
+    quiet = lambda signal, step, points: signal == "train_loss" and step == 2530 and points == QUIET_POINTS
     (out,) = settled([going], lambda: (0.03, 0.0217, 1.0, 0.0, 1.0), quiet=quiet)
     assert (out.severity, out.open) == ("warning", False)
     assert out.message.endswith("the run came back from it")
     # Not while the loss stands over NEAR x its best, nor before its signal has been quiet that long.
     assert settled([going], lambda: (NEAR * 0.0217 * 1.01, 0.0217, 1.0, 0.0, 1.0), quiet=quiet) == [going]
-    assert settled([going], lambda: (0.03, 0.0217, 1.0, 0.0, 1.0), quiet=lambda signal, step: False) == [going]
+    assert settled([going], lambda: (0.03, 0.0217, 1.0, 0.0, 1.0), quiet=lambda signal, step, points: False) == [going]
     assert settled([going], lambda: (0.03, 0.0217, 1.0, 0.0, 1.0)) == [going]  # no quiet given: the cooldown alone
+
+
+def test_a_sparse_loss_is_back_after_fewer_quiet_points():
+    # A continual learner logged every 50 steps (Lightning's default) whose last task switch came 11
+    # points before the run ended: its loss is back near its best, CS118 (the sparse-loss divergence)
+    # quiet for its last 4 points.
+    going = episode("CS118", 2449, 2799, open=True)
+    steps = list(range(49, 3000, 50))
+    quiet = lambda signal, step, points: quiet_since(steps, step, points)
+    (out,) = settled([going], lambda: (0.3, 0.2, 0.6, 0.0, 1.2), quiet=quiet)
+    assert out.severity == "warning" and out.message.endswith("the run came back from it")
+    assert COARSE_QUIET_POINTS <= len([s for s in steps if s > 2799]) < QUIET_POINTS
+    # ... where a climb a dense rule told needs QUIET_POINTS of them
+    dense = episode("CS113", 2449, 2799, open=True)
+    assert settled([dense], lambda: (0.3, 0.2, 0.6, 0.0, 1.2), quiet=quiet) == [dense]
 
 
 def test_a_quiet_climb_no_longer_holds_an_earlier_one_critical():
     eps = [episode("CS202", 100, 120), episode("CS113", 400, 500, open=True)]
-    out = settled(eps, lambda: (0.2, 0.2, 1.0, 0.0, 1.0), quiet=lambda signal, step: step == 500)
+    out = settled(eps, lambda: (0.2, 0.2, 1.0, 0.0, 1.0), quiet=lambda signal, step, points: step == 500)
     assert [e.severity for e in out] == ["warning", "warning"]
 
 

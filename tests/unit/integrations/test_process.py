@@ -71,7 +71,10 @@ def test_in_the_background_it_finds_the_same_story_and_stops_once_the_answer_cam
     assert watch._offload is None and ended(pid)  # `monitor` brought it back; the child ended
     assert sum("Training stopped at step" in line for line in lines) == 1
     assert any(line.endswith(f"Training stopped at step {stopped}.") for line in lines)
-    assert [i.kind for i in watch.reported] == [i.kind for i in again.monitor.incidents()]
+    # The same story as a watch in the loop has by that step; what was told on the way depends on when
+    # the child's answers came (on a loaded machine, a spike first told on its own before it is folded).
+    assert [i.kind for i in watch.monitor.incidents()] == [i.kind for i in again.monitor.incidents()]
+    assert "divergence" in [i.kind for i in watch.reported]
 
 
 def test_in_the_background_a_non_finite_loss_is_sent_at_once_and_stops_at_the_step_its_answer_came_by():
@@ -201,4 +204,8 @@ def test_a_checkpoint_copies_the_child_s_monitor_and_the_child_goes_on():
         resumed.update(step, **values)
     watch.flush()
     assert resumed.monitor.report()["episodes"] == watch.monitor.report()["episodes"]
-    assert [i.kind for i in resumed.reported] == [i.kind for i in watch.reported] == ["divergence"]
+    kinds = [i.kind for i in watch.monitor.incidents()]
+    assert [i.kind for i in resumed.monitor.incidents()] == kinds == ["divergence"]
+    # What each told on the way depends on the cadence its timings chose (on a loaded machine, a spike
+    # first told on its own before it is folded); each told the divergence.
+    assert "divergence" in [i.kind for i in resumed.reported] and "divergence" in [i.kind for i in watch.reported]
