@@ -131,7 +131,8 @@ def came_back(e: Episode) -> bool:
 
 def settled(episodes: list[Episode], levels: Callable[[], tuple[float, float, float, float, float]],
             val_best: Callable[[], tuple[int, float] | None] | None = None,
-            quiet: Callable[[str, int, int], bool] | None = None, window: int | None = None) -> list[Episode]:
+            quiet: Callable[[str, int, int], bool] | None = None, window: int | None = None,
+            plain_threshold: bool = False) -> list[Episode]:
     """The episodes as the run's end tells them.
 
     A closed critical climb (see RECOVERABLE) that no crash follows and no climb still going holds
@@ -159,6 +160,9 @@ def settled(episodes: list[Episode], levels: Callable[[], tuple[float, float, fl
     loss's CS118: COARSE_QUIET_POINTS) and the loss's
     level is back within NEAR x its best level: `quiet(signal, step, points)` says whether `signal` has at
     least `points` points after `step` (None: only the cooldown closes a climb).
+
+    With `plain_threshold` (CS101 at the article's plain threshold, its `min_rise` 0: the `article`
+    preset), a grad norm over it is the article's alarm, never settled.
 
     A note made here, and a climb settled here, is no longer open, whatever its rule's cooldown: what
     it told is over. A loss whose best level is at or under zero (a negative log-likelihood) is within
@@ -193,7 +197,7 @@ def settled(episodes: list[Episode], levels: Callable[[], tuple[float, float, fl
         """Whether the run can have come back from `e` (see RECOVERABLE): a grad norm over its threshold
         only if the loss learns on (_crossed_back); otherwise it is a crash, holding what came before."""
         if e.code == "CS101":
-            return _crossed_back(*loss_levels()[:3], loss_levels()[4])
+            return not plain_threshold and _crossed_back(*loss_levels()[:3], loss_levels()[4])
         return recoverable(e)
 
     # NaN/Inf train losses the run trained on after (see _skipped): steps skipped, not crashes, when the

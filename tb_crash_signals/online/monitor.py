@@ -666,7 +666,7 @@ class Monitor:
 
         return settled(eps, levels, lambda: None if st.val_best_step is None else (st.val_best_step, st.val_low),
                        lambda signal, step, points: quiet_since(st.channels[signal].steps, step, points),
-                       event_window(self._span()))
+                       event_window(self._span()), plain_threshold=self.config.params_for("CS101").min_rise == 0)
 
     @property
     def health(self) -> str:

@@ -167,6 +167,9 @@ def test_a_grad_norm_over_its_threshold_the_loss_learnt_on_after_is_a_scare():
     assert out.severity == "warning"
     (incident,) = build_incidents([out], run_steps=1500)
     assert incident.headline == "grad norm went over 100 at step 432, then recovered"
+    # ... except at the article's plain threshold (the `article` preset): its alarm stands
+    (plain,) = settled([crossing(432)], lambda: (1.82, 1.6, 2.68, 0.0, 2.4), plain_threshold=True)
+    assert plain.severity == "critical"
     # ... at a spike's step, it is that spike
     spike = episode("CS102", 432, signal="grad_norm", message="grad norm spike at step 432: 60x its recent "
                     "median 5.2; fast recovery in 1 step")
