@@ -5,7 +5,10 @@ while it lasts: the rules fire on the data up to that step and the online monito
 alarm then. A noisy small-batch run or an aggressive schedule makes such climbs and comes back
 from them on its own; once the episode closed (its rule quiet for its cooldown) and nothing
 critical followed, and the loss is back under where it started and near its best, the report
-tells it as a warning: the run is not sick, it had a scare.
+tells it as a warning: the run is not sick, it had a scare. So is a grad norm's lone point over the
+article's threshold (CS101) once the loss learns on: a heavy tail's excursion, not an explosion. A
+crash long after a scare (a tenth of the run, at least 50 steps, with nothing critical between) does
+not make the scare its precursor: the two are events apart.
 
 A validation loss rising from its best while the train loss falls (CS402) is the onset of
 overfitting while it lasts; once it came back to its best after the episode's last hit, the rise
@@ -135,31 +138,31 @@ def settled(episodes: list[Episode], levels: Callable[[], tuple[float, float, fl
             plain_threshold: bool = False) -> list[Episode]:
     """The episodes as the run's end tells them.
 
-    A closed critical climb (see RECOVERABLE) that no crash follows and no climb still going holds
-    in its event (the critical episodes each within `window` steps of the last hits of those before
-    it; None: the whole run is one; see event_window), not under
-    a learning rate or update size out of band, on a loss now under its initial level and within
-    BACK x its best level (a grad norm over its threshold: within NEAR x and under its first point
-    too), is a warning the run came back from; a stall near the start (CS301)
-    after which no critical episode starts, on a loss now at most LEARNT x its initial level, or,
-    once its episode closed, DROPPED x its value where the stall was flagged, or DROPPED_CLEARLY x
-    that value out of its noise (CLEAR_Z), is a note: a slow start, as is a closed validation stall
-    (CS302) with nothing critical after it whose validation loss's lowest is at most DROPPED x where
-    it stood; a validation rise (CS402) is a note once the validation loss came back to its best after
-    its last hit, its episode closed or not. A grad-norm spike that did not recover, after which no
-    critical episode starts, on a loss now under its initial level and within NEAR x its best level,
-    is a note (a level shift); a closed NaN/Inf train loss (CS001) on such a loss, with no critical
-    episode after it, is a warning (a skipped step). `val_best()` gives the last step at which the validation loss was
-    at or under its lowest so far and that lowest (None without one; called only if such an episode
-    may be settled): the rise came back once that step is later than the episode's end. `levels()`
-    gives the train loss's level now, its best level, its initial level, its jitter over its last
-    NOISE_POINTS points and its first finite point (NaN if unknown) as of its last point; it is called
-    only if an episode may be settled.
+    A closed critical climb (see RECOVERABLE) that no crash follows and no climb still going holds in
+    its event (the critical episodes each within `window` steps of the last hits of those before it;
+    None: the whole run is one; see event_window), not under a learning rate or update size out of band,
+    on a loss now under its initial level (a sparse loss's CS118: or its first point, if higher) and
+    within BACK x its best level (a grad norm over its threshold: within NEAR x and under its first
+    point too), is a warning the run came back from; a stall near the start (CS301) after which no
+    critical episode starts, on a loss now at most LEARNT x its initial level, or, once its episode
+    closed, DROPPED x its value where the stall was flagged, or DROPPED_CLEARLY x that value out of its
+    noise (CLEAR_Z), is a note: a slow start, as is a closed validation stall (CS302) with nothing
+    critical after it whose validation loss's lowest is at most DROPPED x where it stood; a validation
+    rise (CS402) is a note once the validation loss came back to its best after its last hit, its
+    episode closed or not. A grad-norm spike that did not recover, after which no critical episode
+    starts, on a loss now under its initial level and within NEAR x its best level, is a note (a level
+    shift); a closed NaN/Inf train loss (CS001) on such a loss, with no critical episode after it, is a
+    warning (a skipped step). `val_best()` gives the last step at which the validation loss was at or
+    under its lowest so far and that lowest (None without one; called only if such an episode may be
+    settled): the rise came back once that step is later than the episode's end. `levels()` gives the
+    train loss's level now, its best level, its initial level, its jitter over its last NOISE_POINTS
+    points and its first finite point (NaN if unknown) as of its last point; it is called only if an
+    episode may be settled.
 
     A climb still open is over too once its rule has been quiet for QUIET_POINTS points (a sparse
-    loss's CS118: COARSE_QUIET_POINTS) and the loss's
-    level is back within NEAR x its best level: `quiet(signal, step, points)` says whether `signal` has at
-    least `points` points after `step` (None: only the cooldown closes a climb).
+    loss's CS118: COARSE_QUIET_POINTS) and the loss's level is back within NEAR x its best level:
+    `quiet(signal, step, points)` says whether `signal` has at least `points` points after `step`
+    (None: only the cooldown closes a climb).
 
     With `plain_threshold` (CS101 at the article's plain threshold, its `min_rise` 0: the `article`
     preset), a grad norm over it is the article's alarm, never settled.
@@ -226,6 +229,7 @@ def settled(episodes: list[Episode], levels: Callable[[], tuple[float, float, fl
 
     def held(e: Episode) -> bool:
         return crashes_after(e) or any(c is not e and event[id(c)] == event[id(e)] for c in going)
+
     causes = [e for e in episodes if e.code in _CAUSES and e.severity != "info"]
     out = []
     val_read, val_low = False, None  # val_best() is called once, if at all
