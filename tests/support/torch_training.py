@@ -838,4 +838,3 @@ def train_tiny_batch_norm(logdir, seed: int, steps: int, batch: int = 2) -> None
         for step in range(steps):
             idx = torch.randint(0, 5000, (batch,))
             _step_and_log(w, step, model, opt, nn.functional.cross_entropy(model(x[idx]), y[idx]), 0.05)
-
