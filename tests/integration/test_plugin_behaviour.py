@@ -45,7 +45,8 @@ def _core(payload):
 
 def test_bad_config_is_reported_and_defaults_apply(tmp_path):
     root = str(tmp_path)
-    _run(root, "r", n=300, extra={"train/grad_norm": [1.0] * 150 + [200.0] + [1.0] * 149})
+    # A grad norm that leaps to 200 and stays there: over the default threshold to the end, under 500.
+    _run(root, "r", n=300, extra={"train/grad_norm": [1.0] * 150 + [200.0] * 150})
     cfg = tmp_path / "crash_signals.toml"
     cfg.write_text("[rules.grad-norm-threshold]\nthreshold = 'high'\n")
     with backend("python", tb_flags(logdir=root)) as s:
@@ -56,6 +57,7 @@ def test_bad_config_is_reported_and_defaults_apply(tmp_path):
         a = s.get("analysis", run="r").get_json()
         assert a["config_error"] == runs["config_error"]
         assert a["thresholds"] == {"grad_norm": 100.0}
+        assert any(e["code"] == "CS101" and e["severity"] == "critical" for e in a["episodes"])
         assert s.get("rules").get_json()["config_error"] == runs["config_error"]
 
         # Fixed file (new mtime): re-read, error gone, parameter in force.
