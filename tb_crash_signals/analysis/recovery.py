@@ -36,6 +36,7 @@ scaler), told as a warning about the batch, not as the run's crash.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import math
 from typing import Callable
@@ -206,10 +207,11 @@ def settled(episodes: list[Episode], levels: Callable[[], tuple[float, float, fl
     # NaN/Inf train losses the run trained on after (see _skipped): steps skipped, not crashes, when the
     # loss now learns on.
     skips = any(_skipped(e) for e in episodes) and _learns_on(*loss_levels()[:3])
-    # Where the last critical episode a run does not come back from (a NaN, an explosion) starts:
-    # nothing before it is settled.
-    last_crash = max((e.start_step for e in episodes if e.severity == "critical" and not can_recover(e)
-                      and not (skips and _skipped(e))), default=None)
+    # The critical episodes a run does not come back from (a NaN, an explosion), and where the last one
+    # starts: no stall before it is settled.
+    criticals = [e for e in episodes if e.severity == "critical"]
+    crashes = [e for e in criticals if not can_recover(e) and not (skips and _skipped(e))]
+    last_crash = max((e.start_step for e in crashes), default=None)
 
     def crash_after(e: Episode) -> bool:
         return last_crash is not None and last_crash > e.start_step
@@ -218,17 +220,21 @@ def settled(episodes: list[Episode], levels: Callable[[], tuple[float, float, fl
     # since it began: the run has not come back while it goes on), of the same event only (event_of): a
     # scare the run came back from long before a later crash was not its precursor. A climb a crash follows
     # holds nothing the crash does not (it holds those before it too), so whether it is over is not asked.
-    criticals = [e for e in episodes if e.severity == "critical"]
     event = event_of(criticals, window)
-    crashes = [e for e in criticals if not can_recover(e) and not (skips and _skipped(e))]
+    last_crash_in: dict[int, int] = {}  # per event, where its last crash starts
+    for c in crashes:
+        k = event[id(c)]
+        last_crash_in[k] = max(last_crash_in.get(k, c.start_step), c.start_step)
 
     def crashes_after(e: Episode) -> bool:
-        return any(event[id(c)] == event[id(e)] and c.start_step > e.start_step for c in crashes)
+        return last_crash_in.get(event[id(e)], -math.inf) > e.start_step
 
-    going = [e for e in criticals if can_recover(e) and not crashes_after(e) and not over(e)]
+    going = {id(e): event[id(e)] for e in criticals if can_recover(e) and not crashes_after(e) and not over(e)}
+    going_in = collections.Counter(going.values())  # per event, its climbs still going
 
     def held(e: Episode) -> bool:
-        return crashes_after(e) or any(c is not e and event[id(c)] == event[id(e)] for c in going)
+        k = event[id(e)]
+        return crashes_after(e) or going_in[k] > (id(e) in going)
 
     causes = [e for e in episodes if e.code in _CAUSES and e.severity != "info"]
     out = []
