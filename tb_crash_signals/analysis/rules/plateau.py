@@ -76,8 +76,10 @@ class PlateauParams:
     )
     max_warmup: int = param(
         100, "a rising learning rate is a warm-up (no plateau) only within this many points, and only "
-        "before it first fell (see `lr_fell`): one that rose through all of them ever faster (an "
-        "exponential schedule, a range test) is a schedule gone wrong, not a warm-up"
+        "before it first fell (see `lr_fell`): one that rose through all of them ever faster from ~0 (an "
+        "exponential schedule, a range test, a polynomial ramp) is a schedule gone wrong, not a warm-up; "
+        "a cosine warm-up from a floor (OneCycleLR's, from a 25th of its peak) rises ever faster at first "
+        "too, a few times over"
     )
     stuck: float = param(
         0.75, "a stall counts only while the smoothed loss is at least this share of the level it started "
@@ -289,8 +291,8 @@ def _warmup_ends(data, steps, max_warmup: int, fell: np.ndarray) -> np.ndarray:
     counts from the end of the warm-up: a loss held flat by a tiny warm-up learning rate has not
     had its chance to fall. Only the first ramp is a warm-up: a learning rate rising after it
     fell (`fell`, per loss point) is a schedule's later course. A learning rate rising through
-    all `max_warmup` points is a schedule gone wrong, not a warm-up, if it rose ever faster
-    (`accelerating`); so is one rising exponentially (`exponential`, from the 20th point on):
+    all `max_warmup` points is a schedule gone wrong, not a warm-up, if it rose ever faster from
+    ~0 (`accelerating`); so is one rising exponentially (`exponential`, from the 20th point on):
     from then on the stall counts from the start."""
     m = max(1, min(steps.shape[0], max_warmup))
     warm = _in_warmup(data, steps[:m]) & ~fell[:m]
@@ -339,9 +341,17 @@ def exponential(lr, k: int) -> bool:
 
 def accelerating(first, middle, last) -> bool:
     """Whether a learning rate rising through the `max_warmup` points (at their first, middle
-    and last) rose faster in their second half: an exponential schedule or a range test, where
-    a linear (or cosine) warm-up rises as fast or slower (NaN: as if it did)."""
-    return not (last - middle <= 1.1 * (middle - first))
+    and last) rose faster in their second half from ~0 (to over FLOOR_SPAN x its first value): an
+    exponential schedule, a range test or a polynomial ramp, where a linear (or cosine) warm-up
+    from ~0 rises as fast or slower. A cosine warm-up from a floor rises faster at first too
+    (PyTorch's OneCycleLR from a 25th of its peak, over 30 % of the run: hundreds of points
+    for a run fed at every step), but never past FLOOR_SPAN x where it began (NaN: as if it
+    did)."""
+    return not (last - middle <= 1.1 * (middle - first)) and not (last < FLOOR_SPAN * first)
+
+
+# A warm-up from a floor rises at most this many times over (OneCycleLR's `div_factor`, 25).
+FLOOR_SPAN = 25.0
 
 
 def _in_warmup(data, steps):
@@ -790,7 +800,8 @@ def loss_plateau(data, p: PlateauParams, since=None):
     within the first `max_warmup` points, before it first fell): a loss held
     flat by a tiny warm-up learning rate has not had its chance yet. A
     learning rate rising exponentially (from the 20th point), or ever faster
-    through all `max_warmup` points, is no warm-up. A run that learnt and
+    from ~0 through all `max_warmup` points (past 25x its first value), is no
+    warm-up. A run that learnt and
     slows down under a working learning rate is converging. A loss stuck
     near where it started after an update ratio of `updates_high` or more
     (logged before the point) is told as such: the learning rate was too

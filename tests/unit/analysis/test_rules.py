@@ -1626,6 +1626,13 @@ def test_plateau_counts_its_patience_from_the_end_of_the_warmup():
     one_cycle = peak / 25 + (peak - peak / 25) * (1 - np.cos(np.pi * np.minimum(t / 120.0, 1.0))) / 2
     loss = 2.3 * np.exp(-0.005 * np.maximum(t - 50, 0))
     assert starts_both("CS301", train_loss=loss, lr=one_cycle) == ([], [])
+    # Fed at every step, a run of 2 200 steps under PyTorch's OneCycleLR warms up over 660 points: over
+    # the first 100 it rose faster in their second half, as a ramp from ~0 does, but only a few times
+    # over its floor: still a warm-up. The loss, flat for its first 120 points, then learns: no plateau
+    # (taken for a ramp gone wrong, the stall counted from the start was one at the 100th point).
+    one_cycle = peak / 25 + (peak - peak / 25) * (1 - np.cos(np.pi * np.minimum(t / 660.0, 1.0))) / 2
+    loss = 2.3 * np.exp(-0.005 * np.maximum(t - 120, 0)) * (1 + 0.002 * np.sin(t))
+    assert starts_both("CS301", train_loss=loss, lr=one_cycle) == ([], [])
     # A long linear warm-up is one: the stall counts from the end of the first `max_warmup` points.
     linear = np.linspace(1e-5, 1e-3, 200)
     eps = episodes_of(analyze(train_loss=np.full(200, 2.3), lr=linear), "CS301")
