@@ -68,6 +68,14 @@ class CoarseParams:
         "it (the gates above still hold: a noisy loss's jump stays within its noise). Not on a loss "
         "logged at every step, whose one point may be one batch's spike; 0 never", at_least=0.0,
     )
+    climb: int = param(
+        3, "... or, on a sparse loss, the point itself is the level where it ends this many rises in a row (each "
+        "point above the one before) while the learning rate rose over them: an exponential schedule or a "
+        "range test logged every 50 steps climbs 1.3-1.5x a point once its rate passes the stable one, and "
+        "its 3-point median stands one point behind (the gates above still hold: a climb within the "
+        "loss's noise, or to a level its points already stood at, is none). Not on a loss logged at "
+        "every step; 0 never", at_least=0,
+    )
     consecutive: int = param(
         1, "points in a row at that level before the rule fires (each point is a stretch of "
         "training, and the level already a median of `points` of them: a second point is 50 "
@@ -232,11 +240,17 @@ class CoarseDivergenceStream(Stream):
         self.run = 0
         self.inside = False
         self.lr = channels["lr"].values  # updated before the train loss's channel
+        self.lr_at = []  # the learning rate as of each of the last `climb` + 1 points (`_climbed`)
 
     def check(self, i, step, v):
         if self.retired:
             return RETIRED
         p = self.p
+        if p.climb > 0:
+            at = self.lr_at
+            at.append(self.lr[-1] if self.lr else math.nan)
+            if len(at) > p.climb + 1:
+                del at[0]
         k = p.min_points - 1
         if i < k:
             # Nothing fires before the `min_points`-th point: the points wait there, and a dense
@@ -284,6 +298,8 @@ class CoarseDivergenceStream(Stream):
                 if (p.jump > 0 and not self.smooth and len(values) > m
                         and v >= p.jump * _largest(values[-m - 1:-1])):
                     judged = v
+                elif p.climb > 0 and not self.smooth and self._climbed():
+                    judged = v
                 if ((judged >= p.factor * best or best <= p.learnt * init)
                         and not (init > best and judged - best < p.lost * (init - best))):
                     hi = max(len(values) - m, 0)
@@ -298,6 +314,16 @@ class CoarseDivergenceStream(Stream):
         if self.inside and finite:
             return StreamHit(note=_note(judged if up else level, best, self.gap))
         return None
+
+    def _climbed(self):
+        """Whether the last point ends `climb` rises in a row while the learning rate rose over them
+        (its value at or before the climb's first point's step under its last one)."""
+        k = self.p.climb
+        values, at = self.values, self.lr_at
+        if len(values) <= k or len(at) <= k:
+            return False
+        run = values[-k - 1:]
+        return all(a < b for a, b in zip(run, run[1:])) and at[0] < at[-1]
 
     def _retire(self):
         self.retired = True
@@ -406,6 +432,14 @@ def coarse_divergence(data, p: CoarseParams, since=None):
             top = np.max(np.lib.stride_tricks.sliding_window_view(v[:-1], m), axis=1)
             jumped = np.flatnonzero(v[m:] >= p.jump * top) + m
         judged[jumped] = v[jumped]
+    lr = data.get("lr")
+    if p.climb > 0 and not smooth and v.shape[0] > p.climb and lr is not None and len(lr):
+        c = p.climb
+        with np.errstate(invalid="ignore"):
+            rises = np.lib.stride_tricks.sliding_window_view(v[1:] > v[:-1], c).all(axis=1)
+            at = value_at_or_before(lr.steps, lr.values, s.steps)
+            climbed = np.flatnonzero(rises & (at[:-c] < at[c:])) + c
+        judged[climbed] = v[climbed]
     best = np.fmin.accumulate(_medians(v, p.best_points))
     finite = np.flatnonzero(np.isfinite(v))
     if finite.size < m:
@@ -414,7 +448,6 @@ def coarse_divergence(data, p: CoarseParams, since=None):
     known = int(finite[m - 1])  # the initial level is known from this point on
     up = elevated(judged, best, init, p) & np.isfinite(v)
     up[: max(k, known)] = False
-    lr = data.get("lr")
     if lr is not None and len(lr):
         with np.errstate(invalid="ignore"):
             up &= ~(value_at_or_before(lr.steps, lr.values, s.steps) <= 0.0)

@@ -2113,6 +2113,27 @@ def test_a_loss_logged_every_50_steps_that_lost_what_it_learnt_is_critical_withi
     assert "CS113" not in codes(analyze(train_loss=series(_SPARSE_CLIMB, (np.arange(14) + 1) * 50 - 1)))
 
 
+def test_a_sparse_loss_climbing_point_after_point_under_a_rising_learning_rate_is_judged_at_its_last_point():
+    # Logged every 50 steps, an exponential learning rate: the loss learnt to ~0.18, then climbs 0.18 ->
+    # 0.19 -> 0.24 -> 0.42 -> 1.2. Its 3-point median lags a point behind (0.24 at step 849, 1.35x the
+    # best); the point that ends three rises in a row while the rate rose is the level itself there.
+    loss = [0.27, 0.25, 0.21, 0.16, 0.21, 0.3, 0.19, 0.24, 0.26, 0.23, 0.17, 0.18, 0.27, 0.18, 0.19, 0.24,
+            0.42, 1.17, 1.5, 1.0]
+    steps = (np.arange(len(loss)) + 1) * 50 - 1
+    rising = 0.01 * 1.23 ** np.arange(len(loss))
+    data = {"train_loss": series(loss, steps), "lr": series(rising, steps)}
+    assert starts_both_at("CS118", data) == ([int(steps[16])], [int(steps[16])])
+    # The same climb under a constant rate, or with the rule's `climb` off: its median tells it a point later.
+    flat = {"train_loss": series(loss, steps), "lr": series(np.full(len(loss), 0.01), steps)}
+    assert starts_both_at("CS118", flat) == ([int(steps[17])], [int(steps[17])])
+    off = Config(params={"CS118": dataclasses.replace(RULES["CS118"].default_params(), climb=0)})
+    assert starts_both_at("CS118", data, off) == ([int(steps[17])], [int(steps[17])])
+    # Three rises in a row within the loss's noise, the rate rising: nothing.
+    noisy = [0.27, 0.25, 0.21, 0.16, 0.21, 0.3, 0.19, 0.24, 0.26, 0.23, 0.17, 0.18, 0.27, 0.18, 0.19, 0.22,
+             0.28, 0.2, 0.19, 0.21]
+    assert starts_both_at("CS118", {"train_loss": series(noisy, steps), "lr": series(rising, steps)}) == ([], [])
+
+
 def test_the_coarse_divergence_reads_sparse_losses_and_smooth_ones_logged_every_step():
     # Logged every 20 steps, the points are neither sparse nor every step's: the rule stays out.
     assert _sparse_starts(_SPARSE_CLIMB, every=20) == ([], [])
