@@ -2134,6 +2134,34 @@ def test_a_sparse_loss_climbing_point_after_point_under_a_rising_learning_rate_i
     assert starts_both_at("CS118", {"train_loss": series(noisy, steps), "lr": series(rising, steps)}) == ([], [])
 
 
+def test_the_coarse_climb_is_told_alike_by_the_batch_rule_and_the_monitor():
+    # Random sparse losses that learn, some then climbing, under learning rates logged at the loss's
+    # cadence, five times as often or half as often, rising, flat or cut to 0: the same episodes.
+    rng = np.random.default_rng(0)
+    told = 0
+    for _ in range(100):
+        n = int(rng.integers(8, 40))
+        every = int(rng.choice([25, 50, 100]))
+        steps = np.arange(n) * every + int(rng.integers(0, 50))
+        loss = (2.3 * np.exp(-np.arange(n) / rng.uniform(2, 10)) + rng.uniform(0.05, 1.0)) * np.exp(
+            rng.uniform(0.0, 0.4) * rng.standard_normal(n))
+        if rng.random() < 0.7:
+            start = int(rng.integers(3, n))
+            loss[start:] *= np.cumprod(np.full(n - start, rng.uniform(1.05, 1.8)))
+        if rng.random() < 0.1:
+            loss[int(rng.integers(0, n))] = np.nan
+        lr_every = int(rng.choice([every, every // 5, every * 2]))
+        lr_n = int(steps[-1]) // lr_every + 2
+        lr = 1e-3 * np.exp(np.arange(lr_n) * rng.uniform(-0.01, 0.1))
+        if rng.random() < 0.2:
+            lr[int(rng.integers(0, lr_n)):] = 0.0
+        batch, online = starts_both_at("CS118", {"train_loss": series(loss, steps),
+                                                 "lr": series(lr, np.arange(lr_n) * lr_every)})
+        assert batch == online
+        told += bool(batch)
+    assert told > 20
+
+
 def test_the_coarse_divergence_reads_sparse_losses_and_smooth_ones_logged_every_step():
     # Logged every 20 steps, the points are neither sparse nor every step's: the rule stays out.
     assert _sparse_starts(_SPARSE_CLIMB, every=20) == ([], [])
