@@ -20,12 +20,14 @@ from tb_crash_signals.analysis.config import Config
 from tb_crash_signals.analysis.episodes import Episode, EpisodeTrack
 from tb_crash_signals.analysis.incidents import Incident, build_incidents
 from tb_crash_signals.analysis.recovery import (
+    HEAD_POINTS,
     LEVEL_POINTS,
     NOISE_POINTS,
     event_window,
     last_best,
     quiet_since,
     settled,
+    start_of,
 )
 from tb_crash_signals.analysis.rules import RULES, Fit
 from tb_crash_signals.analysis.rules.base import level_noise, since_index
@@ -363,17 +365,18 @@ def analyze_run(
     return result
 
 
-def _loss_levels(data) -> tuple[float, float, float, float, float]:
-    """The train loss's level, best level, initial level and recent jitter at its last point, and its
-    first finite point (recovery.settled)."""
+def _loss_levels(data) -> tuple[float, float, float, float, float, float]:
+    """The train loss's level, best level, initial level and recent jitter at its last point, its
+    first finite point and where it started (`recovery.start_of`; recovery.settled)."""
     s = data.get("train_loss")
     if s is None or not len(s):
-        return math.nan, math.nan, math.nan, math.nan, math.nan
+        return math.nan, math.nan, math.nan, math.nan, math.nan, math.nan
     v = s.values
     finite = v[np.isfinite(v)]
+    initial = stats.initial_level(v)[0]
     return (float(stats.smoothed_level(v, LEVEL_POINTS)[-1]), float(stats.best_levels(v, LEVEL_POINTS)[-1]),
-            stats.initial_level(v)[0], stats.jitter(v[-NOISE_POINTS:]),
-            float(finite[0]) if finite.size else math.nan)
+            initial, stats.jitter(v[-NOISE_POINTS:]), float(finite[0]) if finite.size else math.nan,
+            start_of(initial, finite[:HEAD_POINTS].tolist()))
 
 
 def _span(data) -> int:

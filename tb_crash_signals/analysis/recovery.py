@@ -45,7 +45,7 @@ import numpy as np
 
 from tb_crash_signals.analysis.episodes import Episode
 from tb_crash_signals.analysis.rules.blowup import after_lr_jump
-from tb_crash_signals.analysis.rules.plateau import STUCK_NOTE, lost_ground
+from tb_crash_signals.analysis.rules.plateau import BLOWN_UP, STUCK_NOTE, lost_ground
 from tb_crash_signals.analysis.rules.spike import NOT_RECOVERED
 
 # The rules whose episodes a run can come back from: a grad norm over the threshold (a heavy tail's
@@ -143,8 +143,8 @@ def settled(episodes: list[Episode], levels: Callable[[], tuple[float, float, fl
     its event (the critical episodes each within `window` steps of the last hits of those before it;
     None: the whole run is one; see event_window), not under a learning rate or update size out of band,
     on a loss now under its initial level (a sparse loss's CS118: or its first point, if higher) and
-    within BACK x its best level (a grad norm over its threshold: within NEAR x and under its first
-    point too), is a warning the run came back from; a stall near the start (CS301) after which no
+    within BACK x its best level (a grad norm over its threshold: within NEAR x and under where it
+    started too, `start_of`), is a warning the run came back from; a stall near the start (CS301) after which no
     critical episode starts, on a loss now at most LEARNT x its initial level, or, once its episode
     closed, DROPPED x its value where the stall was flagged, or DROPPED_CLEARLY x that value out of its
     noise (CLEAR_Z), is a note: a slow start, as is a closed validation stall (CS302) with nothing
@@ -157,8 +157,8 @@ def settled(episodes: list[Episode], levels: Callable[[], tuple[float, float, fl
     under its lowest so far and that lowest (None without one; called only if such an episode may be
     settled): the rise came back once that step is later than the episode's end. `levels()` gives the
     train loss's level now, its best level, its initial level, its jitter over its last NOISE_POINTS
-    points and its first finite point (NaN if unknown) as of its last point; it is called only if an
-    episode may be settled.
+    points, its first finite point and where it started (`start_of`; NaN if unknown) as of its last
+    point; it is called only if an episode may be settled.
 
     A climb still open is over too once its rule has been quiet for QUIET_POINTS points (a sparse
     loss's CS118: COARSE_QUIET_POINTS) and the loss's level is back within NEAR x its best level:
@@ -201,7 +201,7 @@ def settled(episodes: list[Episode], levels: Callable[[], tuple[float, float, fl
         """Whether the run can have come back from `e` (see RECOVERABLE): a grad norm over its threshold
         only if the loss learns on (_crossed_back); otherwise it is a crash, holding what came before."""
         if e.code == "CS101":
-            return not plain_threshold and _crossed_back(*loss_levels()[:3], loss_levels()[4])
+            return not plain_threshold and _crossed_back(*loss_levels()[:3], loss_levels()[5])
         return recoverable(e)
 
     # NaN/Inf train losses the run trained on after (see _skipped): steps skipped, not crashes, when the
@@ -306,12 +306,28 @@ def _skipped(e: Episode) -> bool:
     return e.code == "CS001" and e.signal == "train_loss" and e.severity == "critical" and not e.open
 
 
-def _crossed_back(level: float, best: float, initial: float, first: float) -> bool:
+def _crossed_back(level: float, best: float, initial: float, start: float) -> bool:
     """Whether a grad norm's crossing of its threshold (CS101) left the loss learning on: its level
-    within NEAR x its best, under its initial level and its first point. A loss that has wandered
-    around its initial level since its first steps (updates far too large, clipped) has a best level
-    as high as its level, and its first point tells it never learnt."""
-    return _learns_on(level, best, initial) and level < first
+    within NEAR x its best, under its initial level and where it started (`start_of`). A loss that has
+    wandered around its start since its first steps blew up from it (updates far too large, clipped)
+    has a best level as high as its level, and that start tells it never learnt."""
+    return _learns_on(level, best, initial) and level < start
+
+
+# The train loss's first finite points that tell where it started (`start_of`): those of its initial level.
+HEAD_POINTS = 10
+
+
+def start_of(initial: float, head) -> float:
+    """Where the train loss started: its initial level, or its first point if lower when its first
+    HEAD_POINTS finite points (`head`) blew up from it (their largest BLOWN_UP x it: updates far too
+    large from the first step, however far the median of the ten went). Not the first point alone: a
+    per-step loss over batches of two draws its first point anywhere in its noise (a tenth under its
+    level as often as not), and a loss that learnt a little was read as never learnt."""
+    if not head or not initial == initial:
+        return math.nan
+    first = float(head[0])
+    return min(initial, first) if first > 0 and max(head) >= BLOWN_UP * first else initial
 
 
 def _learns_on(level: float, best: float, initial: float) -> bool:

@@ -32,7 +32,10 @@ def trained(tmp_path_factory):
 def test_a_warm_up_that_undid_part_of_the_training_is_told_as_ground_lost(trained):
     _, runs = trained
     run = runs["peak-0.06"]
-    (incident,) = [i for i in run["incidents"] if i["severity"] != "info"]
+    told = [i for i in run["incidents"] if i["severity"] != "info"]
+    # One plateau; a grad norm's spike on the way up (some hosts' float kernels draw one) is a story of its own.
+    (incident,) = [i for i in told if i["kind"] != "spikes"]
+    assert all(i["severity"] == "warning" for i in told), told
     assert incident["kind"] == "plateau"
     assert "back near where it started after it had learnt" in incident["headline"], incident["headline"]
     assert incident["advice"] == LOST_ADVICE

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import pytest
 
 from tb_crash_signals.analysis.episodes import Episode
 from tb_crash_signals.analysis.incidents import build_incidents
-from tb_crash_signals.analysis.recovery import COARSE_QUIET_POINTS, NEAR, QUIET_POINTS, quiet_since, settled
+from tb_crash_signals.analysis.recovery import COARSE_QUIET_POINTS, NEAR, QUIET_POINTS, quiet_since, settled, start_of
 from tb_crash_signals.analysis.rules import RULES
 
 
@@ -25,10 +26,11 @@ def stall(start, end, open=False, why="near where it started", at=None):
     return dataclasses.replace(e, start_value=at)
 
 
-def settle(eps, level=0.2, best=0.2, initial=1.0, noise=float("nan"), first=None):
-    """settled, the train loss's level now, its best level, its initial level, its recent jitter
-    and its first point (by default the initial level) as given."""
-    return settled(eps, lambda: (level, best, initial, noise, initial if first is None else first))
+def settle(eps, level=0.2, best=0.2, initial=1.0, noise=float("nan"), first=None, start=None):
+    """settled, the train loss's level now, its best level, its initial level, its recent jitter, its
+    first point and where it started (`recovery.start_of`; both by default the initial level) as given."""
+    return settled(eps, lambda: (level, best, initial, noise, initial if first is None else first,
+                                 initial if start is None else start))
 
 
 def severities(eps):
@@ -82,13 +84,14 @@ def test_a_climb_still_open_is_over_once_quiet_with_the_loss_back_near_its_best(
     # not run out, but its signal has been quiet for QUIET_POINTS points and the loss is back.
     going = episode("CS202", 2530, 2530, open=True)
     quiet = lambda signal, step, points: signal == "train_loss" and step == 2530 and points == QUIET_POINTS
-    (out,) = settled([going], lambda: (0.03, 0.0217, 1.0, 0.0, 1.0), quiet=quiet)
+    (out,) = settled([going], lambda: (0.03, 0.0217, 1.0, 0.0, 1.0, 1.0), quiet=quiet)
     assert (out.severity, out.open) == ("warning", False)
     assert out.message.endswith("the run came back from it")
     # Not while the loss stands over NEAR x its best, nor before its signal has been quiet that long.
-    assert settled([going], lambda: (NEAR * 0.0217 * 1.01, 0.0217, 1.0, 0.0, 1.0), quiet=quiet) == [going]
-    assert settled([going], lambda: (0.03, 0.0217, 1.0, 0.0, 1.0), quiet=lambda signal, step, points: False) == [going]
-    assert settled([going], lambda: (0.03, 0.0217, 1.0, 0.0, 1.0)) == [going]  # no quiet given: the cooldown alone
+    assert settled([going], lambda: (NEAR * 0.0217 * 1.01, 0.0217, 1.0, 0.0, 1.0, 1.0), quiet=quiet) == [going]
+    never = lambda signal, step, points: False
+    assert settled([going], lambda: (0.03, 0.0217, 1.0, 0.0, 1.0, 1.0), quiet=never) == [going]
+    assert settled([going], lambda: (0.03, 0.0217, 1.0, 0.0, 1.0, 1.0)) == [going]  # no quiet given: the cooldown alone
 
 
 def test_a_sparse_loss_is_back_after_fewer_quiet_points():
@@ -98,17 +101,17 @@ def test_a_sparse_loss_is_back_after_fewer_quiet_points():
     going = episode("CS118", 2449, 2799, open=True)
     steps = list(range(49, 3000, 50))
     quiet = lambda signal, step, points: quiet_since(steps, step, points)
-    (out,) = settled([going], lambda: (0.3, 0.2, 0.6, 0.0, 1.2), quiet=quiet)
+    (out,) = settled([going], lambda: (0.3, 0.2, 0.6, 0.0, 1.2, 0.6), quiet=quiet)
     assert out.severity == "warning" and out.message.endswith("the run came back from it")
     assert COARSE_QUIET_POINTS <= len([s for s in steps if s > 2799]) < QUIET_POINTS
     # ... where a climb a dense rule told needs QUIET_POINTS of them
     dense = episode("CS113", 2449, 2799, open=True)
-    assert settled([dense], lambda: (0.3, 0.2, 0.6, 0.0, 1.2), quiet=quiet) == [dense]
+    assert settled([dense], lambda: (0.3, 0.2, 0.6, 0.0, 1.2, 0.6), quiet=quiet) == [dense]
 
 
 def test_a_quiet_climb_no_longer_holds_an_earlier_one_critical():
     eps = [episode("CS202", 100, 120), episode("CS113", 400, 500, open=True)]
-    out = settled(eps, lambda: (0.2, 0.2, 1.0, 0.0, 1.0), quiet=lambda signal, step, points: step == 500)
+    out = settled(eps, lambda: (0.2, 0.2, 1.0, 0.0, 1.0, 1.0), quiet=lambda signal, step, points: step == 500)
     assert [e.severity for e in out] == ["warning", "warning"]
 
 
@@ -132,7 +135,7 @@ def test_a_climb_before_another_climb_still_going_stays_critical():
 def test_a_scare_long_before_a_crash_is_its_own_event():
     # A pruning step's climb the loss came back from, 500 steps before the next one's crash: not its precursor.
     eps = [episode("CS202", 2005, 2009), episode("CS113", 2509, 2999, open=True)]
-    levels = lambda: (0.5, 0.138, 2.3, 0.0, 2.3)  # the train loss at the run's end
+    levels = lambda: (0.5, 0.138, 2.3, 0.0, 2.3, 2.3)  # the train loss at the run's end
     assert [e.severity for e in settled(eps, levels, window=300)] == ["warning", "critical"]
     assert [e.severity for e in settled(eps, levels, window=600)] == ["critical", "critical"]
     assert [e.severity for e in settled(eps, levels)] == ["critical", "critical"]  # no window: one event
@@ -162,13 +165,13 @@ def crossing(start, peak=320):
 
 def test_a_grad_norm_over_its_threshold_the_loss_learnt_on_after_is_a_scare():
     # A heavy-tailed grad norm (batch norm over batches of 2) crossed 100 for one point while the loss
-    # learnt on: near its best, under its initial level and its first point.
+    # learnt on: near its best and under its initial level, where it started.
     (out,) = settle([crossing(432)], level=1.82, best=1.6, initial=2.68, first=2.4)
     assert out.severity == "warning"
     (incident,) = build_incidents([out], run_steps=1500)
     assert incident.headline == "grad norm went over 100 at step 432, then recovered"
     # ... except at the article's plain threshold (the `article` preset): its alarm stands
-    (plain,) = settled([crossing(432)], lambda: (1.82, 1.6, 2.68, 0.0, 2.4), plain_threshold=True)
+    (plain,) = settled([crossing(432)], lambda: (1.82, 1.6, 2.68, 0.0, 2.4, 2.68), plain_threshold=True)
     assert plain.severity == "critical"
     # ... at a spike's step, it is that spike
     spike = episode("CS102", 432, signal="grad_norm", message="grad norm spike at step 432: 60x its recent "
@@ -177,13 +180,23 @@ def test_a_grad_norm_over_its_threshold_the_loss_learnt_on_after_is_a_scare():
     assert [(i.kind, i.severity) for i in incidents] == [("spikes", "warning")]
 
 
-@pytest.mark.parametrize("level, first", [(1.5, 1.23), (3.5, 4.0)])
-def test_a_grad_norm_over_its_threshold_is_a_crash_unless_the_loss_learns_on(level, first):
-    # Under its initial level but over its first point (updates far too large from the first step: the
-    # loss's first points blew up), or over NEAR x its best: the crossing holds the climb before it too.
+@pytest.mark.parametrize("level, start", [(1.5, 1.23), (3.5, 4.0)])
+def test_a_grad_norm_over_its_threshold_is_a_crash_unless_the_loss_learns_on(level, start):
+    # Under its initial level but over where it started (updates far too large from the first step: the
+    # loss's first points blew up from its first), or over NEAR x its best: the crossing holds the climb
+    # before it too.
     eps = [episode("CS202", 50, 60), crossing(300)]
     assert [e.severity for e in settle(eps, level=level, best=1.0 if level < 2 else 1.5, initial=4.1,
-                                       first=first)] == ["critical", "critical"]
+                                       start=start)] == ["critical", "critical"]
+
+
+def test_where_a_loss_started_is_its_first_point_only_when_its_first_points_blew_up_from_it():
+    # Batches of two: the first point is one draw of the loss's noise, a tenth under its level.
+    assert start_of(2.23, [1.95, 2.5, 2.18, 2.44, 2.28, 2.75, 2.05, 1.29, 2.81, 2.16]) == 2.23
+    # A learning rate far too high from the first step: 2.3 at chance, 3-10 for its next points, then
+    # back at chance (its initial level, the median of the ten, 4.05).
+    assert start_of(4.05, [2.3, 10.3, 5.0, 7.5, 8.2, 5.8, 3.1, 2.7, 2.2, 2.3]) == 2.3
+    assert math.isnan(start_of(math.nan, [2.0])) and math.isnan(start_of(2.0, []))
 
 
 def test_a_climb_since_a_climb_still_going_began_stays_critical():
@@ -384,14 +397,14 @@ def val_stall(start, end, at, open=False):
 
 
 def test_a_validation_stall_the_validation_loss_fell_a_fifth_under_is_a_slow_start():
-    (out,) = settled([val_stall(10, 15, 2.3)], lambda: (0.1, 0.1, 2.3, 0.0, 2.3), val_best=lambda: (41, 0.046))
+    (out,) = settled([val_stall(10, 15, 2.3)], lambda: (0.1, 0.1, 2.3, 0.0, 2.3, 2.3), val_best=lambda: (41, 0.046))
     assert out.severity == "info" and out.message.endswith("then it learnt: a slow start")
     assert out.advice.startswith("nothing to do")
     # Still stuck, only 10 % under, or a crash after it: as it is.
     for e, low, more in [(val_stall(10, 45, 2.3, open=True), 0.046, []), (val_stall(10, 15, 2.3), 2.07, []),
                          (val_stall(10, 15, 2.3), 0.046, [episode("CS001", 30, open=True)])]:
         eps = [e, *more]
-        assert settled(eps, lambda: (0.1, 0.1, 2.3, 0.0, 2.3), val_best=lambda low=low: (41, low)) == eps
+        assert settled(eps, lambda: (0.1, 0.1, 2.3, 0.0, 2.3, 2.3), val_best=lambda low=low: (41, low)) == eps
 
 
 def test_a_stall_before_a_crash_stays_a_warning():
@@ -412,19 +425,19 @@ def test_a_warning_climb_stays_as_it_is():
 
 def test_a_validation_rise_it_came_back_from_is_a_note():
     rise = episode("CS402", 1500, 1800, signal="val_loss")
-    back = settled([rise], lambda: (0.2, 0.2, 1.0, float("nan"), 1.0), val_best=lambda: (2400, 0.44))
+    back = settled([rise], lambda: (0.2, 0.2, 1.0, float("nan"), 1.0, 1.0), val_best=lambda: (2400, 0.44))
     assert [e.severity for e in back] == ["info"]
     assert "came back under it since (its best now at step 2400)" in back[0].message
     assert back[0].advice != RULES["CS402"].advice
     # Not back (its best last reached before the rise), still rising, or no validation loss: as it is.
-    assert settled([rise], lambda: (0.2, 0.2, 1.0, 0.0, 1.0), val_best=lambda: (1400, 0.5)) == [rise]
+    assert settled([rise], lambda: (0.2, 0.2, 1.0, 0.0, 1.0, 1.0), val_best=lambda: (1400, 0.5)) == [rise]
     going = episode("CS402", 1500, 2500, open=True, signal="val_loss")
-    assert settled([going], lambda: (0.2, 0.2, 1.0, 0.0, 1.0), val_best=lambda: (2400, 0.44)) == [going]
+    assert settled([going], lambda: (0.2, 0.2, 1.0, 0.0, 1.0, 1.0), val_best=lambda: (2400, 0.44)) == [going]
     # Back at its lowest after the last hit, within the cooldown of ten evaluations: a short run's rise is
     # over too.
-    back_soon = settled([going], lambda: (0.2, 0.2, 1.0, 0.0, 1.0), val_best=lambda: (2750, 0.44))
+    back_soon = settled([going], lambda: (0.2, 0.2, 1.0, 0.0, 1.0, 1.0), val_best=lambda: (2750, 0.44))
     assert [(e.severity, e.open) for e in back_soon] == [("info", False)]
-    assert settled([rise], lambda: (0.2, 0.2, 1.0, 0.0, 1.0)) == [rise]
+    assert settled([rise], lambda: (0.2, 0.2, 1.0, 0.0, 1.0, 1.0)) == [rise]
 
 
 def test_the_validation_loss_came_back_alike_in_the_batch_report_and_the_monitor():
