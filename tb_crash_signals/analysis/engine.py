@@ -20,7 +20,6 @@ from tb_crash_signals.analysis.config import Config
 from tb_crash_signals.analysis.episodes import Episode, EpisodeTrack
 from tb_crash_signals.analysis.incidents import Incident, build_incidents
 from tb_crash_signals.analysis.recovery import (
-    HEAD_POINTS,
     LEVEL_POINTS,
     NOISE_POINTS,
     event_window,
@@ -376,7 +375,7 @@ def _loss_levels(data) -> tuple[float, float, float, float, float, float]:
     initial = stats.initial_level(v)[0]
     return (float(stats.smoothed_level(v, LEVEL_POINTS)[-1]), float(stats.best_levels(v, LEVEL_POINTS)[-1]),
             initial, stats.jitter(v[-NOISE_POINTS:]), float(finite[0]) if finite.size else math.nan,
-            start_of(initial, finite[:HEAD_POINTS].tolist()))
+            start_of(initial, finite[:stats.INITIAL_POINTS].tolist()))
 
 
 def _span(data) -> int:

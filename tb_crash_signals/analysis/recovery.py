@@ -133,7 +133,7 @@ def came_back(e: Episode) -> bool:
     return e.message.endswith(CAME_BACK)
 
 
-def settled(episodes: list[Episode], levels: Callable[[], tuple[float, float, float, float, float]],
+def settled(episodes: list[Episode], levels: Callable[[], tuple[float, float, float, float, float, float]],
             val_best: Callable[[], tuple[int, float] | None] | None = None,
             quiet: Callable[[str, int, int], bool] | None = None, window: int | None = None,
             plain_threshold: bool = False) -> list[Episode]:
@@ -314,16 +314,13 @@ def _crossed_back(level: float, best: float, initial: float, start: float) -> bo
     return _learns_on(level, best, initial) and level < start
 
 
-# The train loss's first finite points that tell where it started (`start_of`): those of its initial level.
-HEAD_POINTS = 10
-
-
 def start_of(initial: float, head) -> float:
-    """Where the train loss started: its initial level, or its first point if lower when its first
-    HEAD_POINTS finite points (`head`) blew up from it (their largest BLOWN_UP x it: updates far too
-    large from the first step, however far the median of the ten went). Not the first point alone: a
-    per-step loss over batches of two draws its first point anywhere in its noise (a tenth under its
-    level as often as not), and a loss that learnt a little was read as never learnt."""
+    """Where the train loss started: its initial level, or its first point if lower when the first
+    finite points that set that level (`head`, stats.INITIAL_POINTS of them) blew up from it (their
+    largest BLOWN_UP x it: updates far too large from the first step, however far the median of the
+    ten went). Not the first point alone: a per-step loss over batches of two draws its first point
+    anywhere in its noise (a tenth under its level as often as not): a loss that learnt a little
+    would read as never learnt."""
     if not head or not initial == initial:
         return math.nan
     first = float(head[0])

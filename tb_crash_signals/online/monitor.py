@@ -660,7 +660,7 @@ class Monitor:
         def levels():
             train = st.channels["train_loss"]
             recent = list(train.values)[-NOISE_POINTS:]  # as the batch's v[-NOISE_POINTS:]
-            head = train.initial.head  # its first finite points (HEAD_POINTS at most), as the batch reads them
+            head = train.initial.head  # its first finite points (stats.INITIAL_POINTS at most), as the batch reads them
             return (st.loss_level.value, st.loss_level.low, train.initial.value, stats.jitter(recent),
                     head[0] if head else math.nan, start_of(train.initial.value, head))
 
