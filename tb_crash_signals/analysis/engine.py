@@ -24,6 +24,7 @@ from tb_crash_signals.analysis.recovery import (
     NOISE_POINTS,
     event_window,
     last_best,
+    plain_threshold,
     quiet_since,
     settled,
     start_of,
@@ -337,7 +338,7 @@ def analyze_run(
     val = data.get("val_loss")
     episodes = settled(episodes, lambda: levels, None if val is None else lambda: last_best(val.steps, val.values),
                        lambda signal, step, points: signal in data and quiet_since(data[signal].steps, step, points),
-                       event_window(_span(data)), plain_threshold=config.params_for("CS101").min_rise == 0)
+                       event_window(_span(data)), plain_threshold=plain_threshold(config))
     grad = data.get("grad_norm")
     grad_max = None
     if grad is not None:

@@ -45,7 +45,7 @@ import numpy as np
 
 from tb_crash_signals.analysis.episodes import Episode
 from tb_crash_signals.analysis.rules.blowup import after_lr_jump
-from tb_crash_signals.analysis.rules.plateau import BLOWN_UP, STUCK_NOTE, lost_ground
+from tb_crash_signals.analysis.rules.plateau import STUCK_NOTE, blew_up, lost_ground
 from tb_crash_signals.analysis.rules.spike import NOT_RECOVERED
 
 # The rules whose episodes a run can come back from: a grad norm over the threshold (a heavy tail's
@@ -316,15 +316,20 @@ def _crossed_back(level: float, best: float, initial: float, start: float) -> bo
 
 def start_of(initial: float, head) -> float:
     """Where the train loss started: its initial level, or its first point if lower when the first
-    finite points that set that level (`head`, stats.INITIAL_POINTS of them) blew up from it (their
-    largest BLOWN_UP x it: updates far too large from the first step, however far the median of the
+    finite points that set that level (`head`, stats.INITIAL_POINTS of them) blew up from it
+    (`plateau.blew_up`: updates far too large from the first step, however far the median of the
     ten went). Not the first point alone: a per-step loss over batches of two draws its first point
     anywhere in its noise (a tenth under its level as often as not): a loss that learnt a little
     would read as never learnt."""
     if not head or not initial == initial:
         return math.nan
-    first = float(head[0])
-    return min(initial, first) if first > 0 and max(head) >= BLOWN_UP * first else initial
+    return min(initial, float(head[0])) if blew_up(head) else initial
+
+
+def plain_threshold(config) -> bool:
+    """Whether CS101 reads the article's plain threshold (its `min_rise` 0: the `article` preset), whose
+    alarm `settled` never settles."""
+    return config.params_for("CS101").min_rise == 0
 
 
 def _learns_on(level: float, best: float, initial: float) -> bool:

@@ -31,7 +31,15 @@ from tb_crash_signals.analysis.config import Config
 from tb_crash_signals.analysis.engine import headline, health_of, loss_trend
 from tb_crash_signals.analysis.episodes import Episode
 from tb_crash_signals.analysis.incidents import Incident, build_incidents
-from tb_crash_signals.analysis.recovery import LEVEL_POINTS, NOISE_POINTS, event_window, quiet_since, settled, start_of
+from tb_crash_signals.analysis.recovery import (
+    LEVEL_POINTS,
+    NOISE_POINTS,
+    event_window,
+    plain_threshold,
+    quiet_since,
+    settled,
+    start_of,
+)
 from tb_crash_signals.analysis.rules import RULES
 from tb_crash_signals.analysis.rules.base import EpisodeView
 from tb_crash_signals.analysis.signals import LOSS_KINDS, SIGNALS
@@ -660,13 +668,13 @@ class Monitor:
         def levels():
             train = st.channels["train_loss"]
             recent = list(train.values)[-NOISE_POINTS:]  # as the batch's v[-NOISE_POINTS:]
-            head = train.initial.head  # its first finite points (stats.INITIAL_POINTS at most), as the batch reads them
+            head = train.initial.head  # its first finite points (stats.INITIAL_POINTS at most), as the batch's
             return (st.loss_level.value, st.loss_level.low, train.initial.value, stats.jitter(recent),
                     head[0] if head else math.nan, start_of(train.initial.value, head))
 
         return settled(eps, levels, lambda: None if st.val_best_step is None else (st.val_best_step, st.val_low),
                        lambda signal, step, points: quiet_since(st.channels[signal].steps, step, points),
-                       event_window(self._span()), plain_threshold=self.config.params_for("CS101").min_rise == 0)
+                       event_window(self._span()), plain_threshold=plain_threshold(self.config))
 
     @property
     def health(self) -> str:

@@ -433,12 +433,12 @@ def coarse_divergence(data, p: CoarseParams, since=None):
             jumped = np.flatnonzero(v[m:] >= p.jump * top) + m
         judged[jumped] = v[jumped]
     lr = data.get("lr")
-    if p.climb > 0 and not smooth and v.shape[0] > p.climb and lr is not None and len(lr):
+    lr_at = value_at_or_before(lr.steps, lr.values, s.steps) if lr is not None and len(lr) else None
+    if p.climb > 0 and not smooth and v.shape[0] > p.climb and lr_at is not None:
         c = p.climb
         with np.errstate(invalid="ignore"):
             rises = np.lib.stride_tricks.sliding_window_view(v[1:] > v[:-1], c).all(axis=1)
-            at = value_at_or_before(lr.steps, lr.values, s.steps)
-            climbed = np.flatnonzero(rises & (at[:-c] < at[c:])) + c
+            climbed = np.flatnonzero(rises & (lr_at[:-c] < lr_at[c:])) + c
         judged[climbed] = v[climbed]
     best = np.fmin.accumulate(_medians(v, p.best_points))
     finite = np.flatnonzero(np.isfinite(v))
@@ -448,9 +448,9 @@ def coarse_divergence(data, p: CoarseParams, since=None):
     known = int(finite[m - 1])  # the initial level is known from this point on
     up = elevated(judged, best, init, p) & np.isfinite(v)
     up[: max(k, known)] = False
-    if lr is not None and len(lr):
+    if lr_at is not None:
         with np.errstate(invalid="ignore"):
-            up &= ~(value_at_or_before(lr.steps, lr.values, s.steps) <= 0.0)
+            up &= ~(lr_at <= 0.0)
     for i in np.flatnonzero(up).tolist():
         hi = max(i + 1 - m, 0)
         if quiet(judged[i], best[i], v[max(hi - p.noise_points, 0):hi].tolist(), p, smooth, _bar(best[i], init, p)):

@@ -268,13 +268,19 @@ def sparse_start(values, steps, init: float, known_after: int, early_steps: int)
 BLOWN_UP = 3.0  # the first 10 points blew up when their largest is this multiple of the first
 
 
+def blew_up(head) -> bool:
+    """Whether a loss's first points (`head`) blew up from the first of them: their largest BLOWN_UP x it."""
+    first = float(head[0])
+    return first > 0 and max(head) >= BLOWN_UP * first
+
+
 def blown_up_start(init: float, head) -> float:
     """The initial level `init`, or the first point if lower when the first 10 points (`head`)
-    blew up from it (their largest BLOWN_UP x it, and it at least half their median: a start,
-    not a lucky batch): a run that blew up in its first steps and then sat at its start level
-    (a classifier at chance) has not learnt, though the median of its first 10 says it has."""
+    blew up from it (`blew_up`, and it at least half their median: a start, not a lucky batch):
+    a run that blew up in its first steps and then sat at its start level (a classifier at
+    chance) has not learnt, though the median of its first 10 says it has."""
     first = float(head[0])
-    if first > 0 and max(head) >= BLOWN_UP * first and 2 * first >= init:
+    if blew_up(head) and 2 * first >= init:
         return min(init, first)
     return init
 
