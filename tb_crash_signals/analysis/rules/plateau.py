@@ -112,15 +112,23 @@ class PlateauParams:
         150, "... but a stall that began this many steps or more after the first logged point, past the 10 "
         "points that set the initial level, is no early one: logged every 50 steps (Lightning's default), "
         "15 points are 750 steps, far past any slow start; logged every 1-10 steps, the 15 points come first. "
-        "Within those 10 points a stall stays early however sparse the log: the lowest of a few noisy "
-        "medians there is no level to stall against (on the sparse dev sets, counting them: plateaus found "
-        "61 -> 64 of 88, healthy warnings 0.5 -> 1.8 per 10k)", at_least=1,
+        "Within those 10 points a stall stays early however sparse the log, unless the loss is smooth "
+        "enough (`sparse_jitter`): the lowest of a few noisy medians there is no level to stall against (on "
+        "the sparse dev sets, counting them whatever their noise: plateaus found 61 -> 64 of 88, healthy "
+        "warnings 0.5 -> 1.8 per 10k)", at_least=1,
     )
     early_jitter: float = param(
         0.003, "a smooth loss: the noise of "
         "its points so far (its first 64 at most) around their own trend (see `jitter`) under this. Epoch "
         "means stuck from the first epoch are a plateau; a per-step loss's first points cannot tell one "
         "from a slow start"
+    )
+    sparse_jitter: float = param(
+        0.01, "... but a stall that began within those 10 points, `early_steps` or more after the first logged "
+        "point (a loss logged every 20 steps or more sparsely), counts on a loss whose jitter is under this: "
+        "the 1% the stall asks (`rel_improvement`), so its smoothed level is read against a level, not "
+        "against its noise (a classifier held at chance, logged every 50 steps, moves ~1% a point; a noisy "
+        "regression's 10-20%). 0 keeps such a stall to `early_jitter`", at_least=0.0,
     )
     lr_floor: float = param(
         0.01, "... or while the learning rate is at most this share of its peak so far (it decayed to ~0), "
@@ -445,7 +453,10 @@ class PlateauStream(Stream):
         self.head_done = 0
         self.early_jitter, self.early_points = p.early_jitter, p.early_points
         self.early_steps = p.early_steps
-        self.head_steps = []  # the steps of the first `early_points` points (`_early`)
+        self.sparse_jitter = max(p.early_jitter, p.sparse_jitter)
+        # The steps of the first `early_points` points, and of those before the initial level is
+        # known (`_stall_bar`).
+        self.head_steps = []
         # The steps of the points until the initial level is known, then None; and that level as the
         # stalls are told against it (sparse_start), NaN until then.
         self.init_steps = []
@@ -496,7 +507,7 @@ class PlateauStream(Stream):
             else:
                 self._sparse_start()
         if self.head_logs is not None:
-            if i < self.early_points:
+            if i < self.early_points or self.initial.known == _inf:
                 self.head_steps.append(step)
             if i >= self.head_from and i - self.patience.at(i) >= self.initial.known:
                 self.head_logs = self.head_raw = None  # i - patience never decreases: no later stall began that early
@@ -577,13 +588,18 @@ class PlateauStream(Stream):
         self.init_value = init
         self.init_steps = None
 
-    def _early(self, start):
-        """Whether a stall that began at point `start` began early: before the initial level was
-        known, or within `early_points` and `early_steps` (read while the head's logs are kept)."""
-        if start < self.initial.known:
-            return True
+    def _stall_bar(self, start):
+        """The jitter under which a stall that began at point `start` counts (inf: whatever its
+        jitter): `early_jitter` within `early_steps` of the first point, before the initial level
+        was known or within `early_points`; `sparse_jitter` before the level was known but later
+        (read while the head's logs are kept)."""
+        before_known = start < self.initial.known
+        if not before_known and start >= self.early_points:
+            return _inf
         steps = self.head_steps
-        return start < self.early_points and steps[start] - steps[0] < self.early_steps
+        if steps[start] - steps[0] < self.early_steps:
+            return self.early_jitter
+        return self.sparse_jitter if before_known else _inf
 
     def _start_level(self, init):
         """start_level, once the initial level (`init`) is known: its first 10 finite points are in."""
@@ -656,8 +672,9 @@ class PlateauStream(Stream):
                     and lost_ground_at(level / init, best / init, self._of_first(best), self.stuck,
                                        self._noise())):
                 stuck, stuck_at = True, init
-            stuck = stuck and (self.head_logs is None or not self._early(i - patience)
-                               or self._head_jitter() < self.early_jitter)
+            if stuck and self.head_logs is not None:
+                bar = self._stall_bar(i - patience)
+                stuck = bar == _inf or self._head_jitter() < bar
             if gone or climbed or stuck:
                 init = stuck_at
                 positive = init > 0.0
@@ -798,7 +815,8 @@ def loss_plateau(data, p: PlateauParams, since=None):
     initial level after it had learnt, out of its level's noise: lost
     ground; on a smooth loss only, its jitter under `early_jitter`, if the
     stall began within the 10 points that set that level or the first
-    `early_points` and `early_steps`), its learning rate
+    `early_points` and `early_steps`, or under `sparse_jitter` if it began
+    within those 10 points but `early_steps` or more in), its learning rate
     has decayed to ~0 (`lr_floor` x its peak), or its learning rate, after it
     fell, climbed back to `lr_climb` x its peak as of the stall's start (a
     schedule gone wrong: the loss stalls under a step too large). The P
@@ -858,9 +876,11 @@ def loss_plateau(data, p: PlateauParams, since=None):
         start = hit - plateau_patience(hit, p)  # the stall's start, >= 0: the stall needs its patience
         # In Python ints, as the stream's steps: hostile steps near the int64 bounds do not wrap around.
         since_first = s.steps[np.minimum(start, n - 1)].astype(object) - int(s.steps[0])
-        early = (start < p.early_points) & (since_first < p.early_steps).astype(bool)
+        soon = (since_first < p.early_steps).astype(bool)
+        early = (start < p.early_points) & soon
         for j in np.flatnonzero(stuck & ((start <= known_after) | early)).tolist():
-            stuck[j] = jitter(s.values[: min(hit[j] + 1, _HEAD)]) < p.early_jitter
+            bar = p.early_jitter if soon[j] else max(p.early_jitter, p.sparse_jitter)
+            stuck[j] = jitter(s.values[: min(hit[j] + 1, _HEAD)]) < bar
         with np.errstate(invalid="ignore", divide="ignore"):
             fraction = np.where(peak > 0, at / peak, np.nan)  # of its peak so far, at each point
             frac = fraction[hit]

@@ -2311,10 +2311,10 @@ def test_a_sparse_loss_that_jumps_out_of_its_range_is_critical_at_the_jump():
     assert "CS112" in codes(analyze(train_loss=large_batch))
 
 
-def _plateau_starts(loss, every):
+def _plateau_starts(loss, every, config=None):
     steps = (np.arange(len(loss)) + 1) * every - 1
-    batch = [e.start_step for e in episodes_of(analyze(train_loss=series(loss, steps)), "CS301")]
-    m = Monitor()
+    batch = [e.start_step for e in episodes_of(analyze(config, train_loss=series(loss, steps)), "CS301")]
+    m = Monitor(config)
     for s, v in zip(steps.tolist(), loss):
         m.update(s, train_loss=float(v))
     return batch, [e.start_step for e in m.episodes() if e.code == "CS301"]
@@ -2330,6 +2330,25 @@ def test_a_loss_logged_every_50_steps_stuck_at_its_start_is_a_plateau():
     # The same 24 points logged every step are a per-step loss's first 24 steps: a slow start, if
     # anything, on a loss that noisy.
     assert _plateau_starts(stuck, every=1) == ([], [])
+
+
+def test_a_short_sparse_log_held_at_chance_is_a_plateau_before_its_initial_level_is_known():
+    # 16 points logged every 50 steps, a classifier held at chance (ln 10) by a learning rate far too
+    # low, its batches 1 % apart: the stall begins among the 10 points that set the initial level,
+    # 350 steps after the first, on a loss whose noise is under the 1 % a stall asks.
+    rng = np.random.default_rng(7)
+    held = 2.3 * np.exp(0.01 * rng.standard_normal(16))
+    assert stats.jitter(held) < 0.015
+    batch, online = _plateau_starts(held, every=50)
+    assert batch == online and len(batch) == 1
+    # A noisy regression's 16 points (10 % apart) hold no level to stall against that early.
+    noisy = 0.9 * np.exp(0.1 * rng.standard_normal(16))
+    assert _plateau_starts(noisy, every=50) == ([], [])
+    # Logged every step, the same 16 points are a per-step loss's first steps: a slow start.
+    assert _plateau_starts(held, every=1) == ([], [])
+    # `sparse_jitter` 0 keeps such a stall to `early_jitter`.
+    off = dataclasses.replace(RULES["CS301"].default_params(), sparse_jitter=0.0)
+    assert _plateau_starts(held, every=50, config=Config(params={"CS301": off})) == ([], [])
 
 
 def test_a_loss_logged_every_50_steps_is_told_against_its_first_point():
