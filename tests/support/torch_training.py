@@ -794,6 +794,40 @@ def train_classifier_from_chance(logdir, seed: int, lr: float, steps: int, every
                  adam=True, every=every)
 
 
+def train_by_epoch_under_an_exponential_rate(logdir, seed: int, epochs: int, lr: float, growth: float) -> None:
+    """A ReLU MLP (a hidden layer of 64) classifying the 10 classes of `noisy_classes` (2 048 samples)
+    with SGD + momentum 0.9 in shuffled minibatches of 64, its learning rate `lr` x `growth` ** epoch,
+    logged as Keras logs an epoch: the mean of its batches' losses as `epoch_loss` and the rate as
+    `epoch_learning_rate`, at step = epoch. It stops after the first non-finite epoch."""
+    import torch
+    from torch.utils.tensorboard import SummaryWriter
+
+    torch.manual_seed(seed)
+    torch.set_num_threads(1)
+    x, y = noisy_classes(torch.randn(32, 10), 2048)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10))
+    opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
+    with SummaryWriter(str(logdir)) as w:
+        for epoch in range(epochs):
+            rate = lr * growth**epoch
+            for group in opt.param_groups:
+                group["lr"] = rate
+            order = torch.randperm(x.shape[0])
+            losses = []
+            for start in range(0, x.shape[0], 64):
+                idx = order[start : start + 64]
+                loss = torch.nn.functional.cross_entropy(model(x[idx]), y[idx])
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+                losses.append(loss.item())
+            mean = sum(losses) / len(losses)
+            w.add_scalar("epoch_loss", mean, epoch)
+            w.add_scalar("epoch_learning_rate", rate, epoch)
+            if not math.isfinite(mean):
+                break
+
+
 def train_memorising_classifier(logdir, seed: int, samples: int, steps: int) -> None:
     """A ReLU MLP (two hidden layers of 256) classifying 32 standard-normal inputs into 10 classes
     whose labels carry noise (the argmax of a random projection plus unit noise), trained on only

@@ -2134,23 +2134,43 @@ def test_a_sparse_loss_climbing_point_after_point_under_a_rising_learning_rate_i
     assert starts_both_at("CS118", {"train_loss": series(noisy, steps), "lr": series(rising, steps)}) == ([], [])
 
 
+def test_an_epoch_level_loss_climbing_epoch_after_epoch_under_a_rising_learning_rate_is_judged_at_its_last_epoch():
+    # Keras' epoch_loss at step = epoch under an exponential schedule: it learnt to 1.63, then rose
+    # for six epochs in a row to 2.56, then 5.61. Its 3-epoch median stands an epoch behind (2.56, 1.54x
+    # the best); the epoch that ends three rises in a row while the rate rose is the level itself.
+    loss = [2.43, 2.31, 2.23, 2.09, 1.83, 1.72, 1.66, 1.63, 1.67, 1.71, 1.76, 1.86, 2.05, 2.56, 5.61, 19.9,
+            28.4, 28.1]
+    epochs = np.arange(len(loss))
+    rising = 0.12 * 1.2 ** epochs
+    data = {"train_loss": series(loss, epochs), "lr": series(rising, epochs)}
+    assert starts_both_at("CS118", data) == ([14], [14])
+    off = Config(params={"CS118": dataclasses.replace(RULES["CS118"].default_params(), climb=0)})
+    assert starts_both_at("CS118", data, off) == ([15], [15])
+    # Under a constant rate the climb is read on the median alone.
+    flat = {"train_loss": series(loss, epochs), "lr": series(np.full(len(loss), 0.12), epochs)}
+    assert starts_both_at("CS118", flat) == ([15], [15])
+
+
 def test_the_coarse_climb_is_told_alike_by_the_batch_rule_and_the_monitor():
     # Random sparse losses that learn, some then climbing, under learning rates logged at the loss's
     # cadence, five times as often or half as often, rising, flat or cut to 0: the same episodes.
+    # A fifth are smooth epoch means logged at step = epoch (their noise 0.5-3 %).
     rng = np.random.default_rng(0)
     told = 0
     for _ in range(100):
         n = int(rng.integers(8, 40))
-        every = int(rng.choice([25, 50, 100]))
-        steps = np.arange(n) * every + int(rng.integers(0, 50))
+        smooth = rng.random() < 0.2
+        every = 1 if smooth else int(rng.choice([25, 50, 100]))
+        steps = np.arange(n) * every + (0 if smooth else int(rng.integers(0, 50)))
         loss = (2.3 * np.exp(-np.arange(n) / rng.uniform(2, 10)) + rng.uniform(0.05, 1.0)) * np.exp(
+            rng.uniform(0.005, 0.03) * rng.standard_normal(n) if smooth else
             rng.uniform(0.0, 0.4) * rng.standard_normal(n))
         if rng.random() < 0.7:
             start = int(rng.integers(3, n))
             loss[start:] *= np.cumprod(np.full(n - start, rng.uniform(1.05, 1.8)))
         if rng.random() < 0.1:
             loss[int(rng.integers(0, n))] = np.nan
-        lr_every = int(rng.choice([every, every // 5, every * 2]))
+        lr_every = max(int(rng.choice([every, every // 5, every * 2])), 1)
         lr_n = int(steps[-1]) // lr_every + 2
         lr = 1e-3 * np.exp(np.arange(lr_n) * rng.uniform(-0.01, 0.1))
         if rng.random() < 0.2:
