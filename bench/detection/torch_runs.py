@@ -1,6 +1,6 @@
 """Real PyTorch trainings outside the corpus's scenarios, logged as most loops log them.
 
-    python bench/detection/torch_runs.py generate OUT --family schedules|overshoots|practices|amp|warmups [--seed0 N]
+    python bench/detection/torch_runs.py generate OUT --family schedules|overshoots|practices|amp|warmups|epochs [--seed0 N]
     python bench/detection/torch_runs.py score OUT [OUT ...]
 
 Small MLPs (a 3-class classifier and a regressor, two hidden layers of 64; `warmups` the corpus's
@@ -25,6 +25,11 @@ own models) trained on CPU with torch's own optimisers and schedulers, logged wi
   cosine to 0 at step 1500, clipped at norm 1 or not, logged every step (batches of 32, a
   validation loss every 100). The larger peaks overshoot: the loss climbs back toward where it
   started during the warm-up, and comes back or not as the rate decays.
+- **epochs**: logged as Keras logs a run, each epoch's mean train loss and its learning rate at step =
+  epoch and the held-out validation loss after it (2 048 training examples, 40 epochs, batches of 16
+  or 128), SGD + momentum (0.02) or Adam (1e-3) under a constant rate, a step decay (/10 every 15
+  epochs) or a cosine, or made to diverge: a rate growing 1.25x an epoch, a linear ramp to 40x, or a
+  weight decay of the wrong sign (the weights grow).
 - **amp**: fp16 autocast with torch's dynamic loss scaling (`torch.amp.GradScaler`), its scale
   grown every 50 or 500 steps from 2^16 or 2^24, the gradient norm logged after unscaling (Inf or
   NaN at the steps the scaler skips), as `practices` otherwise. Meant healthy: a skipped step is
@@ -54,7 +59,9 @@ sys.path.insert(0, HERE)
 
 import labels
 
-STEPS = {"schedules": 3000, "overshoots": 800, "practices": 3000, "amp": 3000, "warmups": 1500}
+STEPS = {"schedules": 3000, "overshoots": 800, "practices": 3000, "amp": 3000, "warmups": 1500, "epochs": 40}
+# The epochs family's learning-rate courses: healthy ones, and ones that make it diverge.
+EPOCH_COURSES = ("const", "step", "cosine", "exp", "ramp", "negwd")
 PRACTICES = ("dropout", "adamw-clip", "label-smoothing", "bf16", "resume", "resume-purge", "accumulation",
              "plateau-sched", "warm-restarts", "small-data")
 # The loss scaler's growth interval and initial scale (log2) of the amp family's runs.
@@ -90,6 +97,9 @@ def _plans(family: str):
         for kind, peak, warm, clip in itertools.product(("tfm", "cnn", "gru"), (1e-2, 3e-2, 1e-1), (400, 1000),
                                                         (0.0, 1.0)):
             yield f"{kind}_p{peak:g}_w{warm}_c{clip:g}", kind, peak, warm, clip
+    elif family == "epochs":
+        for kind, opt, course, batch in itertools.product(("cls", "reg"), ("sgd", "adam"), EPOCH_COURSES, (16, 128)):
+            yield f"{kind}_{opt}_{course}_b{batch}", kind, opt, course, batch
     else:
         for kind, opt, sched, every in itertools.product(("cls", "reg"), ("sgd", "adam"), ("lin", "quad"), (1, 10)):
             yield f"{kind}_{opt}_{sched}_e{every}", kind, opt, sched, every, 32
@@ -262,6 +272,50 @@ def _train_warmup(torch, path: str, family: str, kind: str, peak: float, warm: i
                     w.add_scalar(_TAGS["val_loss"], loss_fn(model(task.x_val[:256]), task.y_val[:256]).item(), step)
 
 
+def _train_by_epoch(torch, path: str, family: str, kind: str, opt_name: str, course: str, batch: int, seed: int):
+    """Keras' way of logging: each epoch's mean train loss and its learning rate at step = epoch,
+    the held-out validation loss after it."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    torch.manual_seed(seed)
+    torch.set_num_threads(1)
+    x, y = _data(torch, kind, seed)
+    xv, yv, x, y = x[:512], y[:512], x[512:2560], y[512:2560]
+    model = _model(torch, kind)
+    loss_fn = torch.nn.functional.mse_loss if kind == "reg" else torch.nn.functional.cross_entropy
+    base = 0.02 if opt_name == "sgd" else 1e-3
+    opt = (torch.optim.SGD(model.parameters(), lr=base, momentum=0.9) if opt_name == "sgd"
+           else torch.optim.Adam(model.parameters(), lr=base))
+    epochs = STEPS[family]
+    g = torch.Generator().manual_seed(seed)
+    with SummaryWriter(path) as w:
+        for epoch in range(epochs):
+            rate = base * {"const": 1.0, "step": 0.1 ** (epoch // 15),
+                           "cosine": 0.5 * (1 + math.cos(math.pi * epoch / epochs)),
+                           "exp": 1.25 ** epoch, "ramp": 1 + epoch, "negwd": 1.0}[course]
+            for group in opt.param_groups:
+                group["lr"] = rate
+            order = torch.randperm(x.shape[0], generator=g)
+            total, batches = 0.0, 0
+            for start in range(0, x.shape[0], batch):
+                idx = order[start:start + batch]
+                loss = loss_fn(model(x[idx]), y[idx])
+                opt.zero_grad()
+                loss.backward()
+                if course == "negwd":  # a weight decay of the wrong sign: the weights grow
+                    for param in model.parameters():
+                        param.grad.add_(param.detach(), alpha=-0.05 if opt_name == "sgd" else -0.5)
+                opt.step()
+                total, batches = total + loss.item(), batches + 1
+            mean = total / batches
+            w.add_scalar(_TAGS["train_loss"], mean, epoch)
+            w.add_scalar(_TAGS["lr"], rate, epoch)
+            with torch.no_grad():
+                w.add_scalar(_TAGS["val_loss"], loss_fn(model(xv), yv).item(), epoch)
+            if not math.isfinite(mean):
+                break
+
+
 def _recorded(path: str) -> dict:
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -278,10 +332,11 @@ def generate(out: str, family: str, seed0: int) -> None:
     found = {}
     for i, (name, *plan) in enumerate(_plans(family)):
         path = os.path.join(out, name)
-        trainer = {"practices": _train_practice, "amp": _train_practice, "warmups": _train_warmup}.get(family, _train)
+        trainer = {"practices": _train_practice, "amp": _train_practice, "warmups": _train_warmup,
+                   "epochs": _train_by_epoch}.get(family, _train)
         trainer(torch, path, family, *plan, seed=seed0 + i)
         lab = labels.compute_labels(_recorded(path))
-        every = 1 if family == "warmups" else plan[-1] if family in ("practices", "amp") else plan[3]
+        every = 1 if family in ("warmups", "epochs") else plan[-1] if family in ("practices", "amp") else plan[3]
         found[name] = {"family": family, "every": every, **{k: lab[k] for k in (
             "category", "crash_step", "precursor", "spike_steps", "overfit_onset", "plateau_start",
             "stagnation_start")}}
