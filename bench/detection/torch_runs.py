@@ -1,6 +1,7 @@
 """Real PyTorch trainings outside the corpus's scenarios, logged as most loops log them.
 
-    python bench/detection/torch_runs.py generate OUT --family schedules|overshoots|practices|amp|warmups|epochs [--seed0 N]
+    python bench/detection/torch_runs.py generate OUT --family FAMILY [--seed0 N]
+        (FAMILY: schedules, overshoots, practices, amp, warmups or epochs)
     python bench/detection/torch_runs.py score OUT [OUT ...]
 
 Small MLPs (a 3-class classifier and a regressor, two hidden layers of 64; `warmups` the corpus's
