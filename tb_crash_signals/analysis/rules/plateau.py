@@ -454,12 +454,12 @@ class PlateauStream(Stream):
         self.early_jitter, self.early_points = p.early_jitter, p.early_points
         self.early_steps = p.early_steps
         self.sparse_jitter = max(p.early_jitter, p.sparse_jitter)
-        # The steps of the first `early_points` points, and of those before the initial level is
-        # known (`_stall_bar`).
-        self.head_steps = []
-        # The steps of the points until the initial level is known, then None; and that level as the
-        # stalls are told against it (sparse_start), NaN until then.
+        self.head_steps = []  # the steps of the first `early_points` points (`_stall_bar`)
+        # The steps of the points until the initial level is known, then None (kept on as
+        # `known_steps` while the head's logs are, for `_stall_bar`); and that level as the stalls
+        # are told against it (sparse_start), NaN until then.
         self.init_steps = []
+        self.known_steps = None
         self.init_value = math.nan
         # The smoothed loss at this point, and its best so far (`_running_best`'s).
         self.level = shared_level(channels["train_loss"], p.smooth)
@@ -507,10 +507,11 @@ class PlateauStream(Stream):
             else:
                 self._sparse_start()
         if self.head_logs is not None:
-            if i < self.early_points or self.initial.known == _inf:
+            if i < self.early_points:
                 self.head_steps.append(step)
             if i >= self.head_from and i - self.patience.at(i) >= self.initial.known:
-                self.head_logs = self.head_raw = None  # i - patience never decreases: no later stall began that early
+                # i - patience never decreases: no later stall began that early
+                self.head_logs = self.head_raw = self.known_steps = None
             elif i < _HEAD and v > 0.0 and v < _inf:
                 self.head_raw.append(v)  # its log (numpy's, as the batch rule's jitter takes it) when read
         lrs = self.lr
@@ -586,7 +587,7 @@ class PlateauStream(Stream):
         else:
             init = blown_up_start(init, initial.head)
         self.init_value = init
-        self.init_steps = None
+        self.known_steps, self.init_steps = steps, None
 
     def _stall_bar(self, start):
         """The jitter under which a stall that began at point `start` counts (inf: whatever its
@@ -594,9 +595,12 @@ class PlateauStream(Stream):
         was known or within `early_points`; `sparse_jitter` before the level was known but later
         (read while the head's logs are kept)."""
         before_known = start < self.initial.known
-        if not before_known and start >= self.early_points:
+        if before_known:
+            steps = self.init_steps if self.init_steps is not None else self.known_steps
+        elif start < self.early_points:
+            steps = self.head_steps
+        else:
             return _inf
-        steps = self.head_steps
         if steps[start] - steps[0] < self.early_steps:
             return self.early_jitter
         return self.sparse_jitter if before_known else _inf
