@@ -28,7 +28,7 @@ KINDS = ("divergence", "nonfinite", "overfit", "optimizer", "plateau", "stagnati
 _SEVERITY_RANK = {"critical": 0, "warning": 1, "info": 2}
 
 # Rules whose episode is the crash itself, and those that predict it.
-_CRASH = ("CS001", "CS002", "CS101", "CS113", "CS114", "CS115", "CS116", "CS117", "CS118")
+_CRASH = ("CS001", "CS002", "CS101", "CS113", "CS114", "CS115", "CS116", "CS117", "CS118", "CS119")
 _GROWTH = ("CS201", "CS202")
 _PRECURSOR = _GROWTH + ("CS514",)  # and a learning rate that leapt far above anything the run trained at
 _SPIKES = ("CS102", "CS111", "CS112")
@@ -515,6 +515,7 @@ def _divergence_headline(kind, eps, alarm, crash, lead, start, fit) -> str:
         "CS116": "train loss collapsed onto a uniform guess",
         "CS117": "validation loss and train loss jumped together",
         "CS118": "train loss diverged",
+        "CS119": "train loss climbed from its first point",
     }[crash.code]
     at = f"{what} at step {crash.start_step}"
     if kind == "nonfinite":

@@ -51,9 +51,9 @@ from tb_crash_signals.analysis.rules.spike import NOT_RECOVERED
 # The rules whose episodes a run can come back from: a grad norm over the threshold (a heavy tail's
 # excursion, if the loss learns on: see _crossed_back), a climb, a level that lost what it learnt, a
 # jump with the grad norm, a loss that blew up in one point (but not right after the learning rate
-# jumped: that is the jump's doing, see _CAUSES), a grad norm's exponential growth that stopped short
-# of the threshold. A NaN, or a loss past its absolute bound, is no scare.
-RECOVERABLE = ("CS101", "CS113", "CS114", "CS115", "CS118", "CS201", "CS202")
+# jumped: that is the jump's doing, see _CAUSES) or climbed from its first point, a grad norm's
+# exponential growth that stopped short of the threshold. A NaN, or a loss past its absolute bound, is no scare.
+RECOVERABLE = ("CS101", "CS113", "CS114", "CS115", "CS118", "CS119", "CS201", "CS202")
 # Optimizer settings too large (incidents._OPTIMIZER_HIGH): a climb while one lasts is their symptom,
 # and the run is sick however often the loss comes back.
 _CAUSES = ("CS501", "CS512", "CS513", "CS514")

@@ -1,6 +1,6 @@
 """Real runs logged by epoch (Keras' `epoch_loss` at step = epoch) under an exponential learning rate.
 
-A classifier (`support.torch_training.train_by_epoch_under_an_exponential_rate`) learns to ~0.33
+A classifier (`support.torch_training.train_by_epoch`, its rate 1.3x an epoch) learns to ~0.33
 in 9 epochs, then its loss rises epoch after epoch as the rate grows 1.3x an epoch, to NaN by epoch
 ~28. Each point is an epoch's mean, smooth: its 3-epoch median stands an epoch behind its climb.
 CS118 judges the epoch that ends three rises in a row, the rate rising over them, as the level
@@ -14,7 +14,7 @@ import dataclasses
 import pytest
 
 from support.helpers import monitor_replaying, trained_seeds
-from support.torch_training import train_by_epoch_under_an_exponential_rate
+from support.torch_training import train_by_epoch
 from tb_crash_signals import scan_logdir
 from tb_crash_signals.analysis.config import Config
 from tb_crash_signals.analysis.rules import RULES
@@ -29,8 +29,7 @@ TAGS = {"epoch_loss": "train_loss", "epoch_learning_rate": "lr"}
 
 @pytest.fixture(scope="module")
 def climbing(tmp_path_factory):
-    return trained_seeds(tmp_path_factory, "by_epoch", train_by_epoch_under_an_exponential_rate, SEEDS,
-                         epochs=40, lr=0.01, growth=1.3)
+    return trained_seeds(tmp_path_factory, "by_epoch", train_by_epoch, SEEDS, epochs=40, lr=0.01, growth=1.3)
 
 
 def _coarse_start(run):

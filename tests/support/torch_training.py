@@ -794,11 +794,13 @@ def train_classifier_from_chance(logdir, seed: int, lr: float, steps: int, every
                  adam=True, every=every)
 
 
-def train_by_epoch_under_an_exponential_rate(logdir, seed: int, epochs: int, lr: float, growth: float) -> None:
+def train_by_epoch(logdir, seed: int, epochs: int, lr: float, growth: float = 1.0, weight_decay: float = 0.0,
+                   adam: bool = False) -> None:
     """A ReLU MLP (a hidden layer of 64) classifying the 10 classes of `noisy_classes` (2 048 samples)
-    with SGD + momentum 0.9 in shuffled minibatches of 64, its learning rate `lr` x `growth` ** epoch,
-    logged as Keras logs an epoch: the mean of its batches' losses as `epoch_loss` and the rate as
-    `epoch_learning_rate`, at step = epoch. It stops after the first non-finite epoch."""
+    with SGD + momentum 0.9 (or Adam) in shuffled minibatches of 64, its learning rate `lr` x `growth`
+    ** epoch, `weight_decay` x the weights added to their gradients (of the wrong sign if negative: the
+    weights grow), logged as Keras logs an epoch: the mean of its batches' losses as `epoch_loss` and
+    the rate as `epoch_learning_rate`, at step = epoch. It stops after the first non-finite epoch."""
     import torch
     from torch.utils.tensorboard import SummaryWriter
 
@@ -806,7 +808,8 @@ def train_by_epoch_under_an_exponential_rate(logdir, seed: int, epochs: int, lr:
     torch.set_num_threads(1)
     x, y = noisy_classes(torch.randn(32, 10), 2048)
     model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10))
-    opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
+    opt = (torch.optim.Adam(model.parameters(), lr=lr) if adam
+           else torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9))
     with SummaryWriter(str(logdir)) as w:
         for epoch in range(epochs):
             rate = lr * growth**epoch
@@ -819,6 +822,9 @@ def train_by_epoch_under_an_exponential_rate(logdir, seed: int, epochs: int, lr:
                 loss = torch.nn.functional.cross_entropy(model(x[idx]), y[idx])
                 opt.zero_grad()
                 loss.backward()
+                if weight_decay:
+                    for param in model.parameters():
+                        param.grad.add_(param.detach(), alpha=weight_decay)
                 opt.step()
                 losses.append(loss.item())
             mean = sum(losses) / len(losses)

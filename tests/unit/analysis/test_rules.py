@@ -2445,3 +2445,60 @@ def test_a_noisy_loss_s_level_must_clear_the_noise_of_its_lowest_median_too():
         told["default"] += len(episodes_of(analyze(asked, train_loss=loss), "CS113"))
         told["z 2"] += len(episodes_of(analyze(loose, train_loss=loss), "CS113"))
     assert told["default"] <= 0.6 * told["z 2"], told
+
+
+# An epoch's mean loss under a weight decay of the wrong sign: it rises from its very first epoch.
+_FROM_START = [0.984, 1.14, 2.04, 3.46, 5.37, 7.68, 10.1, 12.8, 15.4, 18.3, 21.3, 24.1]
+
+
+def test_a_loss_rising_at_every_point_from_its_first_is_critical_once_it_stands_three_times_there():
+    # Point 4 (5.37) ends four rises in a row from the first point and stands 5.5x it.
+    assert starts_both("CS119", train_loss=_FROM_START) == ([4], [4])
+    (ep,) = episodes_of(analyze(train_loss=_FROM_START), "CS119")
+    assert ep.severity == "critical" and ep.end_step == len(_FROM_START) - 1
+    assert "5.46x its first point 0.984" in ep.message and "never learnt" in ep.message
+    # Asked for 6x, at point 5 (7.68, 7.8x); for 6 rises, at point 6.
+    six_times = Config(params={"CS119": dataclasses.replace(RULES["CS119"].default_params(), factor=6.0)})
+    assert starts_both("CS119", six_times, train_loss=_FROM_START) == ([5], [5])
+    six = Config(params={"CS119": dataclasses.replace(RULES["CS119"].default_params(), rises=6)})
+    assert starts_both("CS119", six, train_loss=_FROM_START) == ([6], [6])
+
+
+def test_a_climb_from_the_first_point_ends_for_good_at_its_first_fall():
+    # One epoch that does not rise, before the climb reaches 3x: the rule never fires, whatever follows.
+    dipped = _FROM_START[:3] + [1.9] + _FROM_START[3:]
+    assert starts_both("CS119", train_loss=dipped) == ([], [])
+    # A per-batch loss whose first batch was a lucky one (0.204): it rises three times through ordinary
+    # batches (a regression's batches of 8), then falls: nothing.
+    lucky = [0.204, 0.534, 0.876, 0.902, 0.719, 1.34, 0.695, 0.502, 1.06, 0.44, 0.642, 0.277, 0.193]
+    assert starts_both("CS119", train_loss=lucky) == ([], [])
+    # Rising at every point, but slowly (1.2x over the first four): not yet 3x, told once it is.
+    slow = [1.0, 1.05, 1.1, 1.15, 1.2, 1.6, 2.2, 3.1, 4.0, 3.0]
+    assert starts_both("CS119", train_loss=slow) == ([7], [7])
+    # A first point at zero, or NaN, gives no ratio: nothing.
+    assert starts_both("CS119", train_loss=[0.0] + _FROM_START[1:]) == ([], [])
+    assert starts_both("CS119", train_loss=[math.nan] + _FROM_START[1:]) == ([], [])
+
+
+def test_the_climb_from_the_start_is_told_alike_by_the_batch_rule_and_the_monitor():
+    # Random climbs from the first point, some broken by a dip, a NaN or an Inf, some too slow.
+    rng = np.random.default_rng(11)
+    told = 0
+    for _ in range(200):
+        n = int(rng.integers(3, 30))
+        loss = rng.uniform(0.01, 5.0) * np.cumprod(rng.uniform(0.95, 1.8, n))
+        if rng.random() < 0.2:
+            loss[int(rng.integers(0, n))] = rng.choice([np.nan, np.inf, 0.0])
+        batch, online = starts_both("CS119", train_loss=loss)
+        assert batch == online
+        told += bool(batch)
+    assert told > 20
+
+
+def test_a_log_that_begins_past_its_runs_start_is_not_read_from_its_first_point():
+    # The same climb logged from step 5000 on, every 10 steps: a job resumed into a new log, whose first
+    # point is not where the run began (stats.starts_late); the rule does not run.
+    steps = 5000 + 10 * np.arange(len(_FROM_START))
+    assert starts_both_at("CS119", {"train_loss": series(_FROM_START, steps)}) == ([], [])
+    assert starts_both_at("CS119", {"train_loss": series(_FROM_START, 10 * np.arange(len(_FROM_START)))}) == (
+        [40], [40])
