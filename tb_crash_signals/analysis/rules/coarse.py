@@ -69,12 +69,12 @@ class CoarseParams:
         "logged at every step, whose one point may be one batch's spike; 0 never", at_least=0.0,
     )
     climb: int = param(
-        3, "... or the point itself is the level where it ends this many rises in a row (each point above the "
-        "one before) while the learning rate rose over them: an exponential schedule or a range test logged "
-        "every 50 steps climbs 1.3-1.5x a point once its rate passes the stable one, and its 3-point median "
-        "stands one point behind; so does an epoch's mean, epoch after epoch (the gates above still hold: a "
-        "climb within the loss's noise, or to a level its points already stood at, is none); 0 never",
-        at_least=0,
+        3, "... or, on a sparse loss, the point itself is the level where it ends this many rises in a row (each "
+        "point above the one before) while the learning rate rose over them: an exponential schedule or a "
+        "range test logged every 50 steps climbs 1.3-1.5x a point once its rate passes the stable one, and "
+        "its 3-point median stands one point behind (the gates above still hold: a climb within the "
+        "loss's noise, or to a level its points already stood at, is none). Not on a loss logged at "
+        "every step; 0 never", at_least=0,
     )
     consecutive: int = param(
         1, "points in a row at that level before the rule fires (each point is a stretch of "
@@ -298,7 +298,7 @@ class CoarseDivergenceStream(Stream):
                 if (p.jump > 0 and not self.smooth and len(values) > m
                         and v >= p.jump * _largest(values[-m - 1:-1])):
                     judged = v
-                elif p.climb > 0 and self._climbed():
+                elif p.climb > 0 and not self.smooth and self._climbed():
                     judged = v
                 if ((judged >= p.factor * best or best <= p.learnt * init)
                         and not (init > best and judged - best < p.lost * (init - best))):
@@ -434,7 +434,7 @@ def coarse_divergence(data, p: CoarseParams, since=None):
         judged[jumped] = v[jumped]
     lr = data.get("lr")
     lr_at = value_at_or_before(lr.steps, lr.values, s.steps) if lr is not None and len(lr) else None
-    if p.climb > 0 and v.shape[0] > p.climb and lr_at is not None:
+    if p.climb > 0 and not smooth and v.shape[0] > p.climb and lr_at is not None:
         c = p.climb
         with np.errstate(invalid="ignore"):
             rises = np.lib.stride_tricks.sliding_window_view(v[1:] > v[:-1], c).all(axis=1)
