@@ -36,8 +36,9 @@ _SPIKES = ("CS102", "CS111", "CS112")
 _JUMPS = ("CS101", "CS114", "CS115")
 _OVERFLOW = ("CS003", "CS004")
 # Rules whose incident gives their own advice: a validation loss NaN while the train loss is finite is no
-# crash to resume from; one that never learnt points at the data, not at regularisation.
-_OWN_ADVICE = ("CS005", "CS404")
+# crash to resume from; one that never learnt points at the data, not at regularisation; a train loss that
+# climbed from its first point has no checkpoint worth resuming from.
+_OWN_ADVICE = ("CS005", "CS119", "CS404")
 _OPTIMIZER_HIGH = ("CS501", "CS512", "CS513", "CS514")  # the learning rate / updates too large
 # The learning rate at zero or below, or updates too small to learn: the weights barely move (or climb
 # the gradient), so a climb the run came back from meanwhile is their symptom, not a divergence.

@@ -50,6 +50,7 @@ def test_a_loss_climbing_from_its_first_epoch_is_critical_within_a_few_epochs(gr
         assert first is not None and first <= 6 and first == _first_critical(run, ("CS119",)), run["episodes"]
         head = run["incidents"][0]
         assert head["kind"] == "divergence" and "climbed from its first point" in head["headline"], head
+        assert "restart with the learning rate 10x lower" in head["advice"], head  # no checkpoint to go back to
         # Without it, the first critical comes epochs later.
         later = _first_critical(without[run["run"]])
         assert later is None or later > first + 3, (first, later)
