@@ -85,6 +85,17 @@ def _model(torch, kind: str, dropout: float = 0.0):
                                torch.nn.Linear(64, 1 if kind == "reg" else 3))
 
 
+def _loss_fn(torch, kind: str):
+    return torch.nn.functional.mse_loss if kind == "reg" else torch.nn.functional.cross_entropy
+
+
+def _optimizer(torch, model, opt_name: str, lr: float):
+    """SGD + momentum 0.9 ("sgd") or Adam at `lr`."""
+    if opt_name == "sgd":
+        return torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
+    return torch.optim.Adam(model.parameters(), lr=lr)
+
+
 def _plans(family: str):
     if family == "schedules":
         for kind, opt, sched, every, batch in itertools.product(
@@ -113,14 +124,13 @@ def _train(torch, path: str, family: str, kind: str, opt_name: str, sched: str, 
     torch.set_num_threads(1)
     x, y = _data(torch, kind, seed)
     model = _model(torch, kind)
-    loss_fn = torch.nn.functional.mse_loss if kind == "reg" else torch.nn.functional.cross_entropy
+    loss_fn = _loss_fn(torch, kind)
     steps = STEPS[family]
     if family == "schedules":
         base = 0.05 if opt_name == "sgd" else 1e-3
     else:
         base = {("cls", "sgd"): 3.0, ("reg", "sgd"): 0.5}.get((kind, opt_name), 0.3)
-    opt = (torch.optim.SGD(model.parameters(), lr=base, momentum=0.9) if opt_name == "sgd"
-           else torch.optim.Adam(model.parameters(), lr=base))
+    opt = _optimizer(torch, model, opt_name, base)
     if sched == "cosine":
         scheduler = torch.optim.lr_scheduler.LambdaLR(
             opt, lambda s: min(1.0, (s + 1) / 200) * 0.5 * (1 + math.cos(math.pi * min(1.0, s / steps))))
@@ -283,10 +293,9 @@ def _train_by_epoch(torch, path: str, family: str, kind: str, opt_name: str, cou
     x, y = _data(torch, kind, seed)
     xv, yv, x, y = x[:512], y[:512], x[512:2560], y[512:2560]
     model = _model(torch, kind)
-    loss_fn = torch.nn.functional.mse_loss if kind == "reg" else torch.nn.functional.cross_entropy
+    loss_fn = _loss_fn(torch, kind)
     base = 0.02 if opt_name == "sgd" else 1e-3
-    opt = (torch.optim.SGD(model.parameters(), lr=base, momentum=0.9) if opt_name == "sgd"
-           else torch.optim.Adam(model.parameters(), lr=base))
+    opt = _optimizer(torch, model, opt_name, base)
     epochs = STEPS[family]
     g = torch.Generator().manual_seed(seed)
     with SummaryWriter(path) as w:
