@@ -50,7 +50,7 @@ def table(seeds: int = 5) -> list[str]:
     rows = ["| doubles every (steps) | logged every | runs with an alarm before the crossing | within ±20 % "
             "| error, median (min – max) | steps ahead, median |",
             "|---|---|---|---|---|---|"]
-    for doubling in (10, 15, 25, 40, 60):
+    for doubling in (10, 15, 25, 40, 60, 100):
         for every in (1, 5, 10):
             errors, leads = [], []
             for seed in range(seeds):

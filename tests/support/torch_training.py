@@ -896,3 +896,38 @@ def train_tiny_batch_norm(logdir, seed: int, steps: int, batch: int = 2) -> None
         for step in range(steps):
             idx = torch.randint(0, 5000, (batch,))
             _step_and_log(w, step, model, opt, nn.functional.cross_entropy(model(x[idx]), y[idx]), 0.05)
+
+
+def train_with_growing_weights(logdir, seed: int, steps: int, decay: float, lr: float = 0.01) -> int | None:
+    """A ReLU MLP (a hidden layer of 64) classifying the 10 classes of `noisy_classes` (4 096 samples)
+    with SGD + momentum 0.9 at `lr` in minibatches of 32, `decay` x the weights added to their
+    gradients after the grad norm is taken (negative: a weight decay of the wrong sign, the weights
+    growing by ~lr x |decay| / (1 - 0.9) a step), logged at every step under train_logged's tags.
+    Returns the first step whose grad norm passed 100 (None if none), and stops 50 steps later."""
+    import torch
+    from torch.utils.tensorboard import SummaryWriter
+
+    torch.manual_seed(seed)
+    torch.set_num_threads(1)
+    x, y = noisy_classes(torch.randn(32, 10), 4096)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10))
+    opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
+    crossed = None
+    with SummaryWriter(str(logdir)) as w:
+        for step in range(steps):
+            idx = torch.randint(0, x.shape[0], (32,))
+            loss = torch.nn.functional.cross_entropy(model(x[idx]), y[idx])
+            opt.zero_grad()
+            loss.backward()
+            gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), math.inf).item()
+            for param in model.parameters():
+                param.grad.add_(param.detach(), alpha=decay)
+            opt.step()
+            w.add_scalar("Loss/train", loss.item(), step)
+            w.add_scalar("Grad/norm", gnorm, step)
+            w.add_scalar("LR", lr, step)
+            if crossed is None and gnorm > 100:
+                crossed = step
+            if crossed is not None and step >= crossed + 50:
+                break
+    return crossed

@@ -37,6 +37,16 @@ class GrowthParams:
         "wait 500 steps, past most explosions of a run that short)", at_least=1,
     )
     min_window: int = param(16, "... and never fewer than this many points", at_least=2)
+    slow_window: int = param(
+        100, "points in a second, longer fit window, read where the grad norm's cadence gives it more "
+        "points than `window` (as many as span `window_steps`, at most this): logged at every step, 40 "
+        "points of a grad norm doubling every 60 steps grow 1.6x, under `min_growth`, and the explosion "
+        "came with no projection. It decides only where the short window's own line grows under "
+        "`min_growth` (a growth too slow for it, not one it saw and held back), on its projection alone, "
+        "and while the growth goes on to its end (its last `window`/2 points rising at least half as fast "
+        "as its fit: a warm-up's grad norm that rose and settled fits a 100-point line too); 0: the "
+        "short window alone", at_least=0,
+    )
     min_r2: float = param(
         0.6, "the fit must explain at least this share of the variance of log(grad norm) "
         "over the window (a sustained, steady growth)"
@@ -135,22 +145,49 @@ def _describe_growth(ep, p):
 
 
 class GradGrowthStream(Stream):
+    """The short fit window's decisions, and the slow window's where the cadence gives it more
+    points (see `slow_window`)."""
+
     hits = ("grad_norm",)  # the loss's side is read from its shared levels when a window decides
+
+    @classmethod
+    def needs(cls, p, signal):
+        # The run's normal level: forward-filled logs before the longer fit window.
+        return [(signal, p.baseline_window + max(p.window, p.slow_window), True)]
+
+    def __init__(self, p, signal, channels):
+        self.short = _WindowStream(p, signal, channels)
+        self.slow = None
+        if p.slow_window > p.window:
+            self.slow = _WindowStream(dataclasses.replace(p, window=p.slow_window), signal, channels)
+
+    def check(self, i, step, v):
+        hit = self.short.check(i, step, v)
+        slow = self.slow
+        if slow is not None:
+            other = slow.check(i, step, v)
+            if i == CADENCE_POINTS - 1:  # the windows are set
+                if slow.w <= self.short.w:
+                    self.slow = None  # this cadence gives it no more points than the short one
+                slow.short = self.short.w
+            elif hit is None:
+                return other
+        return hit
+
+
+class _WindowStream:
+    """One fit window's decisions, point by point, as the batch rule takes them."""
 
     # The slack of the quarter pre-filter: far above the rounding of a Python sum of q logs,
     # so the exact (numpy) test in _decide settles close calls.
     _SLACK = 1e-6
-
-    @classmethod
-    def needs(cls, p, signal):
-        # The run's normal level: forward-filled logs before the fit window.
-        return [(signal, p.baseline_window + p.window, True)]
 
     def __init__(self, p, signal, channels):
         self.signal = signal
         self.loss = channels["train_loss"].shared.setdefault(_LOSS, _LossRatio(channels["train_loss"]))
         self.lr = channels["lr"]
         self.threshold = p.threshold
+        self.log_threshold = math.log(p.threshold)
         self.min_excess = math.log(p.min_excess)  # as fit_window computes it
         self.learning_excess = math.log(p.learning_excess) if p.learning_excess > 0 else math.inf
         self.min_baseline = p.min_baseline
@@ -164,6 +201,7 @@ class GradGrowthStream(Stream):
         self._window(p)
         self.last_bad = -self.w
         self.first_step = None  # the grad norm's first step: its cadence, with its 6th
+        self.short = 0  # the slow window's: the short one's points (see fit_window)
 
     def _window(self, p):
         """Takes `p.window` as the fit window: what depends on it."""
@@ -244,29 +282,55 @@ class GradGrowthStream(Stream):
             return None
         noise = self.loss.noise() if loss_ratio >= p.loss_up and p.loss_up_z > 0 else math.nan
         fit = fit_window(np.array(xs, dtype=np.int64), logs, base, p, loss_ratio, ramping(self.lr), noise,
-                         self.channel.initial.value)
+                         self.channel.initial.value, self.short)
         return None if fit is None else StreamHit(fit=fit)
 
     def _may_fit(self, xs, ys) -> bool:
-        """fit_window's tests of the whole window's line (rising, steady, `min_growth` over the
-        window), in Python floats: False only where they fail by far more than the rounding that
-        differs from numpy's, so numpy's arithmetic, which costs more on a window of tens of
-        points, decides the rest. Noisy grad norms reach here often and fail them."""
-        w = len(ys)
-        x0 = float(xs[0])
-        dx = [float(x) - x0 for x in xs]  # as linear_fit takes the steps
-        xm, ym = sum(dx) / w, sum(ys) / w
-        dx = [x - xm for x in dx]
-        dy = [y - ym for y in ys]
-        sxx = sum([a * a for a in dx])
-        syy = sum([b * b for b in dy])
-        if not (sxx > 0 and syy > 0):
-            return True
-        b = sum([a * c for a, c in zip(dx, dy)]) / sxx
-        # r2 = 1 - sum((dy - b dx)^2) / syy = b^2 sxx / syy for the least-squares b.
-        r2 = b * b * sxx / syy
+        """fit_window's tests of the window's lines (the whole window's: rising, steady,
+        `min_growth` over the window; the slow window's, its last `short` points' under it), in
+        Python floats: False only where they fail by far more than the rounding that differs from
+        numpy's, so numpy's arithmetic, which costs more on a window of tens of points, decides
+        the rest. Noisy grad norms reach here often and fail them."""
         slack = self._SLACK
-        return not (b * float(xs[-1] - xs[0]) < self.min_growth - slack or (b > 0 and r2 < self.p.min_r2 - slack))
+        short = self.short
+        if short:
+            line = _line(xs[-short:], ys[-short:])
+            if line is not None and line[0] > self.min_growth + slack:
+                return False
+        line = _line(xs, ys)
+        if line is None:
+            return True
+        growth, b, r2 = line
+        if growth < self.min_growth - slack or (b > 0 and r2 < self.p.min_r2 - slack):
+            return False
+        if short:
+            # The slow window's end must rise at SLOW_END x the fit's slope, which is at least the
+            # whole window's b (the hinge's only steeper) and at most tail / SLOW_END: the
+            # projection within `horizon` then needs that much of the tail too.
+            end = _line(xs[-_tail(short):], ys[-_tail(short):])
+            if end is not None:
+                now = sorted(ys[-3:])[1]
+                need = max(SLOW_END * b, SLOW_END * (self.log_threshold - now) / self.p.horizon)
+                return end[1] >= need - slack
+        return True
+
+
+def _line(xs, ys) -> tuple[float, float, float] | None:
+    """The least-squares line of ys on xs in Python floats: its rise over the span of xs, its
+    slope and its r2; None where xs or ys do not vary."""
+    w = len(ys)
+    x0 = float(xs[0])
+    dx = [float(x) - x0 for x in xs]  # as linear_fit takes the steps
+    xm, ym = sum(dx) / w, sum(ys) / w
+    dx = [x - xm for x in dx]
+    dy = [y - ym for y in ys]
+    sxx = sum([a * a for a in dx])
+    syy = sum([b * b for b in dy])
+    if not (sxx > 0 and syy > 0):
+        return None
+    b = sum([a * c for a, c in zip(dx, dy)]) / sxx
+    # r2 = 1 - sum((dy - b dx)^2) / syy = b^2 sxx / syy for the least-squares b.
+    return b * float(xs[-1] - xs[0]), b, b * b * sxx / syy
 
 
 class _Baseline:
@@ -306,7 +370,10 @@ def grad_norm_growth(data, p: GrowthParams, since=None):
 
     A least-squares line is fitted to log(grad norm) against step over a
     sliding window of `window` points (fewer on a grad norm logged every 10
-    steps or more: those spanning `window_steps`, at least `min_window`).
+    steps or more: those spanning `window_steps`, at least `min_window`),
+    and, where the cadence gives it more points, over a slower one of
+    `slow_window` points, for a growth too slow for the short window (see
+    `slow_window`).
     The rule fires when the fit is steady (r2 >= min_r2), grows at least
     `min_growth`x over the window, the current
     value is still under `threshold` but `min_excess`x above the run's normal
@@ -329,9 +396,19 @@ def grad_norm_growth(data, p: GrowthParams, since=None):
     s = data.get("grad_norm")
     if s is None or len(s) < CADENCE_POINTS:
         return
-    w = window_for(p, int(s.steps[0]), int(s.steps[CADENCE_POINTS - 1]))
-    if w != p.window:
-        p = dataclasses.replace(p, window=w)
+    fits = {}
+    windows = windows_for(p, int(s.steps[0]), int(s.steps[CADENCE_POINTS - 1]))
+    for w in windows:
+        short = windows[0] if w != windows[0] else 0
+        for i, fit in _window_fits(data, s, dataclasses.replace(p, window=w), since, short):
+            fits.setdefault(i, fit)
+    if fits:
+        yield Hits("grad_norm", np.asarray(sorted(fits)), fits=fits)
+
+
+def _window_fits(data, s, p: GrowthParams, since, short: int = 0):
+    """(index, fit) of the points whose window of `p.window` points fires (`short`: see fit_window)."""
+    w = p.window
     if len(s) < w + 2:
         return
     i0 = max(since_index(s, since), w - 1)  # the first window ends at w - 1
@@ -352,17 +429,13 @@ def grad_norm_growth(data, p: GrowthParams, since=None):
     noises = loss_noise_at(train, steps[candidates])
     ramps = ramping_at(data.get("lr"), steps[candidates])
     initial, known_after = initial_level(s.values)
-    hit_idx, fits = [], {}
     for i, base, ratio, noise, ramp in zip(candidates.tolist(), base_med.tolist(), ratios.tolist(), noises.tolist(),
                                            ramps.tolist()):
         lo = i - w + 1
         start = initial if i + c0 > known_after else math.nan
-        fit = fit_window(steps[lo : i + 1], logv[lo : i + 1], base, p, ratio, ramp, noise, start)
+        fit = fit_window(steps[lo : i + 1], logv[lo : i + 1], base, p, ratio, ramp, noise, start, short)
         if fit is not None:
-            hit_idx.append(i + c0)
-            fits[i + c0] = fit
-    if hit_idx:
-        yield Hits("grad_norm", np.asarray(hit_idx), fits=fits)
+            yield i + c0, fit
 
 
 HINGE_LEAST = 10  # points from the growth's start on, at least, for its own fit
@@ -449,7 +522,7 @@ def _rising_chunk(logv, v, p: GrowthParams, first: int, stop: int) -> np.ndarray
 
 def fit_window(steps: np.ndarray, logv: np.ndarray, base: float, p: GrowthParams,
                loss_ratio: float = math.nan, ramping: bool = False, loss_noise: float = math.nan,
-               initial: float = math.nan) -> Fit | None:
+               initial: float = math.nan, short: int = 0) -> Fit | None:
     """The growth decision for one window that passed the quarter pre-filter.
 
     Shared by the batch rule and the online monitor, so both decide alike.
@@ -466,6 +539,9 @@ def fit_window(steps: np.ndarray, logv: np.ndarray, base: float, p: GrowthParams
         loss_noise: the noise of the train loss's level there, in log units (see
             `loss_up_z`; NaN when unknown: the ratio alone).
         initial: the grad norm's initial level (see `under_start`; NaN while unknown).
+        short: for the slow window, the short window's points: it decides only where their own line
+            grows under `min_growth` (a growth too slow for them), not where the short window saw the
+            growth and held back, and on its projection alone.
     """
     # The current value must stand well above the run's normal level.
     if not np.isfinite(base) or logv[-1] - base < math.log(p.min_excess):
@@ -488,17 +564,26 @@ def fit_window(steps: np.ndarray, logv: np.ndarray, base: float, p: GrowthParams
     span = float(steps[-1] - steps[0])
     if b <= 0 or r2 < p.min_r2 or b * span < math.log(p.min_growth):
         return None
-    relative = logv[-1] - base >= math.log(p.rel_excess) and turned_up
+    if short and (linear_fit(steps[-short:], logv[-short:])[1] * float(steps[-1] - steps[-short])
+                  >= math.log(p.min_growth)):
+        return None
+    # The slow window is read for its projection alone: the short one tells the relative excess.
+    relative = not short and logv[-1] - base >= math.log(p.rel_excess) and turned_up
     if p.one_step and not relative and _one_step(steps, logv, base, span, b, p):
         return None
     # A growth that began inside the window: a line through the whole window straddles the flat
     # stretch before it and projects the crossing late; the line from the breakpoint that fits best
     # (a flat stretch, then a line) is the growth's own, when it is steeper and steady.
     k, _, b2, r22 = hinge_fit(steps, logv, HINGE_LEAST)
+    window_steps, tail = steps, _tail(short)
     if k > 0 and r22 >= p.min_r2 and b2 > b:
         b, r2 = b2, r22
         steps = steps[k:]
         span = float(steps[-1] - steps[0])
+    # The slow window's growth must go on to its end: a warm-up's grad norm that rose and settled
+    # fits a line over 100 points as well, its last stretch flat.
+    if short and linear_fit(window_steps[-tail:], logv[-tail:])[1] < SLOW_END * b:
+        return None
     ahead = (math.log(p.threshold) - now) / b
     if (ahead > p.horizon or ahead > p.max_extrapolation * span) and not relative:
         return None
@@ -526,6 +611,14 @@ def _one_step(steps, logv, base, span, b, p: GrowthParams) -> bool:
     # The slope's standard error, from its r2: a dozen noisy points after a shift tilt by chance.
     error = abs(after) * math.sqrt(max(1.0 - r2, 0.0) / (r2 * (n - 2))) if n > 2 and r2 > 0.0 else math.inf
     return after - STEP_ERRORS * error < STEP_SLOPE * b
+
+
+SLOW_END = 0.5  # the slow window's last short/2 points rise at least this share of its fit's slope
+
+
+def _tail(short: int) -> int:
+    """The slow window's last points that must go on rising (see SLOW_END)."""
+    return max(short // 2, 3)
 
 
 STEP_AFTER = 3  # points after a level shift that tell whether it goes on rising
@@ -560,6 +653,17 @@ def window_for(p: GrowthParams, first_step: int, step: int) -> int:
     if not gap > 0:
         return p.window
     return min(p.window, max(p.min_window, math.ceil(p.window_steps / gap)))
+
+
+def windows_for(p: GrowthParams, first_step: int, step: int) -> list[int]:
+    """The fit windows read at that cadence (see `window_for`): the short one, then the slow one
+    where it holds more points."""
+    w = window_for(p, first_step, step)
+    if p.slow_window > 0:
+        slow = window_for(dataclasses.replace(p, window=p.slow_window), first_step, step)
+        if slow > w:
+            return [w, slow]
+    return [w]
 
 
 def quarter_rise(p: GrowthParams) -> tuple[int, float]:

@@ -1006,11 +1006,12 @@ def test_growth_predicts_the_crossing_before_it_happens():
     assert eps[-1].fit.end_step == eps[-1].end_step
 
 
-def flat_then_doubling(every, doubling, seed):
+def flat_then_doubling(every, doubling, seed, length=600):
     """A grad norm logged every `every` steps, flat (10 % noise) for 200 steps, then doubling every
-    `doubling`, the loss rising with it, up to its crossing of 100: steps, grad norm, loss, crossing."""
+    `doubling`, the loss rising with it, up to its crossing of 100 (within `length` steps): steps,
+    grad norm, loss, crossing."""
     rng = np.random.default_rng(seed)
-    steps = np.arange(0, 600, every)
+    steps = np.arange(0, length, every)
     g = np.where(steps < 200, 1.0, 2.0 ** ((steps - 200) / doubling)) * np.exp(0.1 * rng.standard_normal(steps.size))
     loss = 0.3 + 2.0 * np.exp(-steps / 300) * (1 + 0.02 * np.maximum(g - 1, 0))
     cross = int(steps[np.argmax(g > 100)])
@@ -1048,6 +1049,35 @@ def test_growth_window_spans_time_on_a_grad_norm_logged_every_10_steps():
     assert (online.start_step, online.fit) == (first.start_step, first.fit)
     points = dataclasses.replace(RULES["CS201"].default_params(), window_steps=10_000)
     assert not episodes_of(analyze(dataclasses.replace(Config(), params={"CS201": points}), **data), "CS201")
+
+
+@pytest.mark.parametrize("doubling", [50, 70])
+def test_growth_too_slow_for_the_short_window_is_projected_by_the_slow_one(doubling):
+    # Logged at every step, a grad norm doubling every 50-70 steps grows 1.5-1.7x over the short
+    # window's 40 points, under `min_growth`: the slow window's 100 points see it double and project
+    # the crossing within 20 % of the distance left, batch and online alike; without it, no alarm.
+    steps, g, loss, cross = flat_then_doubling(1, doubling, seed=doubling, length=1000)
+    data = dict(grad_norm=series(g, steps), train_loss=series(loss, steps))
+    first = episodes_of(analyze(**data), "CS201")[0]
+    fit = first.first_fit
+    assert first.start_step == fit.end_step < cross - 100  # a lead of 100 steps or more
+    assert fit.doubling_steps == pytest.approx(doubling, rel=0.25)
+    assert abs(fit.projected_step - cross) <= 0.2 * (cross - fit.end_step), (fit, cross)
+    online = online_growth(steps, g, loss)[0]
+    assert (online.start_step, online.fit) == (first.start_step, first.fit)
+    short_only = dataclasses.replace(RULES["CS201"].default_params(), slow_window=0)
+    assert not episodes_of(analyze(dataclasses.replace(Config(), params={"CS201": short_only}), **data), "CS201")
+
+
+def test_growth_of_a_fast_grad_norm_is_told_by_the_short_window():
+    # Doubling every 10 steps: the short window tells it first and its fit is the one shown; the slow
+    # window, which straddles the flat stretch, adds nothing (the alarm and fits as without it).
+    steps, g, loss, _ = flat_then_doubling(1, 10, seed=3)
+    data = dict(grad_norm=series(g, steps), train_loss=series(loss, steps))
+    short_only = dataclasses.replace(RULES["CS201"].default_params(), slow_window=0)
+    with_slow = analyze(**data)
+    without = analyze(dataclasses.replace(Config(), params={"CS201": short_only}), **data)
+    assert episodes_of(with_slow, "CS201") and episodes_of(with_slow, "CS201") == episodes_of(without, "CS201")
 
 
 def test_growth_ignores_the_early_rise_of_a_healthy_run():
