@@ -187,7 +187,7 @@ class _WindowStream:
         self.loss = channels["train_loss"].shared.setdefault(_LOSS, _LossRatio(channels["train_loss"]))
         self.lr = channels["lr"]
         self.threshold = p.threshold
-        self.log_threshold = math.log(p.threshold)
+        self.log_threshold = math.log(p.threshold) if p.threshold > 0 else -math.inf  # (no value under it)
         self.min_excess = math.log(p.min_excess)  # as fit_window computes it
         self.learning_excess = math.log(p.learning_excess) if p.learning_excess > 0 else math.inf
         self.min_baseline = p.min_baseline
@@ -309,8 +309,9 @@ class _WindowStream:
             # projection within `horizon` then needs that much of the tail too.
             end = _line(xs[-_tail(short):], ys[-_tail(short):])
             if end is not None:
-                now = sorted(ys[-3:])[1]
-                need = max(SLOW_END * b, SLOW_END * (self.log_threshold - now) / self.p.horizon)
+                need = SLOW_END * b
+                if self.p.horizon > 0:
+                    need = max(need, SLOW_END * (self.log_threshold - sorted(ys[-3:])[1]) / self.p.horizon)
                 return end[1] >= need - slack
         return True
 
