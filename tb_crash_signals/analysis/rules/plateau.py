@@ -249,6 +249,25 @@ def start_level(values, init: float, known_after: int, points: int) -> float:
     return max(init, float(np.median(head)))
 
 
+# A warm-up's stall counts once the loss learnt this many noise units of its smoothed level (in log
+# terms) under where it started (as a stall's clear drop, recovery.CLEAR_Z).
+LEARNT_Z = 10.0
+
+
+def had_chance(start: float, ref: float, now: float, stuck: float, noise: float) -> bool:
+    """Whether a stall that began during the warm-up counts: the loss learnt, and lost it. Its
+    best as the stall began (`ref`) stood `stuck` x under the level the loss started at (`start`,
+    start_level) and LEARNT_Z units of the smoothed level's noise (`noise`, level_noise_at) under
+    it, and its smoothed level (`now`) is back at `stuck` x that start or above. A warm-up holds off
+    a plateau while a tiny learning rate has not given the loss its chance; this one had it, and
+    the ramp took it back (a per-step loss's best 9-point median stands under its start by noise
+    alone: its fall must stand out of it; a loss a little over its best as the ramp goes on, far
+    under its start, has lost little)."""
+    if not (start > 0.0 and 0.0 < ref <= stuck * start and now >= stuck * start):
+        return False
+    return math.log(start / ref) >= LEARNT_Z * noise
+
+
 def learnt_level(values, init: float, known_after: int, points: int) -> float:
     """The level a loss has learnt from: start_level, or its first finite point if higher (NaN while
     the initial level `init` is unknown)."""
@@ -611,6 +630,13 @@ class PlateauStream(Stream):
             self.start = max(init, small_median(self.initial.head[: self.start_points]))
         return self.start
 
+    def _had_chance(self, ref):
+        """had_chance of a stall in the warm-up whose best as it began was `ref` (False while the
+        initial level is unknown)."""
+        if not self.init_value == self.init_value:
+            return False
+        return had_chance(self._start_level(self.init_value), ref, self.level.value, self.stuck, self._noise())
+
     def _learnt_from(self):
         """The level a loss that fell `learnt_drop` x has learnt from: start_level, or the first
         point if higher."""
@@ -661,7 +687,8 @@ class PlateauStream(Stream):
         if i < patience or not finite:
             return None
         ref = self.bests.as_of(i - patience)
-        if best > ref - self.rel * abs(ref) and i - patience >= self.warmed:
+        # Past the warm-up, or after the run learnt (see the batch rule).
+        if best > ref - self.rel * abs(ref) and (i - patience >= self.warmed or self._had_chance(ref)):
             # Gone now, and already when the stall began: not a schedule decaying into it.
             gone = self.gone_now and self.gone.as_of(i - patience) is True
             climb = self._climb(i - patience)
@@ -826,7 +853,9 @@ def loss_plateau(data, p: PlateauParams, since=None):
     schedule gone wrong: the loss stalls under a step too large). The P
     points must all come after the warm-up (a learning rate still ramping up
     within the first `max_warmup` points, before it first fell): a loss held
-    flat by a tiny warm-up learning rate has not had its chance yet. A
+    flat by a tiny warm-up learning rate has not had its chance yet; one that
+    learnt, clearly out of its noise, and was taken back near its start as the
+    ramp went on had it, and its stall counts. A
     learning rate rising exponentially (from the 20th point), or ever faster
     from ~0 through all `max_warmup` points (past 25x its first value), is no
     warm-up. A run that learnt and
@@ -844,16 +873,24 @@ def loss_plateau(data, p: PlateauParams, since=None):
         return
     m = max(1, min(n, p.max_warmup))
     warmed = _warmup_ends(data, s.steps, p.max_warmup, lr_course(data, s.steps[:m], p.lr_fell)[2])
-    hit, best = stalls(s.values, i0, p, with_best=True)
+    hit, best, ref = stalls(s.values, i0, p, with_best=True)
+    raw0, known_after = initial_level(s.values)
+    init0 = sparse_start(s.values, s.steps, raw0, known_after, p.early_steps)
+    first = start_level(s.values, init0, known_after, p.start_points)
     kept = hit - plateau_patience(hit, p) >= warmed[np.minimum(hit, max(1, p.max_warmup))]
+    # A warm-up holds off a plateau while a tiny learning rate has not given the loss its chance; one
+    # that learnt before the stall began had it (see had_chance).
+    with np.errstate(invalid="ignore"):
+        maybe = ~kept & (hit > known_after) & (ref <= p.stuck * first) & (ref > 0.0)
+    for j in np.flatnonzero(maybe).tolist():
+        i = int(hit[j])
+        now = float(smoothed_loss(s.values, max(1, p.smooth), i, i + 1)[0])
+        kept[j] = had_chance(first, float(ref[j]), now, p.stuck, level_noise_at(s.values, i, p.smooth))
     hit, best = hit[kept], best[kept]
     if hit.size:
         # Only a run stuck near where it started, or whose learning rate is gone, is on a plateau.
-        raw0, known_after = initial_level(s.values)
-        init0 = sparse_start(s.values, s.steps, raw0, known_after, p.early_steps)
         # The learning rate as the hits see it: gone, fallen (against start_level), or climbed back.
         at, peak, fell = lr_course(data, s.steps[: hit[-1] + 1], p.lr_fell)
-        first = start_level(s.values, init0, known_after, p.start_points)
         # Stuck near where it started: against start_level (the first points' level: a loss that
         # fell fast within its first 10 points learnt that fall), but against the first point
         # where the start blew up from it (blown_up_start); a schedule that decayed reads
@@ -920,7 +957,7 @@ def stalls(values, i0: int, p, with_best: bool = False):
     """The points i >= i0 where the best smoothed loss (the trailing median of `p.smooth` points) is
     not `p.rel_improvement` below the best as of P(i) points earlier (plateau_patience of `p`'s
     patience fields) and the point is finite: CS301's and CS303's stall. `with_best`: and that
-    best at each of them."""
+    best at each of them, and the best as of P(i) points earlier."""
     n = len(values)
     # The reference is the best as of P points back, P never above `cap`.
     cap = max(p.max_patience, p.min_patience)
@@ -939,7 +976,7 @@ def stalls(values, i0: int, p, with_best: bool = False):
         stalled &= np.isfinite(values[a:b])
         hit.append(np.flatnonzero(stalled) + a)
     hit = np.concatenate(hit)
-    return (hit, best[hit - b0]) if with_best else hit
+    return (hit, best[hit - b0], ref[hit - i0]) if with_best else hit
 
 
 def _running_best(values, k: int, start: int) -> np.ndarray:

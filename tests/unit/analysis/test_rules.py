@@ -1615,6 +1615,34 @@ def test_plateau_is_quiet_during_learning_rate_warmup():
     assert "CS301" not in codes(analyze(train_loss=flat, lr=lr))
 
 
+def test_a_loss_back_at_its_start_after_it_learnt_is_a_plateau_even_as_its_warm_up_ramps():
+    # Epoch means under a learning rate that ramps up linearly through all 40 epochs (a warm-up, as far
+    # as 40 points can tell): the loss learnt from 2.3 to ~0.9, the ramp drove it back to ~2.3, and it
+    # stays there. A warm-up holds off a plateau because a tiny learning rate has not given the loss
+    # its chance; this one had it, and lost what it learnt: the stall near the start counts, batch and
+    # online alike. The same flat loss with nothing learnt stays a warm-up's (quiet).
+    rng = np.random.default_rng(5)
+    t = np.arange(40)
+    lr = np.linspace(1e-3, 4e-2, 40)
+    learnt = np.where(t < 10, 0.9 + 1.4 * np.exp(-t / 3.0), np.minimum(0.9 * 1.15 ** (t - 9), 2.3))
+    loss = learnt * (1 + 0.003 * rng.standard_normal(t.size))
+    batch, online = starts_both("CS301", train_loss=loss, lr=lr)
+    assert batch == online and batch, batch
+    (first,) = episodes_of(analyze(train_loss=loss, lr=lr), "CS301")
+    assert "back near where it started after it had learnt" in first.message
+    flat = 2.3 * (1 + 0.003 * rng.standard_normal(t.size))
+    assert starts_both("CS301", train_loss=flat, lr=lr) == ([], [])
+    # Nor one far under its start: a classifier under Adam whose rate ramps 1e-3 -> 0.04 over 40
+    # epochs (a real run's epoch losses, rounded) learnt 0.82 -> ~0.1 in five epochs, and its loss
+    # grows noisier as the rate climbs, to 1.4x its best: it lost little of what it learnt, though
+    # its first 10 epochs' median (the level lost ground is read against) is ~0.14.
+    noisier = np.array([0.817, 0.412, 0.207, 0.155, 0.123, 0.131, 0.171, 0.136, 0.143, 0.166, 0.129, 0.136,
+                        0.184, 0.108, 0.142, 0.169, 0.125, 0.105, 0.141, 0.0847, 0.152, 0.151, 0.136, 0.213,
+                        0.161, 0.104, 0.175, 0.156, 0.0929, 0.0815, 0.188, 0.148, 0.232, 0.21, 0.199, 0.135,
+                        0.149, 0.163, 0.257, 0.137])
+    assert starts_both("CS301", train_loss=noisier, lr=lr) == ([], [])
+
+
 def test_plateau_counts_its_patience_from_the_end_of_the_warmup():
     # Flat under a tiny warm-up learning rate, then learning slowly: no plateau right after it.
     n = 120
