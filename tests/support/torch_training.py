@@ -795,12 +795,13 @@ def train_classifier_from_chance(logdir, seed: int, lr: float, steps: int, every
 
 
 def train_by_epoch(logdir, seed: int, epochs: int, lr: float, growth: float = 1.0, weight_decay: float = 0.0,
-                   adam: bool = False) -> None:
+                   adam: bool = False, ramp: float = 0.0) -> None:
     """A ReLU MLP (a hidden layer of 64) classifying the 10 classes of `noisy_classes` (2 048 samples)
-    with SGD + momentum 0.9 (or Adam) in shuffled minibatches of 64, its learning rate `lr` x `growth`
-    ** epoch, `weight_decay` x the weights added to their gradients (of the wrong sign if negative: the
-    weights grow), logged as Keras logs an epoch: the mean of its batches' losses as `epoch_loss` and
-    the rate as `epoch_learning_rate`, at step = epoch. It stops after the first non-finite epoch."""
+    with SGD + momentum 0.9 (or Adam) in shuffled minibatches of 64, its learning rate (`lr` + `ramp`
+    x epoch) x `growth` ** epoch, `weight_decay` x the weights added to their gradients (of the wrong
+    sign if negative: the weights grow), logged as Keras logs an epoch: the mean of its batches' losses
+    as `epoch_loss` and the rate as `epoch_learning_rate`, at step = epoch. It stops after the first
+    non-finite epoch."""
     import torch
     from torch.utils.tensorboard import SummaryWriter
 
@@ -812,7 +813,7 @@ def train_by_epoch(logdir, seed: int, epochs: int, lr: float, growth: float = 1.
            else torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9))
     with SummaryWriter(str(logdir)) as w:
         for epoch in range(epochs):
-            rate = lr * growth**epoch
+            rate = (lr + ramp * epoch) * growth**epoch
             for group in opt.param_groups:
                 group["lr"] = rate
             order = torch.randperm(x.shape[0])
