@@ -162,9 +162,16 @@ class GradGrowthStream(Stream):
             self.slow = _WindowStream(dataclasses.replace(p, window=p.slow_window), signal, channels)
 
     def check(self, i, step, v):
-        hit = self.short.check(i, step, v)
+        short = self.short
+        hit = short.check(i, step, v)
         slow = self.slow
         if slow is not None:
+            # Past the cadence, a finite log under the short window's first bar (`min_excess` over the
+            # low of the log window both read) is under the slow one's: it has nothing to do or keep.
+            if i >= CADENCE_POINTS and slow.own_steps is None:
+                x = short.channel.log_value
+                if x - short.history.low < short.min_excess:
+                    return hit
             other = slow.check(i, step, v)
             if i == CADENCE_POINTS - 1:  # the windows are set
                 if slow.w <= self.short.w:

@@ -263,9 +263,13 @@ def had_chance(start: float, ref: float, now: float, stuck: float, noise: float)
     the ramp took it back (a per-step loss's best 9-point median stands under its start by noise
     alone: its fall must stand out of it; a loss a little over its best as the ramp goes on, far
     under its start, has lost little)."""
-    if not (start > 0.0 and 0.0 < ref <= stuck * start and now >= stuck * start):
-        return False
-    return math.log(start / ref) >= LEARNT_Z * noise
+    return lost_what_it_learnt(start, ref, now, stuck) and math.log(start / ref) >= LEARNT_Z * noise
+
+
+def lost_what_it_learnt(start: float, ref: float, now: float, stuck: float) -> bool:
+    """had_chance's levels, without the noise: the best as the stall began `stuck` x under the
+    start, the level now back at `stuck` x it or above."""
+    return start > 0.0 and 0.0 < ref <= stuck * start and now >= stuck * start
 
 
 def learnt_level(values, init: float, known_after: int, points: int) -> float:
@@ -635,7 +639,10 @@ class PlateauStream(Stream):
         initial level is unknown)."""
         if not self.init_value == self.init_value:
             return False
-        return had_chance(self._start_level(self.init_value), ref, self.level.value, self.stuck, self._noise())
+        start, now = self._start_level(self.init_value), self.level.value
+        # The levels first: the noise reads the last 50 points, at every point of a long stall.
+        return (lost_what_it_learnt(start, ref, now, self.stuck)
+                and had_chance(start, ref, now, self.stuck, self._noise()))
 
     def _learnt_from(self):
         """The level a loss that fell `learnt_drop` x has learnt from: start_level, or the first
