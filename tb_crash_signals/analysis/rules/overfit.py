@@ -264,7 +264,8 @@ class ValDivergenceStream(_TrainAtVal):
             if r == r and not r <= self.jumped:  # the largest known, as _largest_rise
                 self.jumped = r
         else:
-            self.above = 0
+            # No rise now: none to tell (a hit outside one, with `evaluations` 0, has no jump).
+            self.above, self.jumped = 0, math.nan
         self.two_back, self.one_back = self.one_back, v
         if (
             i >= p.min_evaluations

@@ -1842,6 +1842,26 @@ def test_a_validation_loss_that_jumps_is_told_as_a_jump_not_overfitting():
             assert "jump" not in first.message and incident.advice == ADVICE["overfit"]
 
 
+def test_val_divergence_tells_a_jump_only_from_the_rise_it_opens_in():
+    # With `evaluations` 0 an episode may open at an evaluation outside any rise: the validation loss
+    # jumped 10x once and came back near its best, and a later episode (the train loss rose, then fell
+    # again) opens at 1.04x the best. Its note has no jump: the Monitor once carried the old rise's.
+    t = np.arange(60)
+    steps = t * 10
+    train = np.where(t < 20, 2.0 * np.exp(-t / 15.0),
+                     np.where(t < 30, 6.0 * np.exp(-20 / 15.0), 0.2 * np.exp(-(t - 30) / 15.0)))
+    val = np.concatenate([np.linspace(2.0, 0.5, 8), [5.0], np.full(21, 0.52)])
+    params = dataclasses.replace(RULES["CS402"].default_params(), evaluations=0, min_evaluations=3, cooldown=1)
+    config = Config(params={"CS402": params})
+    batch = episodes_of(analyze(config, train_loss=series(train, steps), val_loss=series(val, steps[::2])), "CS402")
+    monitor = Monitor(config)
+    for i, step in enumerate(steps.tolist()):
+        monitor.update(step, train_loss=float(train[i]), **({"val_loss": float(val[i // 2])} if i % 2 == 0 else {}))
+    online = [e for e in monitor.episodes() if e.code == "CS402"]
+    assert [(e.start_step, e.message) for e in online] == [(e.start_step, e.message) for e in batch]
+    assert len(batch) == 2 and "after a jump of 10x" in batch[0].message and "jump" not in batch[1].message
+
+
 def test_val_divergence_after_a_warm_restart_is_the_schedule():
     # Cosine annealing to 1 % of its peak over 30 evaluations, then a warm restart: the validation
     # loss, at its best at the end of the cycle, rises 20 % under the larger steps and falls again.
