@@ -4,9 +4,9 @@ A classifier (`support.torch_training.train_by_epoch`) under SGD + momentum whos
 from 0.01 by 0.05 an epoch learns (2.3 -> ~0.6 in three epochs), then the ramp drives its loss back to
 chance (~2.4), where it stays for the rest of its 40 epochs. The rate rises at every point, and a
 run of 40 points never leaves the first 100 that may be a warm-up, which holds off a plateau; but
-this loss had its chance and lost it (CS301's `had_chance`): its stall back near its start is told,
-inside the divergence's incident (one story). A gentler ramp that keeps learning is told nothing
-of the kind.
+this loss had its chance and lost it (CS301's `lost_what_it_learnt` and `learnt_clearly`): its stall
+back near its start is told, inside the divergence's incident (one story). A gentler ramp that keeps
+learning is told nothing of the kind.
 """
 
 from __future__ import annotations

@@ -250,26 +250,25 @@ def start_level(values, init: float, known_after: int, points: int) -> float:
 
 
 # A warm-up's stall counts once the loss learnt this many noise units of its smoothed level (in log
-# terms) under where it started (as a stall's clear drop, recovery.CLEAR_Z).
+# terms) under where it started (as a stall's clear drop, recovery.CLEAR_Z): see learnt_clearly.
 LEARNT_Z = 10.0
 
 
-def had_chance(start: float, ref: float, now: float, stuck: float, noise: float) -> bool:
-    """Whether a stall that began during the warm-up counts: the loss learnt, and lost it. Its
-    best as the stall began (`ref`) stood `stuck` x under the level the loss started at (`start`,
-    start_level) and LEARNT_Z units of the smoothed level's noise (`noise`, level_noise_at) under
-    it, and its smoothed level (`now`) is back at `stuck` x that start or above. A warm-up holds off
-    a plateau while a tiny learning rate has not given the loss its chance; this one had it, and
-    the ramp took it back (a per-step loss's best 9-point median stands under its start by noise
-    alone: its fall must stand out of it; a loss a little over its best as the ramp goes on, far
-    under its start, has lost little)."""
-    return lost_what_it_learnt(start, ref, now, stuck) and math.log(start / ref) >= LEARNT_Z * noise
-
-
 def lost_what_it_learnt(start: float, ref: float, now: float, stuck: float) -> bool:
-    """had_chance's levels, without the noise: the best as the stall began `stuck` x under the
-    start, the level now back at `stuck` x it or above."""
+    """Whether a stall that began during the warm-up counts, by its levels (with learnt_clearly):
+    its best as it began (`ref`) stood `stuck` x under the level the loss started at (`start`,
+    start_level), and its smoothed level (`now`) is back at `stuck` x that start or above. A warm-up
+    holds off a plateau while a tiny learning rate has not given the loss its chance; this one had
+    it, and the ramp took it back (a loss a little over its best as the ramp goes on, far under its
+    start, has lost little)."""
     return start > 0.0 and 0.0 < ref <= stuck * start and now >= stuck * start
+
+
+def learnt_clearly(start: float, ref: float, noise: float) -> bool:
+    """... and its fall from `start` to `ref` stands LEARNT_Z units of the smoothed level's noise
+    (`noise`, level_noise_at): a per-step loss's best 9-point median stands under its start by
+    noise alone (`start` and `ref` positive: lost_what_it_learnt's)."""
+    return math.log(start / ref) >= LEARNT_Z * noise
 
 
 def learnt_level(values, init: float, known_after: int, points: int) -> float:
@@ -635,14 +634,14 @@ class PlateauStream(Stream):
         return self.start
 
     def _had_chance(self, ref):
-        """had_chance of a stall in the warm-up whose best as it began was `ref` (False while the
-        initial level is unknown)."""
+        """Whether a stall in the warm-up whose best as it began was `ref` counts (lost_what_it_learnt
+        and learnt_clearly; False while the initial level is unknown)."""
         if not self.init_value == self.init_value:
             return False
-        start, now = self._start_level(self.init_value), self.level.value
+        start = self._start_level(self.init_value)
         # The levels first: the noise reads the last 50 points, at every point of a long stall.
-        return (lost_what_it_learnt(start, ref, now, self.stuck)
-                and had_chance(start, ref, now, self.stuck, self._noise()))
+        return (lost_what_it_learnt(start, ref, self.level.value, self.stuck)
+                and learnt_clearly(start, ref, self._noise()))
 
     def _learnt_from(self):
         """The level a loss that fell `learnt_drop` x has learnt from: start_level, or the first
@@ -886,13 +885,14 @@ def loss_plateau(data, p: PlateauParams, since=None):
     first = start_level(s.values, init0, known_after, p.start_points)
     kept = hit - plateau_patience(hit, p) >= warmed[np.minimum(hit, max(1, p.max_warmup))]
     # A warm-up holds off a plateau while a tiny learning rate has not given the loss its chance; one
-    # that learnt before the stall began had it (see had_chance).
+    # that learnt before the stall began, and lost it, had it (lost_what_it_learnt, learnt_clearly).
     with np.errstate(invalid="ignore"):
         maybe = ~kept & (hit > known_after) & (ref <= p.stuck * first) & (ref > 0.0)
     for j in np.flatnonzero(maybe).tolist():
-        i = int(hit[j])
+        i, r = int(hit[j]), float(ref[j])
         now = float(smoothed_loss(s.values, max(1, p.smooth), i, i + 1)[0])
-        kept[j] = had_chance(first, float(ref[j]), now, p.stuck, level_noise_at(s.values, i, p.smooth))
+        kept[j] = (lost_what_it_learnt(first, r, now, p.stuck)
+                   and learnt_clearly(first, r, level_noise_at(s.values, i, p.smooth)))
     hit, best = hit[kept], best[kept]
     if hit.size:
         # Only a run stuck near where it started, or whose learning rate is gone, is on a plateau.
